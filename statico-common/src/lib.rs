@@ -1,0 +1,100 @@
+//! Types shared by both sides of statico: the BPF programs (`statico-ebpf`) and the userspace server
+//! (`statico-user`).
+//!
+//! Everything here is `no_std` and `#[repr(C)]`, because the same bytes are written by one side and read
+//! by the other (a BPF map mmap-ed by the workers, dumped by `bpftool`, read by the meter). Changing a
+//! layout here changes it on both sides at once, which is the point of this crate.
+#![no_std]
+
+/// One worker's counters: a fixed array of `u64`, one cache-line-aligned record per worker so that two
+/// workers never write the same cache line.
+///
+/// Each worker is the only writer of its record; the meter only reads. The index of each counter is
+/// one of the `Counter` discriminants.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerRecord {
+    pub values: [u64; COUNTERS],
+}
+
+/// Number of `u64` slots in a [`WorkerRecord`] (two cache lines, room to grow without a layout change).
+pub const COUNTERS: usize = 16;
+
+/// The counters a worker keeps, by slot index in [`WorkerRecord::values`].
+#[repr(usize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Complete requests received (head and body).
+    Requests = 0,
+    /// Responses written, error responses included (100 Continue excluded).
+    Responses = 1,
+    /// Bytes read from clients.
+    BytesIn = 2,
+    /// Bytes written to clients.
+    BytesOut = 3,
+    /// Connections accepted.
+    ConnsAccepted = 4,
+    /// Connections closed.
+    ConnsClosed = 5,
+    /// 400 Bad Request responses sent.
+    Status400 = 6,
+    /// 408-style closes: a header or idle timeout expired.
+    Timeouts = 7,
+    /// 413 Content Too Large responses sent.
+    Status413 = 8,
+    /// 431 Request Header Fields Too Large responses sent.
+    Status431 = 9,
+    /// 501 Not Implemented responses sent.
+    Status501 = 10,
+    /// 505 HTTP Version Not Supported responses sent.
+    Status505 = 11,
+}
+
+impl Counter {
+    /// Every counter, in slot order, with the name used by the meter's JSON and by BPF map dumps.
+    pub const ALL: [(Counter, &'static str); 12] = [
+        (Counter::Requests, "requests"),
+        (Counter::Responses, "responses"),
+        (Counter::BytesIn, "bytes_in"),
+        (Counter::BytesOut, "bytes_out"),
+        (Counter::ConnsAccepted, "conns_accepted"),
+        (Counter::ConnsClosed, "conns_closed"),
+        (Counter::Status400, "status_400"),
+        (Counter::Timeouts, "timeouts"),
+        (Counter::Status413, "status_413"),
+        (Counter::Status431, "status_431"),
+        (Counter::Status501, "status_501"),
+        (Counter::Status505, "status_505"),
+    ];
+
+    /// The counter that records an error response with this status, if statico sends that status.
+    pub const fn for_error_status(status: u16) -> Option<Counter> {
+        match status {
+            400 => Some(Counter::Status400),
+            413 => Some(Counter::Status413),
+            431 => Some(Counter::Status431),
+            501 => Some(Counter::Status501),
+            505 => Some(Counter::Status505),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_is_two_cache_lines_and_aligned() {
+        assert_eq!(core::mem::size_of::<WorkerRecord>(), 128);
+        assert_eq!(core::mem::align_of::<WorkerRecord>(), 64);
+    }
+
+    #[test]
+    fn counter_slots_are_unique_and_in_range() {
+        for (i, (c, _)) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i, "Counter::ALL must be in slot order");
+            assert!((*c as usize) < COUNTERS);
+        }
+    }
+}

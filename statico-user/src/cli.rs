@@ -1,0 +1,317 @@
+//! The command line: Statico's flags, as clap derive, plus statico's own limits and timeouts.
+//!
+//! Every value is checked here, while parsing, so that a bad one is reported by clap as one line naming
+//! the flag, with exit code 2, before anything starts: durations (`100ms`, `1s`, `500us`), sizes (`16k`,
+//! `1m`), header syntax, and `-b @file`, which is read here, once.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+use crate::http::Limits;
+use crate::meter::MeterFormat;
+use crate::response::ResponseSpec;
+
+/// statico answers every HTTP request with one pre-built response, as fast as the machine allows.
+///
+/// Workers are threads pinned one per CPU, each with its own listener on the same port. The response
+/// (status, headers, body, a live Date) is encoded once at start-up.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "statico", version, about, long_about = None, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Number of worker threads, each pinned to one CPU [default: CPUs this process may run on]
+    #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub threads: Option<u16>,
+
+    /// TCP port to listen on
+    #[arg(short, long, default_value_t = 8080)]
+    pub port: u16,
+
+    /// Address to listen on (IPv4 or IPv6)
+    #[arg(short, long, default_value = "0.0.0.0")]
+    pub address: IpAddr,
+
+    /// HTTP status code of the response
+    #[arg(short, long, default_value_t = 200, value_parser = clap::value_parser!(u16).range(100..=999))]
+    pub status: u16,
+
+    /// Response body; `@path` loads the file once at start-up (`@@text` for a literal leading @)
+    #[arg(short, long, value_parser = parse_body, value_name = "BODY|@FILE")]
+    pub body: Option<Body>,
+
+    /// Response header "Name: Value" (repeatable); a Server header replaces statico's
+    #[arg(short = 'H', long = "header", value_parser = parse_header, value_name = "NAME: VALUE")]
+    pub headers: Vec<(String, String)>,
+
+    /// Delay before sending each response (e.g. 100ms, 1s, 500us)
+    #[arg(short, long, value_parser = humantime::parse_duration)]
+    pub delay: Option<Duration>,
+
+    /// Delay between the head and the body of each response (sets TCP_NODELAY on connections)
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub body_delay: Option<Duration>,
+
+    /// Print requests/s, responses/s and in/out Gbps every second
+    #[arg(short, long)]
+    pub meter: bool,
+
+    /// Format of the meter lines
+    #[arg(long, value_enum, default_value_t = MeterFormat::Text)]
+    pub meter_format: MeterFormat,
+
+    /// Print requests and responses: -v lines, -vv headers, -vvv bodies, -vvvv hexdumps
+    #[arg(short, long, action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Runtime that moves the bytes
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Tokio)]
+    pub runtime: RuntimeKind,
+
+    /// How connections reach workers: auto picks the best that works here and says why
+    #[arg(long, value_enum, default_value_t = SteeringKind::Auto)]
+    pub steering: SteeringKind,
+
+    /// SO_RCVBUF of the listening sockets, inherited by connections (bytes, k/m suffixes)
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub receive_buffer_size: Option<u64>,
+
+    /// SO_SNDBUF of the listening sockets, inherited by connections (bytes, k/m suffixes)
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub send_buffer_size: Option<u64>,
+
+    /// Length of each listener's accept queue (the kernel caps it at net.core.somaxconn)
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(i32).range(1..))]
+    pub listen_backlog: i32,
+
+    /// Set TCP_NODELAY on every connection
+    #[arg(long)]
+    pub tcp_nodelay: bool,
+
+    /// Largest request head (and chunked trailer section) accepted; larger gets 431
+    #[arg(long, default_value = "16k", value_parser = parse_size, value_name = "BYTES")]
+    pub max_head_size: u64,
+
+    /// Largest request body accepted; larger gets 413
+    #[arg(long, default_value = "16m", value_parser = parse_size, value_name = "BYTES")]
+    pub max_body_size: u64,
+
+    /// Time a client has to send a whole request head, and the longest pause inside a body
+    #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+    pub header_timeout: Duration,
+
+    /// Time a keep-alive connection may wait for its next request
+    #[arg(long, default_value = "60s", value_parser = parse_timeout)]
+    pub idle_timeout: Duration,
+
+    /// On SIGINT/SIGTERM, time given to in-flight responses before exiting
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  statico                                   200 OK, empty body, on :8080
+  statico -p 3000 -t 2 -b 'Hello, World!' -H 'Content-Type: text/plain'
+  statico -s 404 -b @notfound.json -H 'Content-Type: application/json'
+  statico -d 100ms -m                       every response 100 ms late, meter on
+  statico -vv                               print request and response heads";
+
+/// The response body given with `-b`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Body(pub Vec<u8>);
+
+/// Which runtime moves the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeKind {
+    /// One current-thread tokio runtime per pinned worker
+    #[value(alias = "tokio-local")]
+    Tokio,
+}
+
+/// How connections are spread over workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SteeringKind {
+    /// The best rung that works on this machine
+    Auto,
+    /// One SO_REUSEPORT listener per worker; the kernel hashes connections over them (Linux)
+    Reuseport,
+    /// One listener shared by all workers
+    Shared,
+}
+
+fn parse_body(s: &str) -> Result<Body, String> {
+    if let Some(literal) = s.strip_prefix("@@") {
+        return Ok(Body(format!("@{literal}").into_bytes()));
+    }
+    match s.strip_prefix('@') {
+        Some(path) => std::fs::read(path)
+            .map(Body)
+            .map_err(|e| format!("cannot read body file {path:?}: {e}; check the path after @")),
+        None => Ok(Body(s.as_bytes().to_vec())),
+    }
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} has no colon; write it as \"Name: Value\""))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!(
+            "{s:?} has an empty name; write it as \"Name: Value\""
+        ));
+    }
+    Ok((name.to_string(), value.trim().to_string()))
+}
+
+/// Bytes, with an optional binary suffix: `4096`, `16k`, `16KiB`, `1m`, `1g`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("{s:?} is not a size; use bytes, optionally with k, m or g (16k, 1m)")
+    })?;
+    let unit: u64 = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "{s:?} has an unknown unit; use k, m or g (16k, 1m)"
+            ))
+        }
+    };
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
+}
+
+impl Cli {
+    pub fn response_spec(&self) -> ResponseSpec {
+        ResponseSpec {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone().map(|b| b.0).unwrap_or_default(),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_head: usize::try_from(self.max_head_size).unwrap_or(usize::MAX),
+            max_body: self.max_body_size,
+        }
+    }
+
+    /// Worker count: `-t`, or the CPUs this process may run on.
+    pub fn workers(&self) -> usize {
+        self.threads.map(usize::from).unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("statico").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn statico_flags_parse() {
+        let c = parse(&[
+            "-t",
+            "2",
+            "-p",
+            "9000",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            "201",
+            "-b",
+            "hi",
+            "-H",
+            "X-A: 1",
+            "--header",
+            "X-B:2",
+            "-d",
+            "100ms",
+            "--body-delay",
+            "500us",
+            "-m",
+            "-vvv",
+            "--runtime",
+            "tokio-local",
+            "--receive-buffer-size",
+            "64k",
+            "--send-buffer-size",
+            "1m",
+            "--listen-backlog",
+            "128",
+            "--tcp-nodelay",
+        ])
+        .unwrap();
+        assert_eq!(c.workers(), 2);
+        assert_eq!((c.port, c.status, c.verbose), (9000, 201, 3));
+        assert_eq!(
+            c.headers,
+            vec![("X-A".into(), "1".into()), ("X-B".into(), "2".into())]
+        );
+        assert_eq!(c.delay, Some(Duration::from_millis(100)));
+        assert_eq!(c.body_delay, Some(Duration::from_micros(500)));
+        assert_eq!(c.receive_buffer_size, Some(65536));
+        assert_eq!(c.runtime, RuntimeKind::Tokio);
+        assert_eq!(c.response_spec().body, b"hi");
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        for (args, flag) in [
+            (&["-p", "http"][..], "--port"),
+            (&["-s", "42"][..], "--status"),
+            (&["-d", "soon"][..], "--delay"),
+            (&["-H", "NoColon"][..], "--header"),
+            (&["-b", "@/nonexistent/file"][..], "--body"),
+            (&["--max-body-size", "12q"][..], "--max-body-size"),
+            (&["--idle-timeout", "0s"][..], "--idle-timeout"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("16k"), Ok(16384));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("7"), Ok(7));
+        assert!(parse_size("k").is_err());
+    }
+
+    #[test]
+    fn body_file_is_read_and_double_at_escapes() {
+        let path = std::env::temp_dir().join(format!("statico-cli-{}", std::process::id()));
+        std::fs::write(&path, b"from file").unwrap();
+        let c = parse(&["-b", &format!("@{}", path.display())]).unwrap();
+        assert_eq!(c.response_spec().body, b"from file");
+        std::fs::remove_file(path).unwrap();
+        assert_eq!(parse(&["-b", "@@me"]).unwrap().response_spec().body, b"@me");
+    }
+}

@@ -1,0 +1,24 @@
+//! statico: answers every HTTP request with one pre-built response, as fast as the machine allows.
+//!
+//! The crate is split by concern, each module opening with what it is and why:
+//! - [`cli`]: the flags, checked while parsing;
+//! - [`response`]: the response bytes, encoded once, `Date` patched once a second;
+//! - [`http`]: request framing, a pure state machine (fuzzed);
+//! - [`session`]: one connection's exchange, shared by every runtime;
+//! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
+//! - [`runtime`]: the workers' I/O loops (`runtime::tokio` is the hot path);
+//! - [`meter`]: per-worker counters and the `-m` report;
+//! - [`dump`]: `-v` request/response printing;
+//! - [`shutdown`]: SIGINT/SIGTERM and draining;
+//! - [`server`]: start-up and shutdown order.
+
+pub mod cli;
+pub mod dump;
+pub mod http;
+pub mod meter;
+pub mod response;
+pub mod runtime;
+pub mod server;
+pub mod session;
+pub mod shutdown;
+pub mod steering;

@@ -1,0 +1,211 @@
+//! Counters and the `-m/--meter` report.
+//!
+//! Each worker owns one [`WorkerCounters`] record (the layout of `statico_common::WorkerRecord`, one
+//! 64-byte-aligned block per worker) and is its only writer, so an update is a plain load and store
+//! (`Relaxed`): no locked instruction and no cache line shared between workers on the hot path. Workers
+//! update their record once per read batch, not once per request. The meter thread only reads.
+//!
+//! The report is computed from byte and request counts over a monotonic clock ([`Instant`]), once a
+//! second: requests/s, responses/s, and in/out Gbit/s. `--meter-format json` prints one JSON object a
+//! line for scripts.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use statico_common::{Counter, COUNTERS};
+
+/// One worker's counters. Same size, alignment and slot order as `statico_common::WorkerRecord`.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    values: [AtomicU64; COUNTERS],
+}
+
+const _: () = {
+    assert!(size_of::<WorkerCounters>() == size_of::<statico_common::WorkerRecord>());
+    assert!(align_of::<WorkerCounters>() == align_of::<statico_common::WorkerRecord>());
+};
+
+impl WorkerCounters {
+    /// Adds `n` to `counter`. Only the owning worker may call this: it is a load and a store, not an
+    /// atomic read-modify-write, which is correct with a single writer and free of bus locking.
+    #[inline]
+    pub fn add(&self, counter: Counter, n: u64) {
+        let slot = &self.values[counter as usize];
+        slot.store(slot.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.values[counter as usize].load(Relaxed)
+    }
+}
+
+/// The counters of every worker.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    workers: Arc<[WorkerCounters]>,
+}
+
+/// A sum over all workers at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub values: [u64; COUNTERS],
+}
+
+impl Snapshot {
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values[c as usize]
+    }
+}
+
+impl Counters {
+    pub fn new(workers: usize) -> Self {
+        Counters {
+            workers: (0..workers).map(|_| WorkerCounters::default()).collect(),
+        }
+    }
+
+    pub fn worker(&self, i: usize) -> &WorkerCounters {
+        &self.workers[i]
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::default();
+        for w in self.workers.iter() {
+            for (i, v) in s.values.iter_mut().enumerate() {
+                *v += w.values[i].load(Relaxed);
+            }
+        }
+        s
+    }
+}
+
+/// How the meter prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MeterFormat {
+    /// One aligned line a second.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Rates between two snapshots.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    pub req_per_s: f64,
+    pub resp_per_s: f64,
+    pub in_gbps: f64,
+    pub out_gbps: f64,
+}
+
+pub fn rates(prev: &Snapshot, now: &Snapshot, elapsed: Duration) -> Rates {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let d = |c: Counter| now.get(c).wrapping_sub(prev.get(c)) as f64;
+    Rates {
+        req_per_s: d(Counter::Requests) / secs,
+        resp_per_s: d(Counter::Responses) / secs,
+        in_gbps: d(Counter::BytesIn) * 8.0 / secs / 1e9,
+        out_gbps: d(Counter::BytesOut) * 8.0 / secs / 1e9,
+    }
+}
+
+/// Formats one meter line.
+pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot) -> String {
+    let open = total
+        .get(Counter::ConnsAccepted)
+        .saturating_sub(total.get(Counter::ConnsClosed));
+    match format {
+        MeterFormat::Text => format!(
+            "req/s {:>12.0}  resp/s {:>12.0}  in {:>8.3} Gbps  out {:>8.3} Gbps  conns {:>6}",
+            r.req_per_s, r.resp_per_s, r.in_gbps, r.out_gbps, open
+        ),
+        MeterFormat::Json => {
+            let mut s = format!(
+                "{{\"req_per_s\":{:.1},\"resp_per_s\":{:.1},\"in_gbps\":{:.6},\"out_gbps\":{:.6},\"open_conns\":{}",
+                r.req_per_s, r.resp_per_s, r.in_gbps, r.out_gbps, open
+            );
+            for (c, name) in Counter::ALL {
+                let _ = write!(s, ",\"{name}\":{}", total.get(c));
+            }
+            s.push('}');
+            s
+        }
+    }
+}
+
+/// The line printed at exit.
+pub fn format_totals(total: &Snapshot) -> String {
+    let mut s = String::from("statico: totals");
+    for (c, name) in Counter::ALL {
+        let _ = write!(s, " {name}={}", total.get(c));
+    }
+    s
+}
+
+/// Prints a meter line every second until `stop` resolves.
+pub async fn run(
+    counters: Counters,
+    format: MeterFormat,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut prev = counters.snapshot();
+    let mut prev_at = Instant::now();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = &mut stop => return,
+        }
+        let now = counters.snapshot();
+        let at = Instant::now();
+        println!(
+            "{}",
+            format_line(format, &rates(&prev, &now, at - prev_at), &now)
+        );
+        prev = now;
+        prev_at = at;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_sums_workers() {
+        let c = Counters::new(3);
+        c.worker(0).add(Counter::Requests, 2);
+        c.worker(2).add(Counter::Requests, 5);
+        c.worker(1).add(Counter::BytesOut, 7);
+        let s = c.snapshot();
+        assert_eq!(s.get(Counter::Requests), 7);
+        assert_eq!(s.get(Counter::BytesOut), 7);
+    }
+
+    #[test]
+    fn rates_use_elapsed_time_and_bits() {
+        let mut a = Snapshot::default();
+        let mut b = Snapshot::default();
+        a.values[Counter::Requests as usize] = 100;
+        b.values[Counter::Requests as usize] = 300;
+        b.values[Counter::BytesOut as usize] = 1_000_000_000;
+        let r = rates(&a, &b, Duration::from_secs(2));
+        assert_eq!(r.req_per_s, 100.0);
+        assert_eq!(r.out_gbps, 4.0);
+    }
+
+    #[test]
+    fn json_line_has_rates_and_totals() {
+        let mut s = Snapshot::default();
+        s.values[Counter::Requests as usize] = 42;
+        let r = rates(&Snapshot::default(), &s, Duration::from_secs(1));
+        let line = format_line(MeterFormat::Json, &r, &s);
+        assert!(line.starts_with("{\"req_per_s\":42.0,"), "{line}");
+        assert!(line.contains("\"requests\":42") && line.ends_with('}'));
+    }
+}

@@ -1,0 +1,322 @@
+//! The pre-built response: encoded once at start-up, copied as bytes for every request.
+//!
+//! statico's whole job is to send the same bytes again and again, so those bytes are built once: status
+//! line, headers, `Content-Length`, `Date`, body, in one contiguous buffer. Only two things vary per
+//! request, and both are decided by choosing a prebuilt buffer rather than by formatting:
+//! - the connection header ([`Framing`]): none for HTTP/1.1 keep-alive, `Connection: keep-alive` for an
+//!   HTTP/1.0 client that asked for it, `Connection: close` when the connection ends after it;
+//! - HEAD requests get the same head without the body (a prefix of the same buffer).
+//!
+//! The `Date` header is the one live field: [`Response::set_date`] patches its 29 bytes in place in every
+//! buffer, once a second, from the worker's clock tick; nothing is formatted per request. Error responses
+//! (400, 413, 431, 501, 505) are prebuilt the same way.
+
+use std::time::SystemTime;
+
+use anyhow::{bail, Context, Result};
+
+use crate::http::ErrorStatus;
+
+/// Length of an IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub const DATE_LEN: usize = 29;
+
+/// What the user asked statico to answer with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResponseSpec {
+    pub status: u16,
+    /// Extra header fields, in order; a `Server` field here replaces statico's.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// How the response frames the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// HTTP/1.1 persistent connection: no `Connection` field.
+    KeepAlive = 0,
+    /// HTTP/1.0 client that sent `Connection: keep-alive`: answer it in kind.
+    KeepAlive10 = 1,
+    /// The connection closes after this response: `Connection: close`.
+    Close = 2,
+}
+
+/// One fully encoded response.
+#[derive(Clone, Debug)]
+struct Encoded {
+    bytes: Vec<u8>,
+    head_len: usize,
+    date_at: usize,
+}
+
+impl Encoded {
+    fn build(
+        status_line: &str,
+        fields: &[(String, String)],
+        connection: Option<&str>,
+        body: &[u8],
+    ) -> Self {
+        let mut bytes = Vec::with_capacity(256 + body.len());
+        bytes.extend_from_slice(status_line.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+        for (name, value) in fields {
+            push_field(&mut bytes, name, value);
+        }
+        if let Some(connection) = connection {
+            push_field(&mut bytes, "Connection", connection);
+        }
+        bytes.extend_from_slice(b"Date: ");
+        let date_at = bytes.len();
+        bytes.extend_from_slice(&http_date(SystemTime::now()));
+        bytes.extend_from_slice(b"\r\n\r\n");
+        let head_len = bytes.len();
+        bytes.extend_from_slice(body);
+        Encoded {
+            bytes,
+            head_len,
+            date_at,
+        }
+    }
+
+    fn set_date(&mut self, date: &[u8; DATE_LEN]) {
+        self.bytes[self.date_at..self.date_at + DATE_LEN].copy_from_slice(date);
+    }
+}
+
+fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Formats `t` as an IMF-fixdate.
+pub fn http_date(t: SystemTime) -> [u8; DATE_LEN] {
+    let s = httpdate::fmt_http_date(t);
+    let mut out = [b' '; DATE_LEN];
+    // httpdate always yields 29 bytes for dates after 1970 and before year 10000.
+    out.copy_from_slice(&s.as_bytes()[..DATE_LEN]);
+    out
+}
+
+/// The response in every framing, plus the error responses, all with a live `Date`.
+#[derive(Clone, Debug)]
+pub struct Response {
+    variants: [Encoded; 3],
+    errors: [Encoded; ErrorStatus::ALL.len()],
+    status: u16,
+}
+
+/// Fields statico writes itself; the user may not set them.
+const RESERVED: [&str; 4] = ["content-length", "transfer-encoding", "connection", "date"];
+
+/// The value of the `Server` field unless the user gives one.
+pub const SERVER: &str = concat!("statico/", env!("CARGO_PKG_VERSION"));
+
+impl Response {
+    pub fn new(spec: &ResponseSpec) -> Result<Self> {
+        let status = http::StatusCode::from_u16(spec.status).with_context(|| {
+            format!("invalid status {}: use a code from 100 to 999", spec.status)
+        })?;
+        let no_body = matches!(spec.status, 100..=199 | 204 | 304);
+        if no_body && !spec.body.is_empty() {
+            bail!(
+                "status {} cannot carry a body (RFC 9110), but --body was given: drop --body or pick another --status",
+                spec.status
+            );
+        }
+        let mut fields: Vec<(String, String)> = Vec::new();
+        if !spec
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("server"))
+        {
+            fields.push(("Server".into(), SERVER.into()));
+        }
+        for (name, value) in &spec.headers {
+            validate_field(name, value)?;
+            fields.push((name.clone(), value.clone()));
+        }
+        if spec.status != 204 && !(100..=199).contains(&spec.status) {
+            fields.push(("Content-Length".into(), spec.body.len().to_string()));
+        }
+        let status_line = format!(
+            "HTTP/1.1 {} {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("Unknown")
+        );
+        let variants = [None, Some("keep-alive"), Some("close")]
+            .map(|connection| Encoded::build(&status_line, &fields, connection, &spec.body));
+        let errors = ErrorStatus::ALL.map(|e| {
+            let line = format!("HTTP/1.1 {} {}", e.code(), e.reason());
+            let fields = [
+                ("Server".to_string(), SERVER.to_string()),
+                ("Content-Length".to_string(), "0".to_string()),
+            ];
+            Encoded::build(&line, &fields, Some("close"), b"")
+        });
+        Ok(Response {
+            variants,
+            errors,
+            status: spec.status,
+        })
+    }
+
+    /// The status code the user configured.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The whole response (head and body) in this framing.
+    #[inline]
+    pub fn full(&self, framing: Framing) -> &[u8] {
+        &self.variants[framing as usize].bytes
+    }
+
+    /// The head only (for HEAD requests, and for `--body-delay`).
+    #[inline]
+    pub fn head(&self, framing: Framing) -> &[u8] {
+        let v = &self.variants[framing as usize];
+        &v.bytes[..v.head_len]
+    }
+
+    /// The body only.
+    pub fn body(&self) -> &[u8] {
+        let v = &self.variants[0];
+        &v.bytes[v.head_len..]
+    }
+
+    /// The error response for `status` (always `Connection: close`).
+    pub fn error(&self, status: ErrorStatus) -> &[u8] {
+        let i = ErrorStatus::ALL
+            .iter()
+            .position(|&e| e == status)
+            .expect("every ErrorStatus has a prebuilt response");
+        &self.errors[i].bytes
+    }
+
+    /// Patches the `Date` field of every prebuilt response in place.
+    pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {
+        for e in self.variants.iter_mut().chain(self.errors.iter_mut()) {
+            e.set_date(date);
+        }
+    }
+}
+
+/// A field name is a token; a value is visible characters, spaces and tabs (no CR or LF: no injection).
+fn validate_field(name: &str, value: &str) -> Result<()> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    {
+        bail!("invalid header name {name:?}: use letters, digits and !#$%&'*+-.^_`|~ only");
+    }
+    if RESERVED.iter().any(|r| name.eq_ignore_ascii_case(r)) {
+        bail!("header {name:?} is set by statico itself and cannot be given with -H");
+    }
+    if value.bytes().any(|b| b != b'\t' && (b < b' ' || b == 0x7f)) {
+        bail!("invalid value for header {name:?}: control characters (CR, LF, …) are not allowed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(status: u16, headers: &[(&str, &str)], body: &str) -> ResponseSpec {
+        ResponseSpec {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn text(b: &[u8]) -> String {
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn full_response_has_status_server_length_date_and_body() {
+        let r = Response::new(&spec(200, &[("Content-Type", "text/plain")], "Hello")).unwrap();
+        let t = text(r.full(Framing::KeepAlive));
+        assert!(t.starts_with("HTTP/1.1 200 OK\r\n"), "{t}");
+        assert!(t.contains(&format!("\r\nServer: {SERVER}\r\n")));
+        assert!(t.contains("\r\nContent-Type: text/plain\r\n"));
+        assert!(t.contains("\r\nContent-Length: 5\r\n"));
+        assert!(
+            t.contains("\r\nDate: ") && t.ends_with(" GMT\r\n\r\nHello"),
+            "{t}"
+        );
+        assert!(!t.contains("Connection"));
+    }
+
+    #[test]
+    fn framings_differ_only_in_connection_field() {
+        let r = Response::new(&spec(201, &[], "x")).unwrap();
+        assert!(text(r.full(Framing::Close)).contains("\r\nConnection: close\r\n"));
+        assert!(text(r.full(Framing::KeepAlive10)).contains("\r\nConnection: keep-alive\r\n"));
+        assert!(text(r.full(Framing::Close)).starts_with("HTTP/1.1 201 Created\r\n"));
+    }
+
+    #[test]
+    fn head_is_a_prefix_without_body() {
+        let r = Response::new(&spec(200, &[], "body!")).unwrap();
+        let head = r.head(Framing::KeepAlive);
+        assert!(head.ends_with(b"\r\n\r\n"));
+        assert_eq!([head, r.body()].concat(), r.full(Framing::KeepAlive));
+        assert_eq!(r.body(), b"body!");
+    }
+
+    #[test]
+    fn date_is_patched_in_place_everywhere() {
+        let mut r = Response::new(&spec(200, &[], "x")).unwrap();
+        let len = r.full(Framing::KeepAlive).len();
+        let date = *b"Sun, 06 Nov 1994 08:49:37 GMT";
+        r.set_date(&date);
+        assert_eq!(r.full(Framing::KeepAlive).len(), len);
+        for f in [Framing::KeepAlive, Framing::KeepAlive10, Framing::Close] {
+            assert!(text(r.full(f)).contains("Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
+        }
+        assert!(text(r.error(ErrorStatus::BadRequest)).contains("Date: Sun, 06 Nov 1994"));
+    }
+
+    #[test]
+    fn user_server_header_replaces_the_default() {
+        let r = Response::new(&spec(200, &[("server", "mock")], "")).unwrap();
+        let t = text(r.full(Framing::KeepAlive));
+        assert!(
+            t.contains("server: mock\r\n") && !t.contains("statico/"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn reserved_and_malformed_headers_are_refused() {
+        assert!(Response::new(&spec(200, &[("Content-Length", "3")], "")).is_err());
+        assert!(Response::new(&spec(200, &[("X-A", "a\r\nInjected: 1")], "")).is_err());
+        assert!(Response::new(&spec(200, &[("Bad Name", "v")], "")).is_err());
+    }
+
+    #[test]
+    fn no_content_statuses_have_no_length_and_refuse_a_body() {
+        let r = Response::new(&spec(204, &[], "")).unwrap();
+        assert!(!text(r.full(Framing::KeepAlive)).contains("Content-Length"));
+        assert!(Response::new(&spec(204, &[], "x")).is_err());
+        let r = Response::new(&spec(304, &[], "")).unwrap();
+        assert!(text(r.full(Framing::KeepAlive)).contains("Content-Length: 0"));
+    }
+
+    #[test]
+    fn error_responses_close() {
+        let r = Response::new(&spec(200, &[], "x")).unwrap();
+        for e in ErrorStatus::ALL {
+            let t = text(r.error(e));
+            assert!(t.starts_with(&format!("HTTP/1.1 {} ", e.code())));
+            assert!(t.contains("Connection: close\r\n") && t.contains("Content-Length: 0\r\n"));
+        }
+    }
+}

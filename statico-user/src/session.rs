@@ -1,0 +1,209 @@
+//! One connection's HTTP exchange, shared by every runtime: input bytes in, response bytes out.
+//!
+//! A runtime reads bytes, hands them to [`Session::process`], writes what it appended to `out` in **one**
+//! write, and keeps the unconsumed input for the next read. Everything about HTTP — which response, which
+//! framing, 100 Continue, error responses, when to close, what to count and dump — is decided here,
+//! without I/O, so the tokio and io_uring loops differ only in how bytes move.
+
+use crate::dump::Dumper;
+use crate::http::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
+use crate::response::{Framing, Response};
+
+/// The interim response sent when a client waits on `Expect: 100-continue`.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// What one [`Session::process`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Input bytes consumed; the caller keeps the rest.
+    pub consumed: usize,
+    /// Complete requests answered.
+    pub requests: u64,
+    /// Responses appended (error responses included, 100 Continue excluded).
+    pub responses: u64,
+    /// The error response appended, if the request was bad. The connection must close after writing.
+    pub error: Option<ErrorStatus>,
+    /// Close the connection once `out` is written.
+    pub close: bool,
+    /// With [`Pace::OneByOne`] and a body delay: where the body of the last response starts in `out`.
+    pub body_at: Option<usize>,
+}
+
+/// How many requests one call answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Answer every complete request in the input (pipelining: one write for all).
+    All,
+    /// Stop after each answered request, so the runtime can apply `--delay` / `--body-delay` to it.
+    OneByOne,
+}
+
+/// The state of one connection.
+#[derive(Debug)]
+pub struct Session {
+    parser: Parser,
+}
+
+impl Session {
+    pub fn new(limits: Limits) -> Self {
+        Session {
+            parser: Parser::new(limits),
+        }
+    }
+
+    /// True when no request is partly received (given that the caller holds no unconsumed bytes).
+    pub fn between_requests(&self) -> bool {
+        self.parser.between_requests()
+    }
+
+    /// Consumes complete requests from `input` and appends their responses to `out`.
+    pub fn process(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        response: &Response,
+        pace: Pace,
+        dumper: &mut Dumper,
+    ) -> Batch {
+        let mut batch = Batch::default();
+        loop {
+            let (n, event) = self.parser.next(&input[batch.consumed..]);
+            let after = batch.consumed + n;
+            match event {
+                Event::Head { info, raw } => {
+                    dumper.request_head(raw);
+                    // Ask for the body only if it has not started to arrive already.
+                    if info.expect_continue && after == input.len() {
+                        out.extend_from_slice(CONTINUE);
+                    }
+                }
+                Event::Body(bytes) => dumper.request_body(bytes),
+                Event::End(info) => {
+                    batch.consumed = after;
+                    batch.requests += 1;
+                    batch.responses += 1;
+                    let framing = framing(&info);
+                    let body_at = out.len() + response.head(framing).len();
+                    if info.head_only {
+                        out.extend_from_slice(response.head(framing));
+                    } else {
+                        out.extend_from_slice(response.full(framing));
+                        batch.body_at = Some(body_at);
+                    }
+                    dumper.response(response, framing, info.head_only);
+                    if !info.keep_alive {
+                        batch.close = true;
+                        return batch;
+                    }
+                    if pace == Pace::OneByOne {
+                        return batch;
+                    }
+                    continue;
+                }
+                Event::Incomplete => {
+                    batch.consumed = after;
+                    return batch;
+                }
+                Event::Error(status) => {
+                    out.extend_from_slice(response.error(status));
+                    dumper.error(status);
+                    batch.responses += 1;
+                    batch.error = Some(status);
+                    batch.close = true;
+                    batch.body_at = None;
+                    batch.consumed = input.len();
+                    return batch;
+                }
+            }
+            batch.consumed = after;
+        }
+    }
+}
+
+fn framing(info: &RequestInfo) -> Framing {
+    match (info.keep_alive, info.version) {
+        (false, _) => Framing::Close,
+        (true, Version::Http10) => Framing::KeepAlive10,
+        (true, Version::Http11) => Framing::KeepAlive,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::ResponseSpec;
+
+    fn response() -> Response {
+        Response::new(&ResponseSpec {
+            status: 200,
+            headers: vec![],
+            body: b"hi".to_vec(),
+        })
+        .unwrap()
+    }
+
+    fn run(input: &[u8], pace: Pace) -> (Batch, String) {
+        let mut s = Session::new(Limits::default());
+        let mut out = Vec::new();
+        let b = s.process(input, &mut out, &response(), pace, &mut Dumper::off());
+        (b, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn pipelined_requests_become_one_output() {
+        let input = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(16);
+        let (b, out) = run(&input, Pace::All);
+        assert_eq!((b.requests, b.consumed, b.close), (16, input.len(), false));
+        assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 16);
+    }
+
+    #[test]
+    fn one_by_one_stops_after_each() {
+        let input = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(2);
+        let (b, out) = run(&input, Pace::OneByOne);
+        assert_eq!((b.requests, b.consumed), (1, input.len() / 2));
+        assert_eq!(&out[b.body_at.unwrap()..], "hi");
+    }
+
+    #[test]
+    fn partial_request_is_kept() {
+        let (b, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HT", Pace::All);
+        assert_eq!((b.requests, b.consumed), (1, 27));
+        assert_eq!(out.matches("200 OK").count(), 1);
+    }
+
+    #[test]
+    fn head_gets_no_body_and_http10_closes() {
+        let (b, out) = run(b"HEAD / HTTP/1.0\r\n\r\n", Pace::All);
+        assert!(b.close);
+        assert!(
+            out.ends_with("\r\n\r\n") && out.contains("Connection: close"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn expect_continue_is_sent_only_when_the_body_is_missing() {
+        let head =
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+        let (b, out) = run(head, Pace::All);
+        assert_eq!(
+            (b.requests, out.as_str()),
+            (0, "HTTP/1.1 100 Continue\r\n\r\n")
+        );
+        let (b, out) = run(&[&head[..], b"ok"].concat(), Pace::All);
+        assert_eq!(b.requests, 1);
+        assert!(out.starts_with("HTTP/1.1 200 OK"));
+    }
+
+    #[test]
+    fn bad_request_answers_error_and_closes_after_good_ones() {
+        let (b, out) = run(
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+            Pace::All,
+        );
+        assert_eq!((b.requests, b.responses, b.close), (1, 2, true));
+        assert_eq!(b.error, Some(ErrorStatus::BadRequest));
+        assert!(out.contains("200 OK") && out.contains("400 Bad Request"));
+    }
+}

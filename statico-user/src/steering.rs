@@ -1,0 +1,247 @@
+//! How new connections reach workers: the steering ladder, chosen once at start-up.
+//!
+//! Every worker gets a listener of its own where the platform can spread connections over several
+//! listeners on one port, so that accepting never contends on a shared queue:
+//!
+//! | rung | how | where |
+//! |------|-----|-------|
+//! | `reuseport` | one `SO_REUSEPORT` listener per worker; the kernel hashes each connection's 4-tuple to one | Linux |
+//! | `shared` | one listener, its file descriptor duplicated to every worker, which all accept from it | everywhere |
+//!
+//! `--steering auto` takes the best rung that works here and [`Listeners::describe`] says which and why in
+//! one line; a rung asked for by name that cannot work is an error, never a silent downgrade.
+//!
+//! Binding happens here, in the main thread, before any worker starts, so a port in use or a bad address
+//! fails the start with a message that names the cause and the fix.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use anyhow::{bail, Result};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::cli::{Cli, SteeringKind};
+
+/// A steering rung that is in effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rung {
+    Reuseport,
+    Shared,
+}
+
+impl Rung {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rung::Reuseport => "reuseport",
+            Rung::Shared => "shared",
+        }
+    }
+}
+
+/// The bound listeners, one per worker (the same socket duplicated for `shared`).
+#[derive(Debug)]
+pub struct Listeners {
+    pub rung: Rung,
+    /// Why this rung was chosen.
+    pub why: &'static str,
+    pub local_addr: SocketAddr,
+    pub sockets: Vec<TcpListener>,
+}
+
+impl Listeners {
+    /// The start-up line that says which rung is in effect and why.
+    pub fn describe(&self) -> String {
+        format!("steering: {} ({})", self.rung.name(), self.why)
+    }
+}
+
+/// Socket options applied to every listener (inherited by accepted connections).
+#[derive(Clone, Copy, Debug)]
+pub struct SocketOptions {
+    pub receive_buffer: Option<usize>,
+    pub send_buffer: Option<usize>,
+    pub backlog: i32,
+}
+
+impl SocketOptions {
+    pub fn from_cli(cli: &Cli) -> Self {
+        let size = |v: Option<u64>| v.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+        SocketOptions {
+            receive_buffer: size(cli.receive_buffer_size),
+            send_buffer: size(cli.send_buffer_size),
+            backlog: cli.listen_backlog,
+        }
+    }
+}
+
+const REUSEPORT_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+/// Picks the rung and binds `workers` listeners on `addr`.
+pub fn bind(
+    kind: SteeringKind,
+    addr: SocketAddr,
+    workers: usize,
+    opts: SocketOptions,
+) -> Result<Listeners> {
+    let (rung, why) = match kind {
+        SteeringKind::Auto if REUSEPORT_SUPPORTED => (
+            Rung::Reuseport,
+            "auto: one SO_REUSEPORT listener per worker, the kernel hashes connections over them",
+        ),
+        SteeringKind::Auto => (
+            Rung::Shared,
+            "auto: this platform cannot balance SO_REUSEPORT listeners, so workers share one",
+        ),
+        SteeringKind::Reuseport if REUSEPORT_SUPPORTED => {
+            (Rung::Reuseport, "forced: one SO_REUSEPORT listener per worker")
+        }
+        SteeringKind::Reuseport => bail!(
+            "--steering reuseport needs Linux, where SO_REUSEPORT balances connections; use --steering shared"
+        ),
+        SteeringKind::Shared => (Rung::Shared, "forced: one listener accepted from by every worker"),
+    };
+    let sockets = match rung {
+        Rung::Reuseport => {
+            // A listener of ours could silently join another process's SO_REUSEPORT group on the same
+            // port and share its connections; binding once without SO_REUSEPORT proves the port is free.
+            if addr.port() != 0 {
+                let probe = new_socket(addr, false, opts)?;
+                bind_socket(&probe, addr).map_err(|e| bind_error(addr, e))?;
+                drop(probe);
+            }
+            let first = listen(addr, true, opts)?;
+            let addr = first.local_addr()?;
+            let mut sockets = vec![first];
+            for _ in 1..workers {
+                sockets.push(listen(addr, true, opts)?);
+            }
+            sockets
+        }
+        Rung::Shared => {
+            let one = listen(addr, false, opts)?;
+            let mut sockets = Vec::with_capacity(workers);
+            for _ in 1..workers {
+                sockets.push(one.try_clone()?);
+            }
+            sockets.push(one);
+            sockets
+        }
+    };
+    let local_addr = sockets[0].local_addr()?;
+    Ok(Listeners {
+        rung,
+        why,
+        local_addr,
+        sockets,
+    })
+}
+
+fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    #[cfg(all(
+        unix,
+        not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+    ))]
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    #[cfg(not(all(
+        unix,
+        not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+    )))]
+    let _ = reuse_port;
+    if let Some(n) = opts.receive_buffer {
+        socket.set_recv_buffer_size(n)?;
+    }
+    if let Some(n) = opts.send_buffer {
+        socket.set_send_buffer_size(n)?;
+    }
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+fn bind_socket(socket: &Socket, addr: SocketAddr) -> io::Result<()> {
+    socket.bind(&addr.into())
+}
+
+fn listen(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> Result<TcpListener> {
+    let socket = new_socket(addr, reuse_port, opts)
+        .map_err(|e| anyhow::anyhow!("cannot create a socket: {e}"))?;
+    bind_socket(&socket, addr).map_err(|e| bind_error(addr, e))?;
+    socket
+        .listen(opts.backlog)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    Ok(socket.into())
+}
+
+fn bind_error(addr: SocketAddr, e: io::Error) -> anyhow::Error {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "cannot listen on {addr}: the port is already in use by another process; stop it or choose another port with -p"
+        ),
+        io::ErrorKind::AddrNotAvailable => anyhow::anyhow!(
+            "cannot listen on {addr}: no interface has this address; pass one of this machine's addresses with -a"
+        ),
+        io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+            "cannot listen on {addr}: permission denied (ports below 1024 need privileges); choose a port >= 1024 with -p"
+        ),
+        _ => anyhow::anyhow!("cannot listen on {addr}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> SocketOptions {
+        SocketOptions {
+            receive_buffer: None,
+            send_buffer: None,
+            backlog: 16,
+        }
+    }
+
+    fn localhost0() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    #[test]
+    fn one_listener_per_worker_on_one_port() {
+        let l = bind(SteeringKind::Auto, localhost0(), 3, opts()).unwrap();
+        assert_eq!(l.sockets.len(), 3);
+        let port = l.local_addr.port();
+        assert!(l
+            .sockets
+            .iter()
+            .all(|s| s.local_addr().unwrap().port() == port));
+    }
+
+    #[test]
+    fn port_in_use_is_refused_with_the_fix() {
+        let taken = TcpListener::bind(localhost0()).unwrap();
+        for kind in [SteeringKind::Auto, SteeringKind::Shared] {
+            let err = bind(kind, taken.local_addr().unwrap(), 2, opts())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("already in use") && err.contains("-p"),
+                "{err}"
+            );
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn port_held_by_another_reuseport_group_is_refused() {
+        let other = listen(localhost0(), true, opts()).unwrap();
+        let err = bind(
+            SteeringKind::Reuseport,
+            other.local_addr().unwrap(),
+            2,
+            opts(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("already in use"), "{err}");
+    }
+}
