@@ -48,11 +48,15 @@ pub enum Counter {
     Status501 = 10,
     /// 505 HTTP Version Not Supported responses sent.
     Status505 = 11,
+    /// `read`/`recv` calls that returned data: requests per read shows how well pipelining batches.
+    Reads = 12,
+    /// `write`/`send` calls that wrote response bytes: one per batch when pipelining works.
+    Writes = 13,
 }
 
 impl Counter {
     /// Every counter, in slot order, with the name used by the meter's JSON and by BPF map dumps.
-    pub const ALL: [(Counter, &'static str); 12] = [
+    pub const ALL: [(Counter, &'static str); 14] = [
         (Counter::Requests, "requests"),
         (Counter::Responses, "responses"),
         (Counter::BytesIn, "bytes_in"),
@@ -65,6 +69,8 @@ impl Counter {
         (Counter::Status431, "status_431"),
         (Counter::Status501, "status_501"),
         (Counter::Status505, "status_505"),
+        (Counter::Reads, "reads"),
+        (Counter::Writes, "writes"),
     ];
 
     /// The counter that records an error response with this status, if statico sends that status.

@@ -1,1 +1,9 @@
+//! End-to-end tests: each starts the real `statico` binary and talks to it with real clients (curl, the
+//! `ureq` crate, raw sockets). Run them with `cargo xtask test`, which builds the release binary first.
 
+mod clients;
+mod errors;
+mod http11;
+mod operations;
+mod startup;
+mod timeouts;

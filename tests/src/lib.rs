@@ -1,1 +1,373 @@
+//! Harness for statico's end-to-end tests: starts the real `statico` binary on a free loopback port,
+//! talks to it over real sockets, and stops it with a real SIGTERM.
+//!
+//! The binary is `$STATICO_BIN` if set (what `cargo xtask test` does, with the release build), else
+//! `target/release/statico` or `target/debug/statico`, built on first use if neither exists.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long any single wait in a test may take before the test fails instead of hanging.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Path of the statico binary under test.
+pub fn binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        if let Some(p) = std::env::var_os("STATICO_BIN") {
+            return root.join(p); // relative to the workspace root; an absolute path stays as it is
+        }
+        for profile in ["release", "debug"] {
+            let p = root.join("target").join(profile).join("statico");
+            if p.exists() {
+                return p;
+            }
+        }
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "statico-user", "--bin", "statico"])
+            .current_dir(root)
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building statico failed");
+        root.join("target/debug/statico")
+    })
+    .clone()
+}
+
+/// A running statico.
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+/// What a stopped server left behind.
+#[derive(Debug)]
+pub struct Stopped {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Stopped {
+    /// A counter from the totals line printed at exit.
+    pub fn total(&self, name: &str) -> u64 {
+        let line = self
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("statico: totals"))
+            .unwrap_or_else(|| panic!("no totals line in stderr:\n{}", self.stderr));
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Server {
+    /// Starts statico on 127.0.0.1 with an ephemeral port and `args`, and waits until it listens.
+    pub fn start(args: &[&str]) -> Server {
+        Self::try_start(args).unwrap_or_else(|e| panic!("statico did not start: {e}"))
+    }
+
+    pub fn try_start(args: &[&str]) -> Result<Server, String> {
+        let mut cmd = Command::new(binary());
+        // Loopback, an ephemeral port and two workers, unless the test says otherwise.
+        for (short, long, value) in [("-a", "--address", "127.0.0.1"), ("-p", "--port", "0"), ("-t", "--threads", "2")] {
+            if !args.iter().any(|a| *a == short || *a == long) {
+                cmd.args([short, value]);
+            }
+        }
+        cmd.args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let err_pipe = child.stderr.take().unwrap();
+        let err_buf = stderr.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
+                    let _ = tx.send(addr);
+                }
+                let mut b = err_buf.lock().unwrap();
+                b.push_str(&line);
+                b.push('\n');
+            }
+        });
+        let out_pipe = child.stdout.take().unwrap();
+        let out_buf = stdout.clone();
+        thread::spawn(move || {
+            let mut reader = BufReader::new(out_pipe);
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                out_buf
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        });
+        match rx.recv_timeout(WAIT) {
+            Ok(addr) => Ok(Server {
+                child: Some(child),
+                addr: addr.parse().expect("listening address"),
+                stdout,
+                stderr,
+            }),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                thread::sleep(Duration::from_millis(100));
+                Err(format!("exit {status:?}, stderr:\n{}", stderr.lock().unwrap()))
+            }
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// A connected socket with read/write timeouts, so that a test never hangs.
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect to statico");
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.set_write_timeout(Some(WAIT)).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until standard output contains `needle`, or fails.
+    pub fn wait_stdout(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let out = self.stdout();
+            if out.contains(needle) {
+                return out;
+            }
+            assert!(start.elapsed() < WAIT, "stdout never contained {needle:?}:\n{out}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn stop(self) -> Stopped {
+        signal(self.pid(), "TERM");
+        self.stop_after_signal()
+    }
+
+    /// Waits for the exit after a signal the test sent itself.
+    pub fn stop_after_signal(mut self) -> Stopped {
+        let child = self.child.as_mut().unwrap();
+        let status = wait_timeout(child, WAIT).expect("statico exits after SIGTERM");
+        // Let the pipe readers drain.
+        thread::sleep(Duration::from_millis(50));
+        self.child = None;
+        Stopped {
+            status,
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends a signal by name to a process we started.
+pub fn signal(pid: u32, name: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill -{name} {pid} failed");
+}
+
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Runs statico with `args` expecting it to exit by itself (a start-up error); returns
+/// (exit code, stderr).
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn statico");
+    let status = wait_timeout(&mut child, WAIT);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("statico {args:?} kept running; it should have exited with an error");
+    }
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (status.unwrap().code(), err)
+}
+
+/// One parsed HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// Reads HTTP responses off a socket, keeping what it read past the last one.
+pub struct Reader {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    pub fn new(stream: TcpStream) -> Self {
+        Reader {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send to statico");
+    }
+
+    fn fill(&mut self) -> usize {
+        let mut chunk = [0u8; 65536];
+        let n = self.stream.read(&mut chunk).expect("read from statico");
+        self.buf.extend_from_slice(&chunk[..n]);
+        n
+    }
+
+    /// Reads one response; `head_only` for responses to HEAD (no body whatever Content-Length says).
+    pub fn response(&mut self, head_only: bool) -> Response {
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            assert!(self.fill() > 0, "connection closed before a response head; got {:?}", String::from_utf8_lossy(&self.buf));
+        };
+        let head = String::from_utf8(self.buf[..head_end].to_vec()).expect("ASCII head");
+        let status: u16 = head[9..12].parse().expect("status code");
+        let mut r = Response {
+            status,
+            head,
+            body: Vec::new(),
+        };
+        let len: usize = if head_only || status == 100 || status == 204 || status == 304 {
+            0
+        } else {
+            r.header("content-length").map_or(0, |v| v.parse().unwrap())
+        };
+        while self.buf.len() < head_end + len {
+            assert!(self.fill() > 0, "connection closed inside a body");
+        }
+        r.body = self.buf[head_end..head_end + len].to_vec();
+        self.buf.drain(..head_end + len);
+        r
+    }
+
+    /// Reads until the server closes the connection; returns what came (after any kept bytes).
+    /// Fails if the server keeps the connection open past [`WAIT`].
+    pub fn until_closed(&mut self) -> Vec<u8> {
+        let start = Instant::now();
+        loop {
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return std::mem::take(&mut self.buf),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return std::mem::take(&mut self.buf)
+                }
+                Err(e) => panic!("server did not close the connection within {WAIT:?}: {e}"),
+            }
+            assert!(start.elapsed() < WAIT * 2, "server keeps sending");
+        }
+    }
+
+    /// True if nothing arrives within `d` and the connection is still open.
+    pub fn quiet_for(&mut self, d: Duration) -> bool {
+        self.stream.set_read_timeout(Some(d)).unwrap();
+        let mut chunk = [0u8; 1024];
+        let quiet = match self.stream.read(&mut chunk) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                false
+            }
+            Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        };
+        self.stream.set_read_timeout(Some(WAIT)).unwrap();
+        quiet
+    }
+}
+
+/// A GET request for `path` with a Host header.
+pub fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
+}
+
+/// Runs an external client (curl, …) and returns (success, stdout, stderr).
+pub fn run_client(program: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (install it with `cargo xtask setup`): {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

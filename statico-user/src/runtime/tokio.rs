@@ -306,6 +306,7 @@ async fn serve_inner(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> E
         };
         idle.set(false);
         counters.add(Counter::BytesIn, n as u64);
+        counters.add(Counter::Reads, 1);
 
         let done = if paced {
             pending.extend_from_slice(&w.scratch.borrow().input[..n]);
@@ -385,7 +386,10 @@ fn exchange_now(
     let mut written = 0;
     while written < output.len() {
         match stream.try_write(&output[written..]) {
-            Ok(k) => written += k,
+            Ok(k) => {
+                written += k;
+                counters.add(Counter::Writes, 1);
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(_) => return None,
         }
@@ -447,6 +451,7 @@ async fn write_all(w: &Worker, stream: &mut TcpStream, bytes: &[u8]) -> Result<(
     match timeout(w.settings.idle_timeout, stream.write_all(bytes)).await {
         Ok(Ok(())) => {
             w.counters().add(Counter::BytesOut, bytes.len() as u64);
+            w.counters().add(Counter::Writes, 1);
             Ok(())
         }
         _ => Err(()),
