@@ -579,8 +579,16 @@ pub fn fuzz_one(data: &[u8]) {
         },
     ] {
         let whole = check_invariants(data, data.len(), limits);
-        assert_eq!(whole, check_invariants(data, 1, limits), "byte by byte differs");
-        assert_eq!(whole, check_invariants(data, piece, limits), "pieces of {piece} differ");
+        assert_eq!(
+            whole,
+            check_invariants(data, 1, limits),
+            "byte by byte differs"
+        );
+        assert_eq!(
+            whole,
+            check_invariants(data, piece, limits),
+            "pieces of {piece} differ"
+        );
     }
 }
 

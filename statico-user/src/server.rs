@@ -104,13 +104,14 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         }
     }
 
+    // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
+    eprintln!("statico: {steering_line}");
     eprintln!(
         "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: tokio, pinned to CPU {})",
         env!("CARGO_PKG_VERSION"),
         if workers == 1 { "" } else { "s" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
     );
-    eprintln!("statico: {steering_line}");
 
     let signal = main_rt.block_on(async {
         let meter = async {

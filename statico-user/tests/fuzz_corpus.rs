@@ -11,8 +11,15 @@ fn parser_corpus_replays_clean() {
         let path = entry.unwrap().path();
         let data = std::fs::read(&path).unwrap();
         let outcome = std::panic::catch_unwind(|| statico::http::fuzz_one(&data));
-        assert!(outcome.is_ok(), "corpus input {} fails the parser invariants", path.display());
+        assert!(
+            outcome.is_ok(),
+            "corpus input {} fails the parser invariants",
+            path.display()
+        );
         count += 1;
     }
-    assert!(count >= 10, "expected the seed corpus, found {count} inputs");
+    assert!(
+        count >= 10,
+        "expected the seed corpus, found {count} inputs"
+    );
 }

@@ -9,7 +9,12 @@ fn expect_error(s: &Server, request: &[u8], status: u16) {
     let mut r = Reader::new(s.connect());
     r.send(request);
     let resp = r.response(false);
-    assert_eq!(resp.status, status, "for {:?}", String::from_utf8_lossy(&request[..request.len().min(80)]));
+    assert_eq!(
+        resp.status,
+        status,
+        "for {:?}",
+        String::from_utf8_lossy(&request[..request.len().min(80)])
+    );
     assert_eq!(resp.header("connection").as_deref(), Some("close"));
     assert!(r.until_closed().is_empty(), "bytes after an error response");
 }
@@ -19,13 +24,33 @@ fn each_error_status_is_sent_then_the_connection_closes() {
     let s = Server::start(&["-b", "ok", "--max-body-size", "1k", "--max-head-size", "2k"]);
     // 400: missing Host, duplicate Content-Length, CL with TE, bad chunk size, bad header syntax.
     expect_error(&s, b"GET / HTTP/1.1\r\n\r\n", 400);
-    expect_error(&s, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400);
-    expect_error(&s, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400);
-    expect_error(&s, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1x\r\n\r\n", 400);
-    expect_error(&s, b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nxyz\r\n", 400);
+    expect_error(
+        &s,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        400,
+    );
+    expect_error(
+        &s,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        400,
+    );
+    expect_error(
+        &s,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1x\r\n\r\n",
+        400,
+    );
+    expect_error(
+        &s,
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nxyz\r\n",
+        400,
+    );
     expect_error(&s, b"GET / HTTP/1.1\r\nHost t\r\n\r\n", 400);
     // 413: declared, and reached by chunks.
-    expect_error(&s, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1025\r\n\r\n", 413);
+    expect_error(
+        &s,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1025\r\n\r\n",
+        413,
+    );
     let mut chunked = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..3 {
         chunked.extend_from_slice(b"200\r\n");
@@ -34,10 +59,17 @@ fn each_error_status_is_sent_then_the_connection_closes() {
     }
     expect_error(&s, &chunked, 413);
     // 431: a head over the limit.
-    let big = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(3000));
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(3000)
+    );
     expect_error(&s, big.as_bytes(), 431);
     // 501: a transfer coding statico does not implement.
-    expect_error(&s, b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
+    expect_error(
+        &s,
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        501,
+    );
     // 505: another major version.
     expect_error(&s, b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505);
     let stopped = s.stop();
@@ -76,6 +108,8 @@ fn endless_header_is_cut_at_the_limit_without_growing() {
     }
     let resp = r.response(false);
     assert_eq!(resp.status, 431);
-    r.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    r.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     r.until_closed();
 }

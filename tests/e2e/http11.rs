@@ -23,14 +23,29 @@ fn pipelined_16_deep_is_answered_in_order_with_one_write() {
     for i in 0..16 {
         let resp = r.response(i == 7);
         assert_eq!(resp.status, 200);
-        assert_eq!(resp.body, if i == 7 { &b""[..] } else { &b"pong"[..] }, "response {i}");
+        assert_eq!(
+            resp.body,
+            if i == 7 { &b""[..] } else { &b"pong"[..] },
+            "response {i}"
+        );
     }
-    assert!(r.quiet_for(Duration::from_millis(200)), "more than 16 responses");
+    assert!(
+        r.quiet_for(Duration::from_millis(200)),
+        "more than 16 responses"
+    );
     drop(r);
     let stopped = s.stop();
     assert_eq!(stopped.total("requests"), 16);
-    assert_eq!(stopped.total("reads"), 1, "the 16 requests were sent in one segment");
-    assert_eq!(stopped.total("writes"), 1, "one read's responses must go out in one write");
+    assert_eq!(
+        stopped.total("reads"),
+        1,
+        "the 16 requests were sent in one segment"
+    );
+    assert_eq!(
+        stopped.total("writes"),
+        1,
+        "one read's responses must go out in one write"
+    );
 }
 
 #[test]
@@ -81,11 +96,18 @@ fn body_that_looks_like_a_request_is_not_parsed_as_one() {
     let s = Server::start(&["-b", "r"]);
     let mut r = Reader::new(s.connect());
     let inner = get("/smuggled");
-    let mut bytes = format!("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", inner.len()).into_bytes();
+    let mut bytes = format!(
+        "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        inner.len()
+    )
+    .into_bytes();
     bytes.extend_from_slice(&inner);
     r.send(&bytes);
     assert_eq!(r.response(false).status, 200);
-    assert!(r.quiet_for(Duration::from_millis(300)), "the body was answered as a request");
+    assert!(
+        r.quiet_for(Duration::from_millis(300)),
+        "the body was answered as a request"
+    );
     // Chunked too.
     let mut chunked = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     chunked.extend_from_slice(format!("{:x}\r\n", inner.len()).as_bytes());
@@ -93,7 +115,10 @@ fn body_that_looks_like_a_request_is_not_parsed_as_one() {
     chunked.extend_from_slice(b"\r\n0\r\n\r\n");
     r.send(&chunked);
     assert_eq!(r.response(false).status, 200);
-    assert!(r.quiet_for(Duration::from_millis(300)), "the chunked body was answered as a request");
+    assert!(
+        r.quiet_for(Duration::from_millis(300)),
+        "the chunked body was answered as a request"
+    );
     drop(r);
     assert_eq!(s.stop().total("requests"), 2);
 }
@@ -111,7 +136,10 @@ fn http10_keep_alive_is_answered_in_kind() {
     r.send(b"GET / HTTP/1.0\r\n\r\n");
     let resp = r.response(false);
     assert_eq!(resp.header("connection").as_deref(), Some("close"));
-    assert!(r.until_closed().is_empty(), "HTTP/1.0 without keep-alive must close");
+    assert!(
+        r.until_closed().is_empty(),
+        "HTTP/1.0 without keep-alive must close"
+    );
 }
 
 #[test]
@@ -123,7 +151,10 @@ fn connection_close_is_honoured() {
     r.send(&bytes);
     let resp = r.response(false);
     assert_eq!(resp.header("connection").as_deref(), Some("close"));
-    assert!(r.until_closed().is_empty(), "nothing may follow a Connection: close response");
+    assert!(
+        r.until_closed().is_empty(),
+        "nothing may follow a Connection: close response"
+    );
 }
 
 #[test]
@@ -151,20 +182,29 @@ fn date_header_is_live() {
     let served = httpdate_parse(&date);
     let now = SystemTime::now();
     let skew = now.duration_since(served).unwrap_or_default();
-    assert!(skew <= Duration::from_millis(1500), "Date {date} is {skew:?} old: not refreshed");
+    assert!(
+        skew <= Duration::from_millis(1500),
+        "Date {date} is {skew:?} old: not refreshed"
+    );
 }
 
 /// Parses an IMF-fixdate without a dependency: "Sun, 06 Nov 1994 08:49:37 GMT".
 fn httpdate_parse(s: &str) -> SystemTime {
     let parts: Vec<&str> = s.split([' ', ':']).collect();
     let day: u64 = parts[1].parse().unwrap();
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| *m == parts[2])
-        .unwrap() as u64
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])
+    .unwrap() as u64
         + 1;
     let year: u64 = parts[3].parse().unwrap();
-    let (h, m, sec): (u64, u64, u64) = (parts[4].parse().unwrap(), parts[5].parse().unwrap(), parts[6].parse().unwrap());
+    let (h, m, sec): (u64, u64, u64) = (
+        parts[4].parse().unwrap(),
+        parts[5].parse().unwrap(),
+        parts[6].parse().unwrap(),
+    );
     // Days from civil (Howard Hinnant's algorithm).
     let y = if month <= 2 { year - 1 } else { year };
     let era = y / 400;
@@ -196,7 +236,8 @@ fn client_reset_mid_request_leaves_the_server_serving() {
     let s = Server::start(&["-b", "alive"]);
     for _ in 0..20 {
         let c = s.connect();
-        (&c).write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\npartial").unwrap();
+        (&c).write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\npartial")
+            .unwrap();
         socket_reset(c);
     }
     let mut r = Reader::new(s.connect());
@@ -204,11 +245,16 @@ fn client_reset_mid_request_leaves_the_server_serving() {
     assert_eq!(r.response(false).body, b"alive");
     drop(r);
     let stopped = s.stop();
-    assert_eq!(stopped.total("conns_accepted"), stopped.total("conns_closed"));
+    assert_eq!(
+        stopped.total("conns_accepted"),
+        stopped.total("conns_closed")
+    );
 }
 
 /// Closes with SO_LINGER 0, which makes the kernel send a RST.
 fn socket_reset(stream: std::net::TcpStream) {
-    socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO)).unwrap();
+    socket2::SockRef::from(&stream)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
     drop(stream);
 }

@@ -15,8 +15,18 @@ fn json_meter_reports_rates_and_totals_every_second() {
     }
     let out = s.wait_stdout("\"requests\":25");
     let line = out.lines().find(|l| l.contains("\"requests\":25")).unwrap();
-    for key in ["\"req_per_s\":", "\"resp_per_s\":", "\"in_gbps\":", "\"out_gbps\":", "\"bytes_out\":", "\"writes\":"] {
-        assert!(line.starts_with('{') && line.ends_with('}') && line.contains(key), "{line}");
+    for key in [
+        "\"req_per_s\":",
+        "\"resp_per_s\":",
+        "\"in_gbps\":",
+        "\"out_gbps\":",
+        "\"bytes_out\":",
+        "\"writes\":",
+    ] {
+        assert!(
+            line.starts_with('{') && line.ends_with('}') && line.contains(key),
+            "{line}"
+        );
     }
 }
 
@@ -31,10 +41,18 @@ fn text_meter_prints_rates() {
 fn verbosity_levels_dump_what_statico_documents() {
     let req = b"POST /dump HTTP/1.1\r\nHost: t\r\nX-Probe: 1\r\nContent-Length: 13\r\n\r\nHello\x00World\x01!";
     let expect: [(&str, &[&str], &[&str]); 4] = [
-        ("-v", &["POST /dump HTTP/1.1", "HTTP/1.1 200 OK"], &["X-Probe: 1"]),
+        (
+            "-v",
+            &["POST /dump HTTP/1.1", "HTTP/1.1 200 OK"],
+            &["X-Probe: 1"],
+        ),
         ("-vv", &["X-Probe: 1", "Content-Length: 4"], &["Hello"]),
         ("-vvv", &["Hello\\x00World\\x01!", "resp"], &["00000000"]),
-        ("-vvvv", &["00000000  48 65 6c 6c 6f 00 57 6f  72 6c 64 01 21           |Hello.World.!|"], &[]),
+        (
+            "-vvvv",
+            &["00000000  48 65 6c 6c 6f 00 57 6f  72 6c 64 01 21           |Hello.World.!|"],
+            &[],
+        ),
     ];
     for (flag, present, absent) in expect {
         let s = Server::start(&[flag, "-b", "resp"]);
@@ -75,7 +93,10 @@ fn delay_holds_each_response() {
     assert_eq!(r.response(false).body, b"late");
     let second = start.elapsed();
     assert!(first >= Duration::from_millis(300), "first after {first:?}");
-    assert!(second >= Duration::from_millis(600), "the delay applies to each response: {second:?}");
+    assert!(
+        second >= Duration::from_millis(600),
+        "the delay applies to each response: {second:?}"
+    );
 }
 
 #[test]
@@ -98,7 +119,10 @@ fn body_delay_sends_the_head_first() {
     }
     let head_at = head_at.unwrap();
     let body_at = start.elapsed();
-    assert!(body_at - head_at >= Duration::from_millis(350), "head at {head_at:?}, body at {body_at:?}");
+    assert!(
+        body_at - head_at >= Duration::from_millis(350),
+        "head at {head_at:?}, body at {body_at:?}"
+    );
 }
 
 #[test]
@@ -114,8 +138,15 @@ fn sigterm_finishes_in_flight_responses_and_prints_totals() {
     sleep(Duration::from_millis(100));
     statico_tests::signal(s.pid(), "TERM");
     assert_eq!(busy.response(false).body, b"finished");
-    assert_eq!(busy.response(false).body, b"finished", "the in-flight response was dropped");
-    assert!(idle.until_closed().is_empty(), "idle connections are closed at shutdown");
+    assert_eq!(
+        busy.response(false).body,
+        b"finished",
+        "the in-flight response was dropped"
+    );
+    assert!(
+        idle.until_closed().is_empty(),
+        "idle connections are closed at shutdown"
+    );
     let stopped = s.stop_after_signal();
     assert!(stopped.status.success(), "exit {:?}", stopped.status);
     assert_eq!(stopped.total("requests"), 3);

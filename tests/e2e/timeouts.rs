@@ -13,7 +13,10 @@ fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
     let start = Instant::now();
     assert!(r.until_closed().is_empty());
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(900), "closed too early: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed too early: {waited:?}"
+    );
     drop(r);
     assert_eq!(s.stop().total("timeouts"), 1);
 }
@@ -32,7 +35,10 @@ fn partial_head_is_closed_after_header_timeout() {
     r.send(b"GET / HTTP/1.1\r\nHost: t\r\n");
     let start = Instant::now();
     assert!(r.until_closed().is_empty());
-    assert!(start.elapsed() < Duration::from_secs(5), "the header timeout did not apply");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the header timeout did not apply"
+    );
 }
 
 #[test]
@@ -49,7 +55,11 @@ fn slowloris_trickle_does_not_extend_the_header_timeout() {
         }
     }
     assert!(closed, "still open after {:?}", start.elapsed());
-    assert!(start.elapsed() < Duration::from_secs(5), "closed only after {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "closed only after {:?}",
+        start.elapsed()
+    );
 }
 
 #[test]

@@ -82,13 +82,19 @@ impl Server {
     pub fn try_start(args: &[&str]) -> Result<Server, String> {
         let mut cmd = Command::new(binary());
         // Loopback, an ephemeral port and two workers, unless the test says otherwise.
-        for (short, long, value) in [("-a", "--address", "127.0.0.1"), ("-p", "--port", "0"), ("-t", "--threads", "2")] {
+        for (short, long, value) in [
+            ("-a", "--address", "127.0.0.1"),
+            ("-p", "--port", "0"),
+            ("-t", "--threads", "2"),
+        ] {
             if !args.iter().any(|a| *a == short || *a == long) {
                 cmd.args([short, value]);
             }
         }
         cmd.args(args);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
@@ -98,7 +104,11 @@ impl Server {
         thread::spawn(move || {
             for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
+                    let addr = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
                     let _ = tx.send(addr);
                 }
                 let mut b = err_buf.lock().unwrap();
@@ -132,7 +142,10 @@ impl Server {
                 let _ = child.kill();
                 let status = child.wait().ok();
                 thread::sleep(Duration::from_millis(100));
-                Err(format!("exit {status:?}, stderr:\n{}", stderr.lock().unwrap()))
+                Err(format!(
+                    "exit {status:?}, stderr:\n{}",
+                    stderr.lock().unwrap()
+                ))
             }
         }
     }
@@ -170,7 +183,10 @@ impl Server {
             if out.contains(needle) {
                 return out;
             }
-            assert!(start.elapsed() < WAIT, "stdout never contained {needle:?}:\n{out}");
+            assert!(
+                start.elapsed() < WAIT,
+                "stdout never contained {needle:?}:\n{out}"
+            );
             thread::sleep(Duration::from_millis(20));
         }
     }
@@ -244,7 +260,12 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
         panic!("statico {args:?} kept running; it should have exited with an error");
     }
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     (status.unwrap().code(), err)
 }
 
@@ -298,7 +319,11 @@ impl Reader {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break i + 4;
             }
-            assert!(self.fill() > 0, "connection closed before a response head; got {:?}", String::from_utf8_lossy(&self.buf));
+            assert!(
+                self.fill() > 0,
+                "connection closed before a response head; got {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
         };
         let head = String::from_utf8(self.buf[..head_end].to_vec()).expect("ASCII head");
         let status: u16 = head[9..12].parse().expect("status code");
@@ -347,7 +372,10 @@ impl Reader {
                 self.buf.extend_from_slice(&chunk[..n]);
                 false
             }
-            Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
         };
         self.stream.set_read_timeout(Some(WAIT)).unwrap();
         quiet
@@ -364,7 +392,9 @@ pub fn run_client(program: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(program)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install it with `cargo xtask setup`): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run {program} (install it with `cargo xtask setup`): {e}")
+        });
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -1,1 +1,174 @@
-fn main() {}
+//! `cargo xtask`: the project's tasks, so that a new machine needs two commands (README).
+//!
+//! - `setup`: installs what a fresh machine lacks, idempotently: Debian packages used by tests and
+//!   benchmarks (curl, wrk, nginx), the nightly toolchain with `rust-src`, and `bpf-linker` 0.10.0.
+//! - `build`: release build of the `statico` binary.
+//! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it).
+//! - `test`: fmt check, clippy `-D warnings`, unit tests, end-to-end tests against the release binary.
+//! - `bench`: statico against nginx, pinned, measured in one run (see `bench.rs`).
+//! - `fuzz`: runs the parser fuzz target for a while (nightly, cargo-fuzz).
+//!
+//! `run`, `test` and `bench` call `setup` first when something is missing.
+
+mod bench;
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "statico's project tasks")]
+struct Args {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install everything a fresh machine lacks (idempotent)
+    Setup,
+    /// Build the release binary (target/release/statico)
+    Build,
+    /// Build and run statico: `cargo xtask run -- -p 8080 -b 'Hello'`
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// fmt check, clippy -D warnings, unit tests, end-to-end tests
+    Test,
+    /// Benchmark statico against nginx on this machine, in one run
+    Bench(bench::BenchArgs),
+    /// Fuzz the HTTP parser (needs nightly; installs cargo-fuzz)
+    Fuzz {
+        /// How long to fuzz, in seconds
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match args.task {
+        Task::Setup => setup::run(true),
+        Task::Build => build_release(),
+        Task::Run { args } => {
+            setup::run(false)?;
+            build_release()?;
+            exec(root.join("target/release/statico"), &args)
+        }
+        Task::Test => test(),
+        Task::Bench(b) => {
+            setup::run(false)?;
+            build_release()?;
+            bench::run(&root, b)
+        }
+        Task::Fuzz { seconds } => fuzz(seconds),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Runs a command, echoing it, and fails with its exit status.
+pub fn cmd(program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn build_release() -> Result<()> {
+    cmd(
+        &cargo(),
+        &[
+            "build",
+            "--release",
+            "-p",
+            "statico-user",
+            "--bin",
+            "statico",
+        ],
+    )
+}
+
+#[cfg(unix)]
+fn exec(bin: PathBuf, args: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let err = Command::new(&bin).args(args).exec();
+    Err(err).with_context(|| format!("cannot run {}", bin.display()))
+}
+
+#[cfg(not(unix))]
+fn exec(bin: PathBuf, args: &[String]) -> Result<()> {
+    let status = Command::new(&bin).args(args).status()?;
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+fn test() -> Result<()> {
+    setup::run(false)?;
+    let cargo = cargo();
+    cmd(&cargo, &["fmt", "--all", "--check"])?;
+    cmd(
+        &cargo,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    build_release()?;
+    // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary.
+    std::env::set_var("STATICO_BIN", "target/release/statico");
+    cmd(
+        &cargo,
+        &["test", "--workspace", "--", "--test-threads", "4"],
+    )?;
+    eprintln!("xtask test: all checks passed");
+    Ok(())
+}
+
+fn fuzz(seconds: u64) -> Result<()> {
+    setup::ensure_nightly()?;
+    if Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        cmd(&cargo(), &["install", "cargo-fuzz", "--locked"])?;
+    }
+    std::env::set_current_dir("statico-user")?;
+    cmd(
+        "cargo",
+        &[
+            "+nightly",
+            "fuzz",
+            "run",
+            "parser",
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-max_len=4096",
+        ],
+    )
+}

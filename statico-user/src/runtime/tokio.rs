@@ -324,7 +324,9 @@ async fn serve_inner(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> E
             return End::Closed;
         };
         if done.close {
-            linger(stream).await;
+            if done.linger {
+                linger(stream).await;
+            }
             return End::Closed;
         }
         // A new head must arrive whole within the header timeout of its first byte; a body must keep
@@ -352,6 +354,9 @@ struct Exchanged {
     unwritten: Option<Vec<u8>>,
     /// Close after writing.
     close: bool,
+    /// Before closing, drain what the client may still send (after an error response, or when input
+    /// follows the last answered request), so that unread bytes do not turn the close into a reset.
+    linger: bool,
     /// At least one request was answered.
     answered: bool,
 }
@@ -375,6 +380,7 @@ fn exchange_now(
     let data: &[u8] = if kept { pending } else { &input[..n] };
     output.clear();
     let batch = session.process(data, output, &w.response.borrow(), Pace::All, dumper);
+    let unread = batch.consumed < data.len();
     if kept {
         pending.drain(..batch.consumed);
     } else if batch.consumed < n {
@@ -398,6 +404,7 @@ fn exchange_now(
     Some(Exchanged {
         unwritten: (written < output.len()).then(|| output[written..].to_vec()),
         close: batch.close,
+        linger: batch.error.is_some() || unread,
         answered: batch.requests > 0,
     })
 }
@@ -415,7 +422,13 @@ async fn paced_exchange(
     let mut answered = false;
     loop {
         let mut out = Vec::new();
-        let batch = session.process(pending, &mut out, &w.response.borrow(), Pace::OneByOne, dumper);
+        let batch = session.process(
+            pending,
+            &mut out,
+            &w.response.borrow(),
+            Pace::OneByOne,
+            dumper,
+        );
         pending.drain(..batch.consumed);
         account(w.counters(), &batch);
         if batch.requests > 0 {
@@ -436,6 +449,7 @@ async fn paced_exchange(
             return Some(Exchanged {
                 unwritten: None,
                 close: batch.close,
+                linger: batch.error.is_some() || !pending.is_empty(),
                 answered,
             });
         }
@@ -475,7 +489,8 @@ fn account(c: &WorkerCounters, batch: &Batch) {
 
 /// Closes our side after the last response, then reads and discards what the client still sends, for a
 /// bounded time and amount, so that its unread bytes do not turn our close into a reset that could
-/// destroy the response before the client reads it.
+/// destroy the response before the client reads it. Only used when such bytes may exist: a clean
+/// `Connection: close` just closes.
 async fn linger(stream: &mut TcpStream) {
     if stream.shutdown().await.is_err() {
         return;

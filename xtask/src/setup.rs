@@ -1,0 +1,129 @@
+//! `cargo xtask setup`: installs what a fresh machine lacks, and nothing twice.
+//!
+//! - Debian packages: `curl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer).
+//! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
+//! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
+//!
+//! Every step first checks whether its tool is already there, so running setup again is quick.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::cmd;
+
+/// (program to look for, Debian package that provides it)
+const PACKAGES: [(&str, &str); 3] = [("curl", "curl"), ("wrk", "wrk"), ("nginx", "nginx-light")];
+const BPF_LINKER_VERSION: &str = "0.10.0";
+
+/// Installs what is missing. `report` prints a line for what is already there too.
+pub fn run(report: bool) -> Result<()> {
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(program, _)| !on_path(program))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        if report {
+            eprintln!("setup: curl, wrk and nginx are installed");
+        }
+    } else {
+        install_debian(&missing)?;
+    }
+    ensure_nightly()?;
+    if bpf_linker_version().as_deref() == Some(BPF_LINKER_VERSION) {
+        if report {
+            eprintln!("setup: bpf-linker {BPF_LINKER_VERSION} is installed");
+        }
+    } else {
+        cmd(
+            "cargo",
+            &[
+                "+nightly",
+                "install",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                "--locked",
+                "--force",
+            ],
+        )?;
+    }
+    if report {
+        eprintln!("setup: done");
+    }
+    Ok(())
+}
+
+/// The nightly toolchain with `rust-src`, through rustup.
+pub fn ensure_nightly() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--toolchain", "nightly", "--installed"])
+        .output();
+    let has_src = matches!(&installed, Ok(o) if o.status.success()
+        && String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("rust-src")));
+    if has_src {
+        return Ok(());
+    }
+    if installed.is_err() {
+        bail!("rustup is not installed; install it from your distribution or rustup.rs, then run `cargo xtask setup` again");
+    }
+    cmd(
+        "rustup",
+        &[
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ],
+    )
+}
+
+fn bpf_linker_version() -> Option<String> {
+    let out = Command::new("bpf-linker").arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(1).map(str::to_string)
+}
+
+/// Looks in PATH and in the sbin directories, where Debian puts nginx.
+pub fn on_path(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(Into::into))
+        .any(|dir| Path::new(&dir).join(program).is_file())
+}
+
+/// Full path of a program found by [`on_path`].
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(Into::into))
+        .map(|dir| Path::new(&dir).join(program))
+        .find(|p| p.is_file())
+}
+
+fn install_debian(packages: &[&str]) -> Result<()> {
+    if !on_path("apt-get") {
+        bail!(
+            "missing tools and no apt-get to install them: install the packages {} with your package manager, then run `cargo xtask setup` again",
+            packages.join(", ")
+        );
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    let sudo: &[&str] = if root { &[] } else { &["sudo"] };
+    let run = |args: &[&str]| -> Result<()> {
+        let full: Vec<&str> = sudo.iter().chain(args).copied().collect();
+        cmd(full[0], &full[1..])
+    };
+    std::env::set_var("DEBIAN_FRONTEND", "noninteractive");
+    run(&["apt-get", "update", "-qq"])?;
+    let mut args = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+    args.extend_from_slice(packages);
+    run(&args)
+}
