@@ -402,22 +402,21 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// httparse accepts only HTTP/1.0 and HTTP/1.1. A well-formed version of another major number is 505;
-/// anything else that httparse calls a version error is a malformed request line (400).
+/// httparse accepts only HTTP/1.0 and HTTP/1.1. A version token of another major number (`HTTP/2.0`,
+/// `HTTP/3`) is 505; anything else httparse calls a version error is a malformed request line (400).
+/// Only the bytes up to the major digit decide, so the answer does not depend on how much of the line
+/// has arrived when httparse rejects it.
 fn version_error(input: &[u8]) -> ErrorStatus {
     let line_end = input
         .iter()
         .position(|&b| b == b'\r' || b == b'\n')
         .unwrap_or(input.len());
-    let line = &input[..line_end];
-    let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
+    let version = input[..line_end]
+        .splitn(3, |&b| b == b' ')
+        .nth(2)
+        .unwrap_or_default();
     match version {
-        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
-            if major.is_ascii_digit() && minor.is_ascii_digit() =>
-        {
-            ErrorStatus::VersionNotSupported
-        }
-        [b'H', b'T', b'T', b'P', b'/', major] if major.is_ascii_digit() => {
+        [b'H', b'T', b'T', b'P', b'/', major, ..] if major.is_ascii_digit() && *major != b'1' => {
             ErrorStatus::VersionNotSupported
         }
         _ => ErrorStatus::BadRequest,
