@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser, ValueEnum};
 
 use crate::http::Limits;
@@ -64,9 +65,18 @@ pub struct Cli {
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Runtime that moves the bytes
-    #[arg(long, value_enum, default_value_t = RuntimeKind::Tokio)]
-    pub runtime: RuntimeKind,
+    /// Runtime that moves the bytes: tokio (alias tokio-local) or io-uring (Linux; aliases tokio-uring,
+    /// monoio, glommio map to statico's own io_uring loop)
+    #[arg(long, default_value = "tokio", value_parser = PossibleValuesParser::new(RuntimeChoice::NAMES).map(|s| RuntimeChoice::from_name(&s)))]
+    pub runtime: RuntimeChoice,
+
+    /// io_uring: submission queue entries per worker ring
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=32768))]
+    pub uring_entries: u32,
+
+    /// io_uring: poll the submission queue from a kernel thread that sleeps after this many ms idle
+    #[arg(long, value_name = "MS")]
+    pub uring_sqpoll: Option<u32>,
 
     /// How connections reach workers: auto picks the best that works here and says why
     #[arg(long, value_enum, default_value_t = SteeringKind::Auto)]
@@ -122,11 +132,51 @@ Examples:
 pub struct Body(pub Vec<u8>);
 
 /// Which runtime moves the bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuntimeKind {
-    /// One current-thread tokio runtime per pinned worker
-    #[value(alias = "tokio-local")]
+    /// One current-thread tokio runtime per pinned worker.
     Tokio,
+    /// One io_uring per pinned worker, driven directly (Linux).
+    IoUring,
+}
+
+impl RuntimeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Tokio => "tokio",
+            RuntimeKind::IoUring => "io-uring",
+        }
+    }
+}
+
+/// The runtime asked for, and the name it was asked by when that was an alias of another project's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeChoice {
+    pub kind: RuntimeKind,
+    /// Set for `tokio-uring`, `monoio`, `glommio`: statico prints that they map to its own loop.
+    pub alias: Option<&'static str>,
+}
+
+impl RuntimeChoice {
+    pub const NAMES: [&'static str; 6] = [
+        "tokio",
+        "tokio-local",
+        "io-uring",
+        "tokio-uring",
+        "monoio",
+        "glommio",
+    ];
+
+    fn from_name(name: &str) -> RuntimeChoice {
+        let (kind, alias) = match name {
+            "io-uring" => (RuntimeKind::IoUring, None),
+            "tokio-uring" => (RuntimeKind::IoUring, Some("tokio-uring")),
+            "monoio" => (RuntimeKind::IoUring, Some("monoio")),
+            "glommio" => (RuntimeKind::IoUring, Some("glommio")),
+            _ => (RuntimeKind::Tokio, None),
+        };
+        RuntimeChoice { kind, alias }
+    }
 }
 
 /// How connections are spread over workers.
@@ -277,7 +327,21 @@ mod tests {
         assert_eq!(c.delay, Some(Duration::from_millis(100)));
         assert_eq!(c.body_delay, Some(Duration::from_micros(500)));
         assert_eq!(c.receive_buffer_size, Some(65536));
-        assert_eq!(c.runtime, RuntimeKind::Tokio);
+        assert_eq!(c.runtime.kind, RuntimeKind::Tokio);
+        let c = parse(&[
+            "--runtime",
+            "monoio",
+            "--uring-entries",
+            "256",
+            "--uring-sqpoll",
+            "10",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.runtime.kind, c.runtime.alias),
+            (RuntimeKind::IoUring, Some("monoio"))
+        );
+        assert_eq!((c.uring_entries, c.uring_sqpoll), (256, Some(10)));
         assert_eq!(c.response_spec().body, b"hi");
     }
 

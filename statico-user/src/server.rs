@@ -26,9 +26,36 @@ pub enum StartError {
     Runtime(anyhow::Error),
 }
 
+/// Checks that the runtime asked for works here and describes it; a runtime that cannot work is an
+/// error with the reason, never a silent fallback.
+fn runtime_available(cli: &Cli) -> Result<String> {
+    if let Some(alias) = cli.runtime.alias {
+        eprintln!(
+            "statico: runtime {alias} maps to statico's own io_uring loop (--runtime io-uring)"
+        );
+    }
+    match cli.runtime.kind {
+        RuntimeKind::Tokio => Ok("tokio".into()),
+        #[cfg(target_os = "linux")]
+        RuntimeKind::IoUring => {
+            let opts = runtime::uring::UringOptions {
+                entries: cli.uring_entries,
+                sqpoll_idle_ms: cli.uring_sqpoll,
+            };
+            let flags = runtime::uring::check_available(opts).map_err(|e| anyhow!(e))?;
+            Ok(format!("io-uring, {} entries, {flags}", cli.uring_entries))
+        }
+        #[cfg(not(target_os = "linux"))]
+        RuntimeKind::IoUring => Err(anyhow!(
+            "--runtime io-uring needs Linux; use --runtime tokio"
+        )),
+    }
+}
+
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
 pub fn run(cli: Cli) -> Result<(), StartError> {
     let response = Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
+    let runtime_line = runtime_available(&cli).map_err(StartError::Runtime)?;
     let workers = cli.workers();
     let addr = SocketAddr::new(cli.address, cli.port);
     let listeners = steering::bind(cli.steering, addr, workers, SocketOptions::from_cli(&cli))
@@ -79,7 +106,12 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             shutdown: stop.clone(),
         };
         let ready = ready_tx.clone();
-        let runtime_kind = cli.runtime;
+        let runtime_kind = cli.runtime.kind;
+        #[cfg(target_os = "linux")]
+        let uring = runtime::uring::UringOptions {
+            entries: cli.uring_entries,
+            sqpoll_idle_ms: cli.uring_sqpoll,
+        };
         let handle = thread::Builder::new()
             .name(format!("statico-w{id}"))
             .spawn(move || {
@@ -88,6 +120,10 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
                 }
                 match runtime_kind {
                     RuntimeKind::Tokio => runtime::tokio::run(setup, ready),
+                    #[cfg(target_os = "linux")]
+                    RuntimeKind::IoUring => runtime::uring::run(setup, uring, ready),
+                    #[cfg(not(target_os = "linux"))]
+                    RuntimeKind::IoUring => unreachable!("refused by runtime_available"),
                 }
             })
             .map_err(|e| StartError::Runtime(anyhow!("cannot start worker thread {id}: {e}")))?;
@@ -107,7 +143,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
     eprintln!("statico: {steering_line}");
     eprintln!(
-        "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: tokio, pinned to CPU {})",
+        "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: {runtime_line}, pinned to CPU {})",
         env!("CARGO_PKG_VERSION"),
         if workers == 1 { "" } else { "s" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },

@@ -5,5 +5,6 @@ mod clients;
 mod errors;
 mod http11;
 mod operations;
+mod scale;
 mod startup;
 mod timeouts;

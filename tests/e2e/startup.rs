@@ -123,3 +123,108 @@ fn help_lists_every_flag() {
         assert!(help.contains(flag), "--help lacks {flag}");
     }
 }
+
+#[test]
+fn listening_line_names_the_runtime_under_test() {
+    let s = Server::start(&[]);
+    let err = s.stderr();
+    let line = err.lines().find(|l| l.contains("listening on")).unwrap();
+    assert!(
+        line.contains(&format!("runtime: {}", statico_tests::runtime())),
+        "{line}"
+    );
+}
+
+#[test]
+fn runtime_aliases_say_what_they_map_to() {
+    let s = Server::start(&["--runtime", "glommio"]);
+    assert!(
+        s.stderr()
+            .contains("runtime glommio maps to statico's own io_uring loop"),
+        "{}",
+        s.stderr()
+    );
+}
+
+/// A seccomp filter that refuses io_uring_setup (as container runtimes do) must make a forced
+/// `--runtime io-uring` fail with the reason, not fall back.
+#[cfg(target_os = "linux")]
+#[test]
+fn io_uring_refused_by_seccomp_fails_the_start_with_the_reason() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(statico_tests::binary());
+    cmd.args(["--runtime", "io-uring", "-a", "127.0.0.1", "-p", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl) are made.
+    unsafe { cmd.pre_exec(deny_io_uring_setup) };
+    let mut child = cmd.spawn().unwrap();
+    let status =
+        statico_tests::wait_timeout(&mut child, statico_tests::WAIT).expect("statico exits");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("io_uring is unavailable")
+            && err.contains("seccomp")
+            && err.contains("--runtime tokio"),
+        "{err}"
+    );
+}
+
+#[cfg(target_os = "linux")]
+fn deny_io_uring_setup() -> std::io::Result<()> {
+    const IO_URING_SETUP: u32 = 425; // the same number on every architecture
+    let filter = [
+        // load the syscall number
+        libc::sock_filter {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // if it is io_uring_setup, fall through to EPERM, else skip to ALLOW
+        libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf: 1,
+            k: IO_URING_SETUP,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut _,
+    };
+    // SAFETY: prctl with valid arguments; `prog` outlives the call.
+    let ok = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            ) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -16,6 +16,12 @@ use std::time::{Duration, Instant};
 /// How long any single wait in a test may take before the test fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// The runtime the suite runs against: `$STATICO_TEST_RUNTIME` (`tokio` or `io-uring`), default tokio.
+/// `cargo xtask test` runs the whole suite once per runtime.
+pub fn runtime() -> String {
+    std::env::var("STATICO_TEST_RUNTIME").unwrap_or_else(|_| "tokio".into())
+}
+
 /// Path of the statico binary under test.
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -91,6 +97,9 @@ impl Server {
                 cmd.args([short, value]);
             }
         }
+        if !args.contains(&"--runtime") {
+            cmd.args(["--runtime", &runtime()]);
+        }
         cmd.args(args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -103,6 +112,12 @@ impl Server {
         let err_buf = stderr.clone();
         thread::spawn(move || {
             for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                {
+                    let mut b = err_buf.lock().unwrap();
+                    b.push_str(&line);
+                    b.push('\n');
+                }
+                // Announce readiness only once the line is in the buffer the test reads.
                 if let Some(rest) = line.split("listening on http://").nth(1) {
                     let addr = rest
                         .split_whitespace()
@@ -111,9 +126,6 @@ impl Server {
                         .to_string();
                     let _ = tx.send(addr);
                 }
-                let mut b = err_buf.lock().unwrap();
-                b.push_str(&line);
-                b.push('\n');
             }
         });
         let out_pipe = child.stdout.take().unwrap();

@@ -5,6 +5,8 @@
 //! shared `session` module, so runtimes differ only in the I/O they perform.
 
 pub mod tokio;
+#[cfg(target_os = "linux")]
+pub mod uring;
 
 use std::net::TcpListener;
 use std::sync::Arc;
