@@ -81,7 +81,6 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         shutdown_timeout: cli.shutdown_timeout,
         delay: cli.delay,
         body_delay: cli.body_delay,
-        tcp_nodelay: cli.tcp_nodelay,
         verbose: cli.verbose,
     });
     let counters = Counters::new(workers);

@@ -61,6 +61,9 @@ pub struct SocketOptions {
     pub receive_buffer: Option<usize>,
     pub send_buffer: Option<usize>,
     pub backlog: i32,
+    /// TCP_NODELAY on the listener: Linux copies it to every accepted connection, so runtimes need no
+    /// per-connection setsockopt.
+    pub nodelay: bool,
 }
 
 impl SocketOptions {
@@ -70,6 +73,7 @@ impl SocketOptions {
             receive_buffer: size(cli.receive_buffer_size),
             send_buffer: size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
+            nodelay: cli.tcp_nodelay || cli.body_delay.is_some(),
         }
     }
 }
@@ -157,6 +161,9 @@ fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Re
     if let Some(n) = opts.send_buffer {
         socket.set_send_buffer_size(n)?;
     }
+    if opts.nodelay {
+        socket.set_tcp_nodelay(true)?;
+    }
     socket.set_nonblocking(true)?;
     Ok(socket)
 }
@@ -199,6 +206,7 @@ mod tests {
             receive_buffer: None,
             send_buffer: None,
             backlog: 16,
+            nodelay: false,
         }
     }
 
@@ -229,6 +237,20 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn nodelay_on_the_listener_reaches_accepted_connections() {
+        let opts = SocketOptions {
+            nodelay: true,
+            ..opts()
+        };
+        let l = bind(SteeringKind::Shared, localhost0(), 1, opts).unwrap();
+        let listener = &l.sockets[0];
+        listener.set_nonblocking(false).unwrap();
+        let _client = std::net::TcpStream::connect(l.local_addr).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(accepted.nodelay().unwrap());
     }
 
     #[cfg(target_os = "linux")]

@@ -49,10 +49,16 @@ struct Scenario {
     close: bool,
 }
 
-const SCENARIOS: [Scenario; 3] = [
+const SCENARIOS: [Scenario; 4] = [
     Scenario {
         name: "keep-alive c50",
         connections: 50,
+        pipeline: 1,
+        close: false,
+    },
+    Scenario {
+        name: "keep-alive c256",
+        connections: 256,
         pipeline: 1,
         close: false,
     },
@@ -110,7 +116,13 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         args.server_cpus, args.client_cpus, args.rounds, args.duration
     );
 
-    let mut servers = vec![start_statico(root, &args.server_cpus)?];
+    let mut servers = vec![start_statico(root, &args.server_cpus, "tokio")?];
+    if cfg!(target_os = "linux") {
+        match start_statico(root, &args.server_cpus, "io-uring") {
+            Ok(s) => servers.push(s),
+            Err(e) => eprintln!("bench: statico io-uring skipped: {e:#}"),
+        }
+    }
     match start_nginx(&dir, &args.server_cpus) {
         Ok(n) => servers.push(n),
         Err(e) => eprintln!("bench: nginx skipped: {e:#}"),
@@ -123,7 +135,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
             for (i, s) in servers.iter().enumerate() {
                 let r = measure(s, sc, &args, &pipeline_lua)?;
                 eprintln!(
-                    "  {:<10} {:<22} {:>10.0} req/s {:>7.2} µs/req{}",
+                    "  {:<16} {:<22} {:>10.0} req/s {:>7.2} µs/req{}",
                     s.name,
                     sc.name,
                     r.rps,
@@ -150,7 +162,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn start_statico(root: &Path, cpus: &str) -> Result<ServerUnderTest> {
+fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTest> {
     let port = free_port()?;
     let bin = root.join("target/release/statico");
     let mut child = Command::new("taskset")
@@ -173,15 +185,24 @@ fn start_statico(root: &Path, cpus: &str) -> Result<ServerUnderTest> {
         .context("start statico under taskset")?;
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        if line?.contains("listening on") {
-            break;
+    let mut said = String::new();
+    loop {
+        match lines.next() {
+            Some(line) => {
+                let line = line?;
+                if line.contains("listening on") {
+                    break;
+                }
+                said.push_str(&line);
+                said.push('\n');
+            }
+            None => bail!("statico --runtime {runtime} did not start: {said}"),
         }
     }
     std::thread::spawn(move || lines.for_each(drop));
     wait_port(port)?;
     Ok(ServerUnderTest {
-        name: "statico".into(),
+        name: format!("statico-{runtime}"),
         child,
         port,
     })
@@ -335,7 +356,7 @@ fn render(table: &[(String, &str, Vec<Round>)], args: &BenchArgs) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n{:<10} {:<22} {:>22} {:>20} {:>9} {:>9} {:>7} {:>12}",
+        "\n{:<16} {:<22} {:>22} {:>20} {:>9} {:>9} {:>7} {:>12}",
         "server",
         "scenario",
         "req/s median (min-max)",
@@ -358,7 +379,7 @@ fn render(table: &[(String, &str, Vec<Round>)], args: &BenchArgs) -> String {
         let ratio = nginx_cpu.map_or("-".to_string(), |n| format!("{:.2}x", cpu / n));
         let _ = writeln!(
             s,
-            "{:<10} {:<22} {:>9.0} ({:.0}-{:.0}) {:>7.2} ({:.2}-{:.2}) {:>9.2} {:>9.2} {:>7} {:>12}{}",
+            "{:<16} {:<22} {:>9.0} ({:.0}-{:.0}) {:>7.2} ({:.2}-{:.2}) {:>9.2} {:>9.2} {:>7} {:>12}{}",
             server, scenario, rps, rmin, rmax, cpu, cmin, cmax, p50, p99, errors, ratio,
             if errors > 0 { "  <- client saw errors" } else { "" }
         );

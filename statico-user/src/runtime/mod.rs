@@ -27,7 +27,6 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     pub delay: Option<Duration>,
     pub body_delay: Option<Duration>,
-    pub tcp_nodelay: bool,
     pub verbose: u8,
 }
 

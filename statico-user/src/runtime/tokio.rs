@@ -156,9 +156,7 @@ async fn accept_loop(worker: &Rc<Worker>, listener: TcpListener, mut shutdown: s
         match accepted {
             Ok((stream, _peer)) => {
                 worker.counters().add(Counter::ConnsAccepted, 1);
-                if worker.settings.tcp_nodelay || worker.settings.body_delay.is_some() {
-                    let _ = stream.set_nodelay(true);
-                }
+                // TCP_NODELAY, when asked for, is inherited from the listener (set in `steering`).
                 spawn_connection(worker, stream);
             }
             Err(e) if is_resource_exhaustion(&e) => {

@@ -59,6 +59,23 @@ pub struct UringOptions {
     pub sqpoll_idle_ms: Option<u32>,
 }
 
+/// Size of the registered (direct) file table: connections are accepted straight into it, so ring
+/// operations on them skip the per-operation file-table lookup and reference counting.
+const DIRECT_FILES: u32 = 65_536;
+
+/// Builds an SQE on a connection's descriptor, which is a direct (registered) one when `$fixed`.
+macro_rules! on_fd {
+    ($fixed:expr, $fd:expr, |$t:ident| $build:expr) => {
+        if $fixed {
+            let $t = types::Fixed($fd as u32);
+            $build
+        } else {
+            let $t = types::Fd($fd);
+            $build
+        }
+    };
+}
+
 /// What a completion is for: the top byte of `user_data`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -321,6 +338,8 @@ struct Worker<'a> {
     response: Response,
     counters: &'a WorkerCounters,
     listener: RawFd,
+    /// Connections are direct descriptors in the ring's registered file table.
+    fixed: bool,
     accepting: bool,
     conns: Vec<Option<Conn>>,
     gens: Vec<u32>,
@@ -371,7 +390,10 @@ pub fn run(setup: WorkerSetup, opts: UringOptions, ready: mpsc::Sender<Result<()
         }
     };
     let listener_fd = listener.into_raw_fd();
+    // Direct descriptors where the kernel has them (5.19+); plain descriptors otherwise.
+    let fixed = ring.submitter().register_files_sparse(DIRECT_FILES).is_ok();
     let mut w = Worker {
+        fixed,
         ring,
         bufs,
         settings: &settings,
@@ -445,6 +467,7 @@ impl<'a> Worker<'a> {
     fn arm_accept(&mut self) {
         self.accepting = true;
         let e = opcode::AcceptMulti::new(types::Fd(self.listener))
+            .allocate_file_index(self.fixed)
             .flags(libc::SOCK_CLOEXEC)
             .build()
             .user_data(token(Op::Accept, 0, 0));
@@ -463,9 +486,9 @@ impl<'a> Worker<'a> {
             return;
         };
         c.recv_armed = true;
-        let e = opcode::RecvMulti::new(types::Fd(c.fd), BGID)
-            .build()
-            .user_data(token(Op::Recv, slot, c.gen));
+        let e = on_fd!(self.fixed, c.fd, |fd| opcode::RecvMulti::new(fd, BGID)
+            .build())
+        .user_data(token(Op::Recv, slot, c.gen));
         self.push(e);
     }
 
@@ -520,24 +543,16 @@ impl<'a> Worker<'a> {
         }
         let fd = res;
         if self.draining.is_some() {
-            // SAFETY: `fd` is a connection the kernel just gave us and nothing else refers to it.
-            unsafe { libc::close(fd) };
+            let e = on_fd!(self.fixed, fd, |fd| opcode::Close::new(fd).build()).user_data(token(
+                Op::Close,
+                0,
+                0,
+            ));
+            self.push(e);
             return;
         }
         self.counters.add(Counter::ConnsAccepted, 1);
-        if self.settings.tcp_nodelay || self.settings.body_delay.is_some() {
-            let one: libc::c_int = 1;
-            // SAFETY: plain setsockopt on our own socket with a c_int option value.
-            unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::IPPROTO_TCP,
-                    libc::TCP_NODELAY,
-                    (&one as *const libc::c_int).cast(),
-                    size_of::<libc::c_int>() as libc::socklen_t,
-                );
-            }
-        }
+        // TCP_NODELAY, when asked for, is inherited from the listener (set in `steering`).
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.gens.push(0);
@@ -695,10 +710,14 @@ impl<'a> Worker<'a> {
         }
         c.sending = true;
         let rest = &c.out[c.sent..];
-        let e = opcode::Send::new(types::Fd(c.fd), rest.as_ptr(), rest.len() as u32)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(token(Op::Send, slot, c.gen));
+        let e = on_fd!(self.fixed, c.fd, |fd| opcode::Send::new(
+            fd,
+            rest.as_ptr(),
+            rest.len() as u32
+        )
+        .flags(libc::MSG_NOSIGNAL)
+        .build())
+        .user_data(token(Op::Send, slot, c.gen));
         self.push(e);
     }
 
@@ -922,9 +941,12 @@ impl<'a> Worker<'a> {
         };
         if c.linger_after_send && c.lingering.is_none() {
             c.lingering = Some((Instant::now(), 0));
-            let e = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_WR)
-                .build()
-                .user_data(token(Op::Close, slot, c.gen));
+            let e = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(
+                fd,
+                libc::SHUT_WR
+            )
+            .build())
+            .user_data(token(Op::Close, slot, c.gen));
             let rearm = !c.recv_armed;
             self.push(e);
             if rearm {
@@ -945,14 +967,18 @@ impl<'a> Worker<'a> {
             self.orphans.push((token(Op::Send, slot, c.gen), c.out));
         }
         // Hard link: the close runs even if the shutdown fails (a peer that already reset).
-        let shutdown = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_RDWR)
-            .build()
-            .flags(squeue::Flags::IO_HARDLINK)
-            .user_data(token(Op::Close, slot, c.gen));
-        let close =
-            opcode::Close::new(types::Fd(c.fd))
-                .build()
-                .user_data(token(Op::Close, slot, c.gen));
+        let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(
+            fd,
+            libc::SHUT_RDWR
+        )
+        .build())
+        .flags(squeue::Flags::IO_HARDLINK)
+        .user_data(token(Op::Close, slot, c.gen));
+        let close = on_fd!(self.fixed, c.fd, |fd| opcode::Close::new(fd).build()).user_data(token(
+            Op::Close,
+            slot,
+            c.gen,
+        ));
         self.push(shutdown);
         self.push(close);
         self.counters.add(Counter::ConnsClosed, 1);
