@@ -228,3 +228,18 @@ fn deny_io_uring_setup() -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn io_uring_entries_and_sqpoll_are_honoured() {
+    let s = Server::start(&["--runtime", "io-uring", "--uring-entries", "64", "--uring-sqpoll", "20", "-b", "sq"]);
+    let err = s.stderr();
+    let line = err.lines().find(|l| l.contains("listening on")).unwrap();
+    assert!(line.contains("64 entries") && line.contains("sqpoll"), "{line}");
+    // More requests than the ring has entries, pipelined, still all answered.
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/").repeat(200));
+    for _ in 0..200 {
+        assert_eq!(r.response(false).body, b"sq");
+    }
+}

@@ -209,8 +209,11 @@ struct BufRing {
     mask: u16,
     /// Our copy of the tail; published to the kernel through the ring's tail field.
     tail: u16,
-    /// The buffers themselves, `RECV_BUFFER_SIZE` each, contiguous.
-    memory: Box<[u8]>,
+    /// The buffers themselves, `RECV_BUFFER_SIZE` each, contiguous. A raw pointer, not a slice: the
+    /// kernel writes buffers we have published while we read others, so no Rust reference may ever
+    /// cover the whole area; [`BufRing::bytes`] makes a slice of one buffer the kernel has handed back.
+    memory: *mut u8,
+    memory_len: usize,
 }
 
 impl BufRing {
@@ -236,7 +239,11 @@ impl BufRing {
             ring_bytes,
             mask: count - 1,
             tail: 0,
-            memory: vec![0u8; usize::from(count) * RECV_BUFFER_SIZE].into_boxed_slice(),
+            memory: Box::into_raw(
+                vec![0u8; usize::from(count) * RECV_BUFFER_SIZE].into_boxed_slice(),
+            )
+            .cast(),
+            memory_len: usize::from(count) * RECV_BUFFER_SIZE,
         };
         // SAFETY: `entries` is a page-aligned mapping of `count` entries that lives until `Drop`, which
         // runs only after the ring stopped using it (see `Worker::finish`).
@@ -257,7 +264,11 @@ impl BufRing {
         // SAFETY: `slot` < `count` entries of the mapping; the kernel reads only entries between its head
         // and the published tail, and this one is past the published tail until `publish`.
         let entry = unsafe { &mut *self.entries.add(slot) };
-        entry.set_addr(self.memory[usize::from(bid) * RECV_BUFFER_SIZE..].as_ptr() as u64);
+        // Address arithmetic only: `bid` < `count`, so the buffer lies inside the allocation.
+        entry.set_addr(
+            self.memory
+                .wrapping_add(usize::from(bid) * RECV_BUFFER_SIZE) as u64,
+        );
         entry.set_len(RECV_BUFFER_SIZE as u32);
         entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
@@ -275,16 +286,31 @@ impl BufRing {
 
     /// The `len` bytes the kernel received into buffer `bid`.
     fn bytes(&self, bid: u16, len: usize) -> &[u8] {
-        let start = usize::from(bid) * RECV_BUFFER_SIZE;
-        &self.memory[start..start + len.min(RECV_BUFFER_SIZE)]
+        assert!(
+            bid < RECV_BUFFERS,
+            "the kernel named a buffer we never provided"
+        );
+        // SAFETY: buffer `bid` is inside the allocation; a completion just handed it to us, so the kernel
+        // does not write it until we publish it again, which happens after this slice is dropped.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.memory.add(usize::from(bid) * RECV_BUFFER_SIZE),
+                len.min(RECV_BUFFER_SIZE),
+            )
+        }
     }
 }
 
 impl Drop for BufRing {
     fn drop(&mut self) {
-        // SAFETY: the mapping was created in `new` with this length and is not used after this.
+        // SAFETY: both were allocated in `new` with these sizes, and `Worker::finish` drops the buffer
+        // ring only after the kernel confirmed that no operation can still use them.
         unsafe {
             libc::munmap(self.entries.cast(), self.ring_bytes);
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.memory,
+                self.memory_len,
+            )));
         }
     }
 }
