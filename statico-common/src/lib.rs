@@ -86,6 +86,42 @@ impl Counter {
     }
 }
 
+/// Names of the BPF objects, as the BPF program declares them and userspace looks them up. Kernel map
+/// names are at most 15 bytes.
+pub mod names {
+    /// The `SK_REUSEPORT` program.
+    pub const PROG_STEER: &str = "statico_steer";
+    /// `REUSEPORT_SOCKARRAY`: slot → listening socket of a worker.
+    pub const MAP_SOCKETS: &str = "SOCKETS";
+    /// `ARRAY` of u32: CPU id → slot in `SOCKETS` ([`super::NO_SLOT`]: let the kernel hash).
+    pub const MAP_CPU_SLOTS: &str = "CPU_SLOTS";
+    /// `PERCPU_ARRAY` of one [`super::SteerCounters`].
+    pub const MAP_STEERING: &str = "STEERING";
+    /// `ARRAY` (`BPF_F_MMAPABLE`) of [`super::WorkerRecord`], one per worker, written by the workers.
+    pub const MAP_WORKERS: &str = "WORKERS";
+}
+
+/// A CPU with no worker slot: the program returns `SK_PASS` without selecting, and the kernel hashes.
+pub const NO_SLOT: u32 = u32::MAX;
+
+/// What the steering program did, counted per CPU (one record per CPU in a per-CPU array).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SteerCounters {
+    /// Times the program ran (new connections reaching the reuseport group).
+    pub runs: u64,
+    /// Connections sent to the listener of the worker on this CPU.
+    pub steered: u64,
+    /// Connections left to the kernel's hash: no slot for this CPU, or the slot was empty.
+    pub fallbacks: u64,
+}
+
+// SAFETY: plain `#[repr(C)]` records of u64s: every bit pattern is valid, no padding, no pointers.
+#[cfg(all(feature = "user", target_os = "linux"))]
+unsafe impl aya::Pod for SteerCounters {}
+#[cfg(all(feature = "user", target_os = "linux"))]
+unsafe impl aya::Pod for WorkerRecord {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

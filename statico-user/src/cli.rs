@@ -82,6 +82,10 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SteeringKind::Auto)]
     pub steering: SteeringKind,
 
+    /// After start-up (eBPF attached, maps pinned), switch to this user; capabilities are dropped always
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+
     /// SO_RCVBUF of the listening sockets, inherited by connections (bytes, k/m suffixes)
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub receive_buffer_size: Option<u64>,
@@ -184,6 +188,11 @@ impl RuntimeChoice {
 pub enum SteeringKind {
     /// The best rung that works on this machine
     Auto,
+    /// An SK_REUSEPORT eBPF program steers each connection to the worker on the CPU that took its SYN
+    /// (Linux, CAP_BPF + CAP_NET_ADMIN)
+    Ebpf,
+    /// Each listener carries SO_INCOMING_CPU = its worker's CPU (Linux 6.2+, unprivileged)
+    IncomingCpu,
     /// One SO_REUSEPORT listener per worker; the kernel hashes connections over them (Linux)
     Reuseport,
     /// One listener shared by all workers

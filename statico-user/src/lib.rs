@@ -6,12 +6,15 @@
 //! - [`http`]: request framing, a pure state machine (fuzzed);
 //! - [`session`]: one connection's exchange, shared by every runtime;
 //! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
+//! - `bpf` (Linux): the eBPF steering program, its maps and pins, loaded with aya;
 //! - [`runtime`]: the workers' I/O loops (`runtime::tokio` is the hot path);
 //! - [`meter`]: per-worker counters and the `-m` report;
 //! - [`dump`]: `-v` request/response printing;
 //! - [`shutdown`]: SIGINT/SIGTERM and draining;
 //! - [`server`]: start-up and shutdown order.
 
+#[cfg(all(target_os = "linux", statico_bpf))]
+pub mod bpf;
 pub mod cli;
 pub mod dump;
 pub mod http;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use statico_common::{Counter, COUNTERS};
+use statico_common::{Counter, SteerCounters, COUNTERS};
 
 /// One worker's counters. Same size, alignment and slot order as `statico_common::WorkerRecord`.
 #[repr(C, align(64))]
@@ -42,10 +42,20 @@ impl WorkerCounters {
     }
 }
 
-/// The counters of every worker.
+/// The counters of every worker: in ordinary memory, or in the BPF map that `bpftool` reads (mmap-ed).
 #[derive(Debug, Clone)]
 pub struct Counters {
-    workers: Arc<[WorkerCounters]>,
+    store: Arc<Store>,
+}
+
+#[derive(Debug)]
+enum Store {
+    Heap(Box<[WorkerCounters]>),
+    /// Records living in memory owned by someone else (the mmap of a BPF array), kept alive by `_owner`.
+    Mapped {
+        records: &'static [WorkerCounters],
+        _owner: Box<dyn std::fmt::Debug + Send + Sync>,
+    },
 }
 
 /// A sum over all workers at one instant.
@@ -63,20 +73,55 @@ impl Snapshot {
 impl Counters {
     pub fn new(workers: usize) -> Self {
         Counters {
-            workers: (0..workers).map(|_| WorkerCounters::default()).collect(),
+            store: Arc::new(Store::Heap(
+                (0..workers).map(|_| WorkerCounters::default()).collect(),
+            )),
         }
     }
 
+    /// Counters in `records`, which stay valid as long as `owner` lives (it is kept with them).
+    pub fn mapped(
+        records: &'static [WorkerCounters],
+        owner: Box<dyn std::fmt::Debug + Send + Sync>,
+    ) -> Self {
+        Counters {
+            store: Arc::new(Store::Mapped {
+                records,
+                _owner: owner,
+            }),
+        }
+    }
+
+    fn records(&self) -> &[WorkerCounters] {
+        match &*self.store {
+            Store::Heap(r) => r,
+            Store::Mapped { records, .. } => records,
+        }
+    }
+
+    pub fn workers(&self) -> usize {
+        self.records().len()
+    }
+
     pub fn worker(&self, i: usize) -> &WorkerCounters {
-        &self.workers[i]
+        &self.records()[i]
     }
 
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot::default();
-        for w in self.workers.iter() {
+        for w in self.records() {
             for (i, v) in s.values.iter_mut().enumerate() {
                 *v += w.values[i].load(Relaxed);
             }
+        }
+        s
+    }
+
+    /// One worker's counters at this instant.
+    pub fn worker_snapshot(&self, i: usize) -> Snapshot {
+        let mut s = Snapshot::default();
+        for (j, v) in s.values.iter_mut().enumerate() {
+            *v = self.records()[i].values[j].load(Relaxed);
         }
         s
     }
@@ -111,16 +156,40 @@ pub fn rates(prev: &Snapshot, now: &Snapshot, elapsed: Duration) -> Rates {
     }
 }
 
+/// Per-worker request rates and per-CPU steering counters, next to the totals.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Detail {
+    /// (requests/s, total requests) per worker.
+    pub workers: Vec<(f64, u64)>,
+    /// Steering counters per CPU (empty without the eBPF rung).
+    pub steering: Vec<SteerCounters>,
+}
+
 /// Formats one meter line.
-pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot) -> String {
+pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &Detail) -> String {
     let open = total
         .get(Counter::ConnsAccepted)
         .saturating_sub(total.get(Counter::ConnsClosed));
     match format {
-        MeterFormat::Text => format!(
-            "req/s {:>12.0}  resp/s {:>12.0}  in {:>8.3} Gbps  out {:>8.3} Gbps  conns {:>6}",
-            r.req_per_s, r.resp_per_s, r.in_gbps, r.out_gbps, open
-        ),
+        MeterFormat::Text => {
+            let mut s = format!(
+                "req/s {:>12.0}  resp/s {:>12.0}  in {:>8.3} Gbps  out {:>8.3} Gbps  conns {:>6}",
+                r.req_per_s, r.resp_per_s, r.in_gbps, r.out_gbps, open
+            );
+            if detail.workers.len() > 1 {
+                s.push_str("  | req/s by worker");
+                for (i, (rate, _)) in detail.workers.iter().enumerate() {
+                    let _ = write!(s, " w{i} {rate:.0}");
+                }
+            }
+            if !detail.steering.is_empty() {
+                s.push_str("  | steered/fallback by CPU");
+                for (cpu, c) in detail.steering.iter().enumerate() {
+                    let _ = write!(s, " {cpu}:{}/{}", c.steered, c.fallbacks);
+                }
+            }
+            s
+        }
         MeterFormat::Json => {
             let mut s = format!(
                 "{{\"req_per_s\":{:.1},\"resp_per_s\":{:.1},\"in_gbps\":{:.6},\"out_gbps\":{:.6},\"open_conns\":{}",
@@ -129,7 +198,24 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot) -> String {
             for (c, name) in Counter::ALL {
                 let _ = write!(s, ",\"{name}\":{}", total.get(c));
             }
-            s.push('}');
+            s.push_str(",\"workers\":[");
+            for (i, (rate, requests)) in detail.workers.iter().enumerate() {
+                let sep = if i > 0 { "," } else { "" };
+                let _ = write!(
+                    s,
+                    "{sep}{{\"worker\":{i},\"req_per_s\":{rate:.1},\"requests\":{requests}}}"
+                );
+            }
+            s.push_str("],\"steering\":[");
+            for (cpu, c) in detail.steering.iter().enumerate() {
+                let sep = if cpu > 0 { "," } else { "" };
+                let _ = write!(
+                    s,
+                    "{sep}{{\"cpu\":{cpu},\"runs\":{},\"steered\":{},\"fallbacks\":{}}}",
+                    c.runs, c.steered, c.fallbacks
+                );
+            }
+            s.push_str("]}");
             s
         }
     }
@@ -144,30 +230,56 @@ pub fn format_totals(total: &Snapshot) -> String {
     s
 }
 
-/// Prints a meter line every second until `stop` resolves.
+/// One worker's line printed at exit.
+pub fn format_worker_totals(worker: usize, cpu: Option<usize>, total: &Snapshot) -> String {
+    let mut s = match cpu {
+        Some(cpu) => format!("statico: worker {worker} (cpu {cpu}):"),
+        None => format!("statico: worker {worker}:"),
+    };
+    for (c, name) in Counter::ALL {
+        let _ = write!(s, " {name}={}", total.get(c));
+    }
+    s
+}
+
+/// Prints a meter line every second until the future is dropped. `steering` reads the per-CPU
+/// steering counters (empty without the eBPF rung).
 pub async fn run(
     counters: Counters,
     format: MeterFormat,
-    stop: impl std::future::Future<Output = ()>,
+    steering: &dyn Fn() -> Vec<SteerCounters>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    let per_worker = |c: &Counters| -> Vec<u64> {
+        (0..c.workers())
+            .map(|i| c.worker_snapshot(i).get(Counter::Requests))
+            .collect()
+    };
     let mut prev = counters.snapshot();
+    let mut prev_workers = per_worker(&counters);
     let mut prev_at = Instant::now();
-    tokio::pin!(stop);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = &mut stop => return,
-        }
+        tick.tick().await;
         let now = counters.snapshot();
+        let now_workers = per_worker(&counters);
         let at = Instant::now();
+        let secs = (at - prev_at).as_secs_f64().max(1e-9);
+        let detail = Detail {
+            workers: now_workers
+                .iter()
+                .zip(&prev_workers)
+                .map(|(n, p)| (n.wrapping_sub(*p) as f64 / secs, *n))
+                .collect(),
+            steering: steering(),
+        };
         println!(
             "{}",
-            format_line(format, &rates(&prev, &now, at - prev_at), &now)
+            format_line(format, &rates(&prev, &now, at - prev_at), &now, &detail)
         );
         prev = now;
+        prev_workers = now_workers;
         prev_at = at;
     }
 }
@@ -204,7 +316,23 @@ mod tests {
         let mut s = Snapshot::default();
         s.values[Counter::Requests as usize] = 42;
         let r = rates(&Snapshot::default(), &s, Duration::from_secs(1));
-        let line = format_line(MeterFormat::Json, &r, &s);
+        let detail = Detail {
+            workers: vec![(42.0, 42)],
+            steering: vec![SteerCounters {
+                runs: 3,
+                steered: 2,
+                fallbacks: 1,
+            }],
+        };
+        let line = format_line(MeterFormat::Json, &r, &s, &detail);
+        assert!(
+            line.contains("\"workers\":[{\"worker\":0,\"req_per_s\":42.0,\"requests\":42}]"),
+            "{line}"
+        );
+        assert!(
+            line.contains("\"steering\":[{\"cpu\":0,\"runs\":3,\"steered\":2,\"fallbacks\":1}]"),
+            "{line}"
+        );
         assert!(line.starts_with("{\"req_per_s\":42.0,"), "{line}");
         assert!(line.contains("\"requests\":42") && line.ends_with('}'));
     }

@@ -17,6 +17,8 @@ use crate::response::Response;
 use crate::runtime::{self, Settings, WorkerSetup};
 use crate::shutdown;
 use crate::steering::{self, SocketOptions};
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+use anyhow::anyhow as _;
 
 /// Why the server could not start, split by who has to act: a flag value (exit code 2) or the
 /// machine (exit code 1).
@@ -57,9 +59,29 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let response = Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
     let runtime_line = runtime_available(&cli).map_err(StartError::Runtime)?;
     let workers = cli.workers();
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let worker_cores: Vec<Option<core_affinity::CoreId>> = (0..workers)
+        .map(|id| (!cores.is_empty()).then(|| cores[id % cores.len()]))
+        .collect();
+    let worker_cpus: Vec<Option<usize>> = worker_cores.iter().map(|c| c.map(|c| c.id)).collect();
     let addr = SocketAddr::new(cli.address, cli.port);
-    let listeners = steering::bind(cli.steering, addr, workers, SocketOptions::from_cli(&cli))
-        .map_err(StartError::Runtime)?;
+    let listeners = steering::bind(
+        cli.steering,
+        addr,
+        &worker_cpus,
+        SocketOptions::from_cli(&cli),
+    )
+    .map_err(StartError::Runtime)?;
+    let steering::Listeners {
+        rung,
+        why,
+        local_addr,
+        sockets,
+        #[cfg(all(target_os = "linux", statico_bpf))]
+        kernel,
+    } = listeners;
+    #[cfg(not(all(target_os = "linux", statico_bpf)))]
+    let kernel: Option<Never> = None;
 
     let main_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -73,6 +95,14 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             .map_err(StartError::Runtime)?
     };
 
+    // Workers write their counters into the BPF map when there is one, else into ordinary memory.
+    let counters = kernel
+        .as_ref()
+        .map_or_else(|| Counters::new(workers), kernel_counters);
+    // Everything privileged is done: the workers start without capabilities (threads inherit them).
+    let privileges =
+        drop_privileges(kernel.as_ref(), cli.user.as_deref()).map_err(StartError::Runtime)?;
+
     let settings = Arc::new(Settings {
         response,
         limits: cli.limits(),
@@ -83,20 +113,11 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         body_delay: cli.body_delay,
         verbose: cli.verbose,
     });
-    let counters = Counters::new(workers);
     let (trigger, stop) = shutdown::channel();
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let local_addr = listeners.local_addr;
-    let steering_line = listeners.describe();
-
     let mut handles = Vec::with_capacity(workers);
-    let mut pinned = Vec::new();
-    for (id, listener) in listeners.sockets.into_iter().enumerate() {
-        let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
-        if let Some(c) = core {
-            pinned.push(c.id.to_string());
-        }
+    for (id, listener) in sockets.into_iter().enumerate() {
+        let core = worker_cores[id];
         let setup = WorkerSetup {
             id,
             listener,
@@ -140,7 +161,11 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     }
 
     // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
-    eprintln!("statico: {steering_line}");
+    eprintln!("statico: steering: {} ({why})", rung.name());
+    if let Some(p) = privileges {
+        eprintln!("statico: {p}");
+    }
+    let pinned: Vec<String> = worker_cpus.iter().flatten().map(usize::to_string).collect();
     eprintln!(
         "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: {runtime_line}, pinned to CPU {})",
         env!("CARGO_PKG_VERSION"),
@@ -148,10 +173,11 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
     );
 
+    let steering_source = || steering_counters(kernel.as_ref());
     let signal = main_rt.block_on(async {
         let meter = async {
             if cli.meter {
-                meter::run(counters.clone(), cli.meter_format, std::future::pending()).await;
+                meter::run(counters.clone(), cli.meter_format, &steering_source).await;
             }
             std::future::pending::<()>().await;
         };
@@ -169,5 +195,78 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         let _ = h.join();
     }
     eprintln!("{}", meter::format_totals(&counters.snapshot()));
+    for (w, cpu) in worker_cpus.iter().enumerate() {
+        eprintln!(
+            "{}",
+            meter::format_worker_totals(w, *cpu, &counters.worker_snapshot(w))
+        );
+    }
+    for (cpu, s) in steering_counters(kernel.as_ref()).iter().enumerate() {
+        eprintln!(
+            "statico: steering cpu {cpu}: runs={} steered={} fallbacks={}",
+            s.runs, s.steered, s.fallbacks
+        );
+    }
+    // Detaches the program, clears the socket slots, removes the pins.
+    drop(kernel);
     Ok(())
+}
+
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+#[derive(Debug)]
+enum Never {}
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+use crate::bpf::Kernel;
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+type Kernel = Never;
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn kernel_counters(k: &Kernel) -> Counters {
+    k.counters()
+}
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn kernel_counters(k: &Kernel) -> Counters {
+    match *k {}
+}
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn steering_counters(k: Option<&Kernel>) -> Vec<statico_common::SteerCounters> {
+    k.map(Kernel::steering).unwrap_or_default()
+}
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn steering_counters(_: Option<&Kernel>) -> Vec<statico_common::SteerCounters> {
+    Vec::new()
+}
+
+/// Drops capabilities (and switches user with `--user`) once nothing privileged is left to do.
+/// Returns the line to print, if anything changed.
+#[cfg(target_os = "linux")]
+fn drop_privileges(kernel: Option<&Kernel>, user: Option<&str>) -> Result<Option<String>> {
+    #[cfg(statico_bpf)]
+    {
+        let had_caps = caps::read(None, caps::CapSet::Permitted)
+            .map(|c| !c.is_empty())
+            .unwrap_or(false);
+        if !had_caps && user.is_none() {
+            return Ok(None);
+        }
+        crate::bpf::drop_privileges(kernel, user).map(Some)
+    }
+    #[cfg(not(statico_bpf))]
+    {
+        let _ = kernel;
+        match user {
+            Some(_) => anyhow::bail!("--user needs a statico built with its BPF support (run `cargo xtask setup` and rebuild)"),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn drop_privileges(_: Option<&Kernel>, user: Option<&str>) -> Result<Option<String>> {
+    match user {
+        Some(_) => Err(anyhow!("--user is supported on Linux only")),
+        None => Ok(None),
+    }
 }

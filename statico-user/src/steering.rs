@@ -5,11 +5,14 @@
 //!
 //! | rung | how | where |
 //! |------|-----|-------|
+//! | `ebpf` | an `SK_REUSEPORT` program sends each connection to the listener of the worker pinned on the CPU that took the SYN (`bpf`) | Linux, CAP_BPF + CAP_NET_ADMIN |
+//! | `incoming-cpu` | each listener carries `SO_INCOMING_CPU` = its worker's CPU; the kernel prefers the matching one | Linux ≥ 6.2, unprivileged |
 //! | `reuseport` | one `SO_REUSEPORT` listener per worker; the kernel hashes each connection's 4-tuple to one | Linux |
 //! | `shared` | one listener, its file descriptor duplicated to every worker, which all accept from it | everywhere |
 //!
 //! `--steering auto` takes the best rung that works here and [`Listeners::describe`] says which and why in
-//! one line; a rung asked for by name that cannot work is an error, never a silent downgrade.
+//! one line (with the reason each better rung was passed over); a rung asked for by name that cannot work
+//! is an error, never a silent downgrade.
 //!
 //! Binding happens here, in the main thread, before any worker starts, so a port in use or a bad address
 //! fails the start with a message that names the cause and the fix.
@@ -20,11 +23,15 @@ use std::net::{SocketAddr, TcpListener};
 use anyhow::{bail, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use clap::ValueEnum;
+
 use crate::cli::{Cli, SteeringKind};
 
 /// A steering rung that is in effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rung {
+    Ebpf,
+    IncomingCpu,
     Reuseport,
     Shared,
 }
@@ -32,6 +39,8 @@ pub enum Rung {
 impl Rung {
     pub fn name(self) -> &'static str {
         match self {
+            Rung::Ebpf => "ebpf",
+            Rung::IncomingCpu => "incoming-cpu",
             Rung::Reuseport => "reuseport",
             Rung::Shared => "shared",
         }
@@ -43,9 +52,12 @@ impl Rung {
 pub struct Listeners {
     pub rung: Rung,
     /// Why this rung was chosen.
-    pub why: &'static str,
+    pub why: String,
     pub local_addr: SocketAddr,
     pub sockets: Vec<TcpListener>,
+    /// The attached BPF program and its maps, on the `ebpf` rung.
+    #[cfg(all(target_os = "linux", statico_bpf))]
+    pub kernel: Option<crate::bpf::Kernel>,
 }
 
 impl Listeners {
@@ -80,64 +92,197 @@ impl SocketOptions {
 
 const REUSEPORT_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
-/// Picks the rung and binds `workers` listeners on `addr`.
+/// Picks the rung and binds one listener per worker on `addr`; `worker_cpus[i]` is the CPU worker i
+/// is pinned to (if any).
 pub fn bind(
     kind: SteeringKind,
     addr: SocketAddr,
-    workers: usize,
+    worker_cpus: &[Option<usize>],
     opts: SocketOptions,
 ) -> Result<Listeners> {
-    let (rung, why) = match kind {
-        SteeringKind::Auto if REUSEPORT_SUPPORTED => (
+    let workers = worker_cpus.len();
+    let group = match kind {
+        SteeringKind::Shared => false,
+        SteeringKind::Auto => REUSEPORT_SUPPORTED,
+        _ if REUSEPORT_SUPPORTED => true,
+        other => bail!(
+            "--steering {} needs Linux, where SO_REUSEPORT balances connections; use --steering shared",
+            other.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+        ),
+    };
+    if !group {
+        let one = listen(addr, false, opts)?;
+        let mut sockets = Vec::with_capacity(workers);
+        for _ in 1..workers {
+            sockets.push(one.try_clone()?);
+        }
+        sockets.push(one);
+        let why = if kind == SteeringKind::Shared {
+            "forced: one listener accepted from by every worker".to_string()
+        } else {
+            "auto: this platform cannot balance SO_REUSEPORT listeners, so workers share one"
+                .to_string()
+        };
+        return finish(Rung::Shared, why, sockets);
+    }
+
+    // A listener of ours could silently join another process's SO_REUSEPORT group on the same port and
+    // share its connections; binding once without SO_REUSEPORT proves the port is free.
+    if addr.port() != 0 {
+        let probe = new_socket(addr, false, opts)?;
+        bind_socket(&probe, addr).map_err(|e| bind_error(addr, e))?;
+        drop(probe);
+    }
+    let first = listen(addr, true, opts)?;
+    let addr = first.local_addr()?;
+    let mut sockets = vec![first];
+    for _ in 1..workers {
+        sockets.push(listen(addr, true, opts)?);
+    }
+
+    match kind {
+        SteeringKind::Ebpf => {
+            let kernel = attach_ebpf(&sockets, worker_cpus, addr.port())
+                .map_err(|e| anyhow::anyhow!("--steering ebpf cannot work here: {e:#}"))?;
+            finish_ebpf(kernel, "forced".into(), sockets)
+        }
+        SteeringKind::IncomingCpu => {
+            incoming_cpu(&sockets, worker_cpus)
+                .map_err(|e| anyhow::anyhow!("--steering incoming-cpu cannot work here: {e}"))?;
+            finish(
+                Rung::IncomingCpu,
+                "forced: each listener prefers connections from its worker's CPU".into(),
+                sockets,
+            )
+        }
+        SteeringKind::Reuseport => finish(
             Rung::Reuseport,
-            "auto: one SO_REUSEPORT listener per worker, the kernel hashes connections over them",
+            "forced: one SO_REUSEPORT listener per worker, the kernel hashes connections over them"
+                .into(),
+            sockets,
         ),
-        SteeringKind::Auto => (
-            Rung::Shared,
-            "auto: this platform cannot balance SO_REUSEPORT listeners, so workers share one",
-        ),
-        SteeringKind::Reuseport if REUSEPORT_SUPPORTED => {
-            (Rung::Reuseport, "forced: one SO_REUSEPORT listener per worker")
-        }
-        SteeringKind::Reuseport => bail!(
-            "--steering reuseport needs Linux, where SO_REUSEPORT balances connections; use --steering shared"
-        ),
-        SteeringKind::Shared => (Rung::Shared, "forced: one listener accepted from by every worker"),
-    };
-    let sockets = match rung {
-        Rung::Reuseport => {
-            // A listener of ours could silently join another process's SO_REUSEPORT group on the same
-            // port and share its connections; binding once without SO_REUSEPORT proves the port is free.
-            if addr.port() != 0 {
-                let probe = new_socket(addr, false, opts)?;
-                bind_socket(&probe, addr).map_err(|e| bind_error(addr, e))?;
-                drop(probe);
+        SteeringKind::Auto => {
+            let ebpf_failure = match attach_ebpf(&sockets, worker_cpus, addr.port()) {
+                Ok(kernel) => return finish_ebpf(kernel, "auto".into(), sockets),
+                Err(e) => format!("{e:#}"),
+            };
+            match incoming_cpu(&sockets, worker_cpus) {
+                Ok(()) => finish(
+                    Rung::IncomingCpu,
+                    format!("auto: each listener prefers connections from its worker's CPU; eBPF passed over: {ebpf_failure}"),
+                    sockets,
+                ),
+                Err(why_not) => finish(
+                    Rung::Reuseport,
+                    format!("auto: the kernel hashes connections over the workers' listeners; eBPF passed over: {ebpf_failure}; SO_INCOMING_CPU passed over: {why_not}"),
+                    sockets,
+                ),
             }
-            let first = listen(addr, true, opts)?;
-            let addr = first.local_addr()?;
-            let mut sockets = vec![first];
-            for _ in 1..workers {
-                sockets.push(listen(addr, true, opts)?);
-            }
-            sockets
         }
-        Rung::Shared => {
-            let one = listen(addr, false, opts)?;
-            let mut sockets = Vec::with_capacity(workers);
-            for _ in 1..workers {
-                sockets.push(one.try_clone()?);
-            }
-            sockets.push(one);
-            sockets
-        }
-    };
+        SteeringKind::Shared => unreachable!("handled above"),
+    }
+}
+
+fn finish(rung: Rung, why: String, sockets: Vec<TcpListener>) -> Result<Listeners> {
     let local_addr = sockets[0].local_addr()?;
     Ok(Listeners {
         rung,
         why,
         local_addr,
         sockets,
+        #[cfg(all(target_os = "linux", statico_bpf))]
+        kernel: None,
     })
+}
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+type KernelState = crate::bpf::Kernel;
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+type KernelState = std::convert::Infallible;
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn attach_ebpf(
+    sockets: &[TcpListener],
+    worker_cpus: &[Option<usize>],
+    port: u16,
+) -> Result<KernelState> {
+    if worker_cpus.iter().any(Option::is_none) {
+        bail!("workers are not pinned to CPUs, so there is no CPU to steer to");
+    }
+    crate::bpf::attach(sockets, worker_cpus, port)
+}
+
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn attach_ebpf(_: &[TcpListener], _: &[Option<usize>], _: u16) -> Result<KernelState> {
+    if cfg!(target_os = "linux") {
+        bail!("this statico was built without its BPF programs (nightly or bpf-linker was missing at build time: run `cargo xtask setup` and rebuild)")
+    } else {
+        bail!("eBPF steering needs Linux")
+    }
+}
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn finish_ebpf(kernel: KernelState, how: String, sockets: Vec<TcpListener>) -> Result<Listeners> {
+    let mut l = finish(
+        Rung::Ebpf,
+        format!(
+            "{how}: an SK_REUSEPORT program sends each connection to the worker on the CPU that took its SYN; maps pinned in {}",
+            kernel.pin_dir().display()
+        ),
+        sockets,
+    )?;
+    l.kernel = Some(kernel);
+    Ok(l)
+}
+
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn finish_ebpf(kernel: KernelState, _: String, _: Vec<TcpListener>) -> Result<Listeners> {
+    match kernel {}
+}
+
+/// Linux ≥ 6.2 picks, among a SO_REUSEPORT group, the listener whose `SO_INCOMING_CPU` matches the CPU
+/// handling the SYN. Sets it on each worker's listener.
+fn incoming_cpu(
+    sockets: &[TcpListener],
+    worker_cpus: &[Option<usize>],
+) -> std::result::Result<(), String> {
+    if !cfg!(target_os = "linux") {
+        return Err("SO_INCOMING_CPU steering needs Linux 6.2 or later".into());
+    }
+    let (major, minor) = kernel_version();
+    if (major, minor) < (6, 2) {
+        return Err(format!(
+            "the kernel is {major}.{minor}; listeners honour SO_INCOMING_CPU from Linux 6.2"
+        ));
+    }
+    for (socket, cpu) in sockets.iter().zip(worker_cpus) {
+        let Some(cpu) = cpu else {
+            return Err("workers are not pinned to CPUs".into());
+        };
+        set_incoming_cpu(socket, *cpu)
+            .map_err(|e| format!("setsockopt(SO_INCOMING_CPU) failed: {e}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn set_incoming_cpu(socket: &TcpListener, cpu: usize) -> io::Result<()> {
+    socket2::SockRef::from(socket).set_cpu_affinity(cpu)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_incoming_cpu(_: &TcpListener, _: usize) -> io::Result<()> {
+    Err(io::Error::other("not Linux"))
+}
+
+/// (major, minor) of the running Linux kernel, (0, 0) if unknown.
+pub fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Result<Socket> {
@@ -216,7 +361,7 @@ mod tests {
 
     #[test]
     fn one_listener_per_worker_on_one_port() {
-        let l = bind(SteeringKind::Auto, localhost0(), 3, opts()).unwrap();
+        let l = bind(SteeringKind::Reuseport, localhost0(), &[None; 3], opts()).unwrap();
         assert_eq!(l.sockets.len(), 3);
         let port = l.local_addr.port();
         assert!(l
@@ -228,8 +373,8 @@ mod tests {
     #[test]
     fn port_in_use_is_refused_with_the_fix() {
         let taken = TcpListener::bind(localhost0()).unwrap();
-        for kind in [SteeringKind::Auto, SteeringKind::Shared] {
-            let err = bind(kind, taken.local_addr().unwrap(), 2, opts())
+        for kind in [SteeringKind::Reuseport, SteeringKind::Shared] {
+            let err = bind(kind, taken.local_addr().unwrap(), &[None; 2], opts())
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -245,7 +390,7 @@ mod tests {
             nodelay: true,
             ..opts()
         };
-        let l = bind(SteeringKind::Shared, localhost0(), 1, opts).unwrap();
+        let l = bind(SteeringKind::Shared, localhost0(), &[None], opts).unwrap();
         let listener = &l.sockets[0];
         listener.set_nonblocking(false).unwrap();
         let _client = std::net::TcpStream::connect(l.local_addr).unwrap();
@@ -260,7 +405,7 @@ mod tests {
         let err = bind(
             SteeringKind::Reuseport,
             other.local_addr().unwrap(),
-            2,
+            &[None; 2],
             opts(),
         )
         .unwrap_err();

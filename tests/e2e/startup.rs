@@ -232,10 +232,22 @@ fn deny_io_uring_setup() -> std::io::Result<()> {
 #[cfg(target_os = "linux")]
 #[test]
 fn io_uring_entries_and_sqpoll_are_honoured() {
-    let s = Server::start(&["--runtime", "io-uring", "--uring-entries", "64", "--uring-sqpoll", "20", "-b", "sq"]);
+    let s = Server::start(&[
+        "--runtime",
+        "io-uring",
+        "--uring-entries",
+        "64",
+        "--uring-sqpoll",
+        "20",
+        "-b",
+        "sq",
+    ]);
     let err = s.stderr();
     let line = err.lines().find(|l| l.contains("listening on")).unwrap();
-    assert!(line.contains("64 entries") && line.contains("sqpoll"), "{line}");
+    assert!(
+        line.contains("64 entries") && line.contains("sqpoll"),
+        "{line}"
+    );
     // More requests than the ring has entries, pipelined, still all answered.
     let mut r = Reader::new(s.connect());
     r.send(&get("/").repeat(200));

@@ -1,0 +1,348 @@
+//! Kernel assist: loads statico's BPF programs with aya, attaches the `SK_REUSEPORT` steering program
+//! to the workers' listeners, pins the maps, and maps the per-worker counter array into memory.
+//!
+//! - `SOCKETS` (reuseport socket array): slot i holds worker i's listener;
+//! - `CPU_SLOTS`: CPU id → slot of the worker pinned on that CPU (CPUs without a worker keep
+//!   [`NO_SLOT`], so the kernel hashes their connections);
+//! - `STEERING` (per-CPU): how many connections each CPU steered and let fall back;
+//! - `WORKERS` (`BPF_F_MMAPABLE`): the workers' counter records, written by the workers through an
+//!   mmap of the map — no syscall on the hot path — and readable by `bpftool` while statico runs.
+//!
+//! Maps are pinned under `/sys/fs/bpf/statico/<port>/` (bpffs is mounted there if it is not). A stale
+//! directory left by a crashed run on the same port is replaced (the port was just proven free, so no
+//! live statico owns it). [`Kernel`]'s drop detaches the program, clears the socket slots and removes
+//! the pins: a clean exit leaves nothing behind.
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use aya::maps::{Array, Map, MapData, PerCpuArray, ReusePortSockArray};
+use aya::programs::SkReuseport;
+use aya::{Ebpf, EbpfLoader};
+use statico_common::names::{MAP_CPU_SLOTS, MAP_SOCKETS, MAP_STEERING, MAP_WORKERS, PROG_STEER};
+use statico_common::{SteerCounters, WorkerRecord, NO_SLOT};
+
+use crate::meter::{Counters, WorkerCounters};
+
+/// The BPF object built by `build.rs` from `statico-ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/statico-ebpf.o"));
+
+/// Root of statico's pins on the BPF filesystem.
+pub const PIN_ROOT: &str = "/sys/fs/bpf/statico";
+
+/// Loaded, attached and pinned kernel state. Dropping it undoes all of that.
+pub struct Kernel {
+    _ebpf: Ebpf,
+    /// A duplicate of one listener of the group, to detach the program from the group at exit.
+    group: OwnedFd,
+    sockets: ReusePortSockArray<MapData>,
+    steering: PerCpuArray<MapData, SteerCounters>,
+    _workers_map: Map,
+    workers: usize,
+    pins: Pins,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("pin_dir", &self.pins.0)
+            .finish()
+    }
+}
+
+/// The pin directory; removed on drop (with the root, once no other port uses it).
+struct Pins(PathBuf);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+        let _ = fs::remove_dir(PIN_ROOT);
+    }
+}
+
+/// The mmap of the `WORKERS` map; unmapped on drop.
+#[derive(Debug)]
+struct Mapping {
+    addr: usize,
+    len: usize,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `addr`/`len` came from a successful mmap in `map_workers` and nothing refers to the
+        // records any more (the `Counters` owning this `Mapping` is being dropped).
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Loads the programs, pins the maps under `PIN_ROOT/<port>/`, fills them, and attaches steering to
+/// `listeners` (worker i's listener at index i). `worker_cpus[i]` is the CPU worker i is pinned to.
+pub fn attach(
+    listeners: &[TcpListener],
+    worker_cpus: &[Option<usize>],
+    port: u16,
+) -> Result<Kernel> {
+    let workers = listeners.len();
+    let cpus = aya::util::nr_cpus()
+        .map_err(|(what, e)| anyhow!("cannot count possible CPUs ({what}): {e}"))?;
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries(MAP_SOCKETS, workers as u32)
+        .map_max_entries(MAP_CPU_SLOTS, cpus as u32)
+        .map_max_entries(MAP_WORKERS, workers as u32)
+        .load(OBJECT)
+        .map_err(|e| privilege_hint(anyhow!(e), "loading the BPF maps and programs"))?;
+
+    let program: &mut SkReuseport = ebpf
+        .program_mut(PROG_STEER)
+        .context("the BPF object has no steering program")?
+        .try_into()?;
+    program
+        .load()
+        .map_err(|e| privilege_hint(anyhow!(e), "loading the SK_REUSEPORT program"))?;
+
+    let pins = pin_all(
+        &ebpf,
+        &Path::new(PIN_ROOT).join(port.to_string()),
+        &[
+            (MAP_SOCKETS, "sockets"),
+            (MAP_CPU_SLOTS, "cpu_slots"),
+            (MAP_STEERING, "steering"),
+            (MAP_WORKERS, "workers"),
+        ],
+    )?;
+
+    let mut sockets = ReusePortSockArray::try_from(take(&mut ebpf, MAP_SOCKETS)?)?;
+    for (slot, listener) in listeners.iter().enumerate() {
+        sockets
+            .set(slot as u32, listener, 0)
+            .with_context(|| format!("cannot put worker {slot}'s listener in the socket array"))?;
+    }
+    let mut cpu_slots: Array<MapData, u32> = Array::try_from(take(&mut ebpf, MAP_CPU_SLOTS)?)?;
+    for cpu in 0..cpus {
+        let slot = worker_cpus
+            .iter()
+            .position(|c| *c == Some(cpu))
+            .map_or(NO_SLOT, |w| w as u32);
+        cpu_slots.set(cpu as u32, slot, 0)?;
+    }
+    let steering = PerCpuArray::try_from(take(&mut ebpf, MAP_STEERING)?)?;
+    let workers_map = take(&mut ebpf, MAP_WORKERS)?;
+    let counters = map_workers(&workers_map, workers)?;
+
+    let program: &mut SkReuseport = ebpf.program_mut(PROG_STEER).unwrap().try_into()?;
+    program
+        .attach(&listeners[0])
+        .map_err(|e| privilege_hint(anyhow!(e), "attaching the program to the listeners"))?;
+    let group = listeners[0].as_fd().try_clone_to_owned()?;
+    Ok(Kernel {
+        _ebpf: ebpf,
+        group,
+        sockets,
+        steering,
+        _workers_map: workers_map,
+        workers,
+        pins,
+        counters,
+    })
+}
+
+impl Kernel {
+    /// The counters the workers write: the mmap-ed `WORKERS` map.
+    pub fn counters(&self) -> Counters {
+        self.counters.clone()
+    }
+
+    /// The steering counters of every possible CPU.
+    pub fn steering(&self) -> Vec<SteerCounters> {
+        self.steering
+            .get(&0, 0)
+            .map(|values| values.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.pins.0
+    }
+
+    /// Gives the pins to `uid`/`gid`, so that a server switched to that user can remove them at exit.
+    pub fn chown_pins(&self, uid: u32, gid: u32) -> Result<()> {
+        std::os::unix::fs::chown(self.pin_dir(), Some(uid), Some(gid))?;
+        for entry in fs::read_dir(self.pin_dir())? {
+            std::os::unix::fs::chown(entry?.path(), Some(uid), Some(gid))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        let _ = SkReuseport::detach(&self.group);
+        for slot in 0..self.workers as u32 {
+            let _ = self.sockets.clear_index(&slot);
+        }
+        // The pins go with `self.pins`.
+    }
+}
+
+fn take(ebpf: &mut Ebpf, name: &str) -> Result<Map> {
+    ebpf.take_map(name)
+        .with_context(|| format!("the BPF object has no map {name}"))
+}
+
+fn map_data(map: &Map) -> Result<&MapData> {
+    match map {
+        Map::Array(data) => Ok(data),
+        _ => bail!("map WORKERS is not an array map"),
+    }
+}
+
+/// Maps the `WORKERS` array into memory as the workers' counter records.
+fn map_workers(map: &Map, workers: usize) -> Result<Counters> {
+    const _: () = assert!(size_of::<WorkerCounters>() == size_of::<WorkerRecord>());
+    let data = map_data(map)?;
+    let page = 4096usize.max(page_size());
+    let len = (workers * size_of::<WorkerRecord>()).div_ceil(page) * page;
+    // SAFETY: a shared mapping of a BPF_F_MMAPABLE array map's fd, of at most the map's (page-rounded)
+    // size; the result is checked before use.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            data.fd().as_fd().as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        bail!(
+            "cannot mmap the worker counter map: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let mapping = Mapping {
+        addr: addr as usize,
+        len,
+    };
+    // SAFETY: the mapping holds `workers` records of `WorkerRecord` layout (same size and alignment as
+    // `WorkerCounters`, which is `AtomicU64`s), page-aligned, zero-initialised by the kernel, and it
+    // stays mapped as long as the `Mapping` kept alongside the slice in `Counters`.
+    let records: &'static [WorkerCounters] =
+        unsafe { std::slice::from_raw_parts(addr as *const WorkerCounters, workers) };
+    Ok(Counters::mapped(records, Box::new(mapping)))
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096)
+}
+
+/// Pins the maps under `dir`, mounting bpffs and replacing a stale directory as needed.
+fn pin_all(ebpf: &Ebpf, dir: &Path, maps: &[(&str, &str)]) -> Result<Pins> {
+    ensure_bpffs()?;
+    if dir.exists() {
+        fs::remove_dir_all(dir)
+            .with_context(|| format!("cannot replace the stale pins in {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let pins = Pins(dir.to_path_buf());
+    for (map, file) in maps {
+        ebpf.map(map)
+            .with_context(|| format!("the BPF object has no map {map}"))?
+            .pin(dir.join(file))
+            .with_context(|| format!("cannot pin map {map} in {}", dir.display()))?;
+    }
+    Ok(pins)
+}
+
+/// Mounts the BPF filesystem on /sys/fs/bpf unless it is there.
+fn ensure_bpffs() -> Result<()> {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    if mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf "))
+    {
+        return Ok(());
+    }
+    let _ = fs::create_dir_all("/sys/fs/bpf");
+    let c = |s: &str| std::ffi::CString::new(s).unwrap();
+    // SAFETY: mount(2) with valid NUL-terminated strings and no data argument.
+    let rc = unsafe {
+        libc::mount(
+            c("bpf").as_ptr(),
+            c("/sys/fs/bpf").as_ptr(),
+            c("bpf").as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "cannot mount bpffs on /sys/fs/bpf: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// Adds the fix to errors that mean "not privileged enough".
+fn privilege_hint(e: anyhow::Error, doing: &str) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if text.contains("Operation not permitted")
+        || text.contains("Permission denied")
+        || text.contains("EPERM")
+    {
+        anyhow!("{doing} was refused: {text}; the ebpf rung needs CAP_BPF and CAP_NET_ADMIN (run as root or grant them)")
+    } else {
+        anyhow!("{doing} failed: {text}")
+    }
+}
+
+/// Drops every capability (the hot path needs none) and, with `user`, switches to that user.
+pub fn drop_privileges(kernel: Option<&Kernel>, user: Option<&str>) -> Result<String> {
+    if let Some(name) = user {
+        let (uid, gid) = lookup_user(name)?;
+        if let Some(k) = kernel {
+            k.chown_pins(uid, gid)?;
+        }
+        // SAFETY: plain credential syscalls on this process; checked one by one.
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                bail!(
+                    "cannot switch to user {name}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+    for set in [
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+        caps::CapSet::Inheritable,
+    ] {
+        caps::clear(None, set).map_err(|e| anyhow!("cannot drop capabilities: {e}"))?;
+    }
+    Ok(match user {
+        Some(name) => format!("running as {name} with no capabilities"),
+        None => "running with no capabilities".into(),
+    })
+}
+
+fn lookup_user(name: &str) -> Result<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").context("cannot read /etc/passwd")?;
+    for line in passwd.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() > 3 && f[0] == name {
+            return Ok((f[2].parse()?, f[3].parse()?));
+        }
+    }
+    bail!("no user {name:?} in /etc/passwd; pass an existing user to --user")
+}
