@@ -7,4 +7,5 @@ mod http11;
 mod operations;
 mod scale;
 mod startup;
+mod steering;
 mod timeouts;

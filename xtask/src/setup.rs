@@ -1,6 +1,7 @@
 //! `cargo xtask setup`: installs what a fresh machine lacks, and nothing twice.
 //!
-//! - Debian packages: `curl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer).
+//! - Debian packages: `curl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
+//!   `bpftool` (reads the pinned BPF maps in the steering tests).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
 //!
@@ -14,7 +15,12 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 3] = [("curl", "curl"), ("wrk", "wrk"), ("nginx", "nginx-light")];
+const PACKAGES: [(&str, &str); 4] = [
+    ("curl", "curl"),
+    ("wrk", "wrk"),
+    ("nginx", "nginx-light"),
+    ("bpftool", "bpftool"),
+];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
 /// Installs what is missing. `report` prints a line for what is already there too.
@@ -26,7 +32,7 @@ pub fn run(report: bool) -> Result<()> {
         .collect();
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, wrk and nginx are installed");
+            eprintln!("setup: curl, wrk, nginx and bpftool are installed");
         }
     } else {
         install_debian(&missing)?;

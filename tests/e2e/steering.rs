@@ -1,0 +1,320 @@
+//! The steering ladder, observed from outside: clients pinned to each CPU, and which worker accepted
+//! their connections. On loopback the SYN is processed on the client's CPU, so with `ebpf` and
+//! `incoming-cpu` every connection must land on the worker pinned to the client's CPU; with plain
+//! `reuseport` the kernel hashes and the spread is not all-local.
+//!
+//! The eBPF tests need root (CAP_BPF + CAP_NET_ADMIN): without it they print that they are skipped.
+//! The unprivileged cases run statico as the user `nobody`, which also needs root to arrange.
+
+use std::process::Command;
+
+use statico_tests::{get, Reader, Server, Stopped};
+
+const PER_CPU: usize = 12;
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Skips (loudly) a test that needs root.
+macro_rules! require_root {
+    ($what:expr) => {
+        if !is_root() {
+            eprintln!(
+                "SKIPPED: {} needs root (CAP_BPF + CAP_NET_ADMIN); CI runs as root",
+                $what
+            );
+            return;
+        }
+    };
+}
+
+/// Opens `PER_CPU` connections from a thread pinned to each CPU, one request each.
+fn connect_from_every_cpu(s: &Server) {
+    for cpu in 0..cpus() {
+        let addr = s.addr;
+        std::thread::spawn(move || {
+            pin_current_thread(cpu);
+            for _ in 0..PER_CPU {
+                let c = std::net::TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(statico_tests::WAIT)).unwrap();
+                let mut r = Reader::new(c);
+                r.send(&get("/"));
+                assert_eq!(r.response(false).status, 200);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn pin_current_thread(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one bit set, passed by pointer with its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pin to CPU {cpu}"
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_current_thread(_: usize) {}
+
+/// Connections accepted by each worker, from the per-worker lines printed at exit.
+fn accepted_by_worker(stopped: &Stopped) -> Vec<(usize, u64)> {
+    stopped
+        .stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("statico: worker ")?;
+            let cpu: usize = rest
+                .split("(cpu ")
+                .nth(1)?
+                .split(')')
+                .next()?
+                .parse()
+                .ok()?;
+            let n: u64 = rest
+                .split("conns_accepted=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some((cpu, n))
+        })
+        .collect()
+}
+
+fn steering_totals(stopped: &Stopped) -> (u64, u64) {
+    stopped
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("statico: steering cpu "))
+        .fold((0, 0), |(st, fb), l| {
+            let field = |k: &str| -> u64 {
+                l.split(&format!("{k}="))
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            (st + field("steered"), fb + field("fallbacks"))
+        })
+}
+
+fn assert_all_local(stopped: &Stopped) {
+    let accepted = accepted_by_worker(stopped);
+    assert_eq!(
+        accepted.len(),
+        cpus(),
+        "one worker per CPU: {}",
+        stopped.stderr
+    );
+    for (cpu, n) in accepted {
+        assert_eq!(
+            n, PER_CPU as u64,
+            "worker on CPU {cpu} accepted {n}, expected its CPU's {PER_CPU}:\n{}",
+            stopped.stderr
+        );
+    }
+}
+
+#[test]
+fn ebpf_steers_every_connection_to_the_clients_cpu() {
+    require_root!("ebpf steering");
+    let s = Server::start(&["--steering", "ebpf", "-t", &cpus().to_string()]);
+    assert!(s.stderr().contains("steering: ebpf"), "{}", s.stderr());
+    connect_from_every_cpu(&s);
+    let stopped = s.stop();
+    assert_all_local(&stopped);
+    let (steered, fallbacks) = steering_totals(&stopped);
+    assert_eq!(
+        (steered, fallbacks),
+        ((cpus() * PER_CPU) as u64, 0),
+        "{}",
+        stopped.stderr
+    );
+}
+
+#[test]
+fn incoming_cpu_keeps_connections_local_without_privileges() {
+    let s = Server::start(&["--steering", "incoming-cpu", "-t", &cpus().to_string()]);
+    connect_from_every_cpu(&s);
+    assert_all_local(&s.stop());
+}
+
+#[test]
+fn plain_reuseport_hashes_so_the_spread_is_not_all_local() {
+    if cpus() < 2 {
+        eprintln!("SKIPPED: needs 2 CPUs to compare spreads");
+        return;
+    }
+    let s = Server::start(&["--steering", "reuseport", "-t", &cpus().to_string()]);
+    connect_from_every_cpu(&s);
+    let stopped = s.stop();
+    let accepted = accepted_by_worker(&stopped);
+    let total: u64 = accepted.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, (cpus() * PER_CPU) as u64);
+    // All-local by chance has probability 2^-(2*PER_CPU) under hashing.
+    assert!(
+        accepted.iter().any(|(_, n)| *n != PER_CPU as u64),
+        "hashing looked CPU-local: {accepted:?}"
+    );
+}
+
+#[test]
+fn ebpf_cpu_without_a_worker_falls_back_without_refusing() {
+    require_root!("ebpf steering");
+    if cpus() < 2 {
+        eprintln!("SKIPPED: needs 2 CPUs for a CPU without a worker");
+        return;
+    }
+    // One worker, pinned to the first CPU: SYNs on the other CPUs find no slot and must still be served.
+    let s = Server::start(&["--steering", "ebpf", "-t", "1"]);
+    connect_from_every_cpu(&s);
+    let stopped = s.stop();
+    let (steered, fallbacks) = steering_totals(&stopped);
+    assert_eq!(steered, PER_CPU as u64, "{}", stopped.stderr);
+    assert_eq!(
+        fallbacks,
+        ((cpus() - 1) * PER_CPU) as u64,
+        "{}",
+        stopped.stderr
+    );
+    assert_eq!(stopped.total("requests"), (cpus() * PER_CPU) as u64);
+}
+
+#[test]
+fn bpftool_reads_the_pinned_counters_and_pins_go_at_exit() {
+    require_root!("ebpf steering");
+    let s = Server::start(&["--steering", "ebpf"]);
+    let pins = format!("/sys/fs/bpf/statico/{}", s.addr.port());
+    let mut r = Reader::new(s.connect());
+    for _ in 0..7 {
+        r.send(&get("/"));
+        r.response(false);
+    }
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned", &format!("{pins}/workers")])
+        .output()
+        .expect("bpftool (installed by cargo xtask setup)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = requests_in_dump(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(requests, 7, "bpftool saw {requests} requests");
+    drop(r);
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    assert!(
+        !std::path::Path::new(&pins).exists(),
+        "pins left behind in {pins}"
+    );
+}
+
+/// Sums slot 0 (requests) of every worker record in `bpftool -j map dump` output, whose values are
+/// arrays of "0x.." byte strings.
+fn requests_in_dump(json: &str) -> u64 {
+    let mut total = 0;
+    for value in json.split("\"value\":[").skip(1) {
+        let bytes: Vec<u8> = value
+            .split(']')
+            .next()
+            .unwrap()
+            .split(',')
+            .take(8)
+            .map(|b| {
+                u8::from_str_radix(b.trim().trim_matches('"').trim_start_matches("0x"), 16).unwrap()
+            })
+            .collect();
+        total += u64::from_le_bytes(bytes.try_into().unwrap());
+    }
+    total
+}
+
+/// Runs statico as `nobody` (no capabilities) and returns its exit code and stderr, or the line
+/// announcing the steering rung if it started (then stops it).
+#[cfg(target_os = "linux")]
+fn as_nobody(args: &[&str]) -> (Option<i32>, String) {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    let bin = std::env::temp_dir().join(format!("statico-nobody-{}", std::process::id()));
+    std::fs::copy(statico_tests::binary(), &bin).unwrap();
+    let mut child = Command::new(&bin)
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--runtime",
+            &statico_tests::runtime(),
+        ])
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        err.push_str(&line);
+        err.push('\n');
+        if line.contains("listening on") {
+            statico_tests::signal(child.id(), "TERM");
+        }
+    }
+    let status = statico_tests::wait_timeout(&mut child, statico_tests::WAIT);
+    let _ = std::fs::remove_file(&bin);
+    (status.and_then(|s| s.code()), err)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn forced_ebpf_without_privileges_fails_with_the_reason() {
+    require_root!("switching to the unprivileged user nobody");
+    let (code, err) = as_nobody(&["--steering", "ebpf"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--steering ebpf cannot work here") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn auto_without_privileges_lands_on_incoming_cpu_and_says_why() {
+    require_root!("switching to the unprivileged user nobody");
+    let (code, err) = as_nobody(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("steering: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("steering: incoming-cpu") && line.contains("eBPF passed over"),
+        "{err}"
+    );
+}
