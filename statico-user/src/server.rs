@@ -17,8 +17,6 @@ use crate::response::Response;
 use crate::runtime::{self, Settings, WorkerSetup};
 use crate::shutdown;
 use crate::steering::{self, SocketOptions};
-#[cfg(not(all(target_os = "linux", statico_bpf)))]
-use anyhow::anyhow as _;
 
 /// Why the server could not start, split by who has to act: a flag value (exit code 2) or the
 /// machine (exit code 1).

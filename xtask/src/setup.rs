@@ -4,6 +4,7 @@
 //!   `bpftool` (reads the pinned BPF maps in the steering tests).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
+//! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -22,6 +23,20 @@ const PACKAGES: [(&str, &str); 4] = [
     ("bpftool", "bpftool"),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
+/// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
+pub const NON_LINUX_TARGET: &str = "x86_64-unknown-freebsd";
+
+/// The standard library of `target` for the stable toolchain, through rustup.
+fn ensure_target(target: &str) -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    if matches!(&installed, Ok(o) if String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == target))
+    {
+        return Ok(());
+    }
+    cmd("rustup", &["target", "add", target])
+}
 
 /// Installs what is missing. `report` prints a line for what is already there too.
 pub fn run(report: bool) -> Result<()> {
@@ -54,6 +69,7 @@ pub fn run(report: bool) -> Result<()> {
             ],
         )?;
     }
+    ensure_target(NON_LINUX_TARGET)?;
     if report {
         eprintln!("setup: done");
     }
