@@ -205,7 +205,8 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             s.runs, s.steered, s.fallbacks
         );
     }
-    // Detaches the program, clears the socket slots, removes the pins.
+    // Dropping the kernel state detaches the program, clears the socket slots, removes the pins.
+    #[cfg(all(target_os = "linux", statico_bpf))]
     drop(kernel);
     Ok(())
 }
