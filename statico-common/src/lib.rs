@@ -99,6 +99,20 @@ pub mod names {
     pub const MAP_STEERING: &str = "STEERING";
     /// `ARRAY` (`BPF_F_MMAPABLE`) of [`super::WorkerRecord`], one per worker, written by the workers.
     pub const MAP_WORKERS: &str = "WORKERS";
+    /// The XDP program counting the server's packets (`--xdp IFACE`).
+    pub const PROG_XDP: &str = "statico_xdp";
+    /// `ARRAY` of one u16: the server's TCP port, set by userspace before attaching.
+    pub const MAP_XDP_PORT: &str = "XDP_PORT";
+    /// `PERCPU_ARRAY` of one [`super::XdpCounters`].
+    pub const MAP_XDP_STATS: &str = "XDP_STATS";
+}
+
+/// Packets and bytes of the server's TCP port (either direction) seen by the XDP program, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCounters {
+    pub packets: u64,
+    pub bytes: u64,
 }
 
 /// A CPU with no worker slot: the program returns `SK_PASS` without selecting, and the kernel hashes.
@@ -121,6 +135,8 @@ pub struct SteerCounters {
 unsafe impl aya::Pod for SteerCounters {}
 #[cfg(all(feature = "user", target_os = "linux"))]
 unsafe impl aya::Pod for WorkerRecord {}
+#[cfg(all(feature = "user", target_os = "linux"))]
+unsafe impl aya::Pod for XdpCounters {}
 
 #[cfg(test)]
 mod tests {

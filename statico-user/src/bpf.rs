@@ -20,10 +20,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, Map, MapData, PerCpuArray, ReusePortSockArray};
-use aya::programs::SkReuseport;
+use aya::programs::{SkReuseport, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
-use statico_common::names::{MAP_CPU_SLOTS, MAP_SOCKETS, MAP_STEERING, MAP_WORKERS, PROG_STEER};
-use statico_common::{SteerCounters, WorkerRecord, NO_SLOT};
+use statico_common::names::{
+    MAP_CPU_SLOTS, MAP_SOCKETS, MAP_STEERING, MAP_WORKERS, MAP_XDP_PORT, MAP_XDP_STATS, PROG_STEER,
+    PROG_XDP,
+};
+use statico_common::{SteerCounters, WorkerRecord, XdpCounters, NO_SLOT};
 
 use crate::meter::{Counters, WorkerCounters};
 
@@ -35,7 +38,13 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/statico";
 
 /// Loaded, attached and pinned kernel state. Dropping it undoes all of that.
 pub struct Kernel {
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
+    /// `--xdp IFACE`: the interface, the link to detach, and the per-CPU packet counters.
+    xdp: Option<(
+        String,
+        aya::programs::xdp::XdpLinkId,
+        PerCpuArray<MapData, XdpCounters>,
+    )>,
     /// A duplicate of one listener of the group, to detach the program from the group at exit.
     group: OwnedFd,
     sockets: ReusePortSockArray<MapData>,
@@ -85,6 +94,7 @@ pub fn attach(
     listeners: &[TcpListener],
     worker_cpus: &[Option<usize>],
     port: u16,
+    xdp: Option<&str>,
 ) -> Result<Kernel> {
     let workers = listeners.len();
     let cpus = aya::util::nr_cpus()
@@ -138,8 +148,15 @@ pub fn attach(
         .attach(&listeners[0])
         .map_err(|e| privilege_hint(anyhow!(e), "attaching the program to the listeners"))?;
     let group = listeners[0].as_fd().try_clone_to_owned()?;
+    let xdp = match xdp {
+        Some(iface) => Some(attach_xdp(&mut ebpf, iface, port).inspect_err(|_| {
+            let _ = SkReuseport::detach(&group);
+        })?),
+        None => None,
+    };
     Ok(Kernel {
-        _ebpf: ebpf,
+        ebpf,
+        xdp,
         group,
         sockets,
         steering,
@@ -164,6 +181,16 @@ impl Kernel {
             .unwrap_or_default()
     }
 
+    /// The XDP program's counters of every possible CPU, with `--xdp`.
+    pub fn xdp(&self) -> Option<(&str, Vec<XdpCounters>)> {
+        let (iface, _, stats) = self.xdp.as_ref()?;
+        let values = stats
+            .get(&0, 0)
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default();
+        Some((iface, values))
+    }
+
     pub fn pin_dir(&self) -> &Path {
         &self.pins.0
     }
@@ -180,12 +207,42 @@ impl Kernel {
 
 impl Drop for Kernel {
     fn drop(&mut self) {
+        if let Some((_, link, _)) = self.xdp.take() {
+            if let Some(Ok(p)) = self.ebpf.program_mut(PROG_XDP).map(<&mut Xdp>::try_from) {
+                let _ = p.detach(link);
+            }
+        }
         let _ = SkReuseport::detach(&self.group);
         for slot in 0..self.workers as u32 {
             let _ = self.sockets.clear_index(&slot);
         }
         // The pins go with `self.pins`.
     }
+}
+
+fn attach_xdp(
+    ebpf: &mut Ebpf,
+    iface: &str,
+    port: u16,
+) -> Result<(
+    String,
+    aya::programs::xdp::XdpLinkId,
+    PerCpuArray<MapData, XdpCounters>,
+)> {
+    let mut port_map: Array<MapData, u16> = Array::try_from(take(ebpf, MAP_XDP_PORT)?)?;
+    port_map.set(0, port, 0)?;
+    let stats = PerCpuArray::try_from(take(ebpf, MAP_XDP_STATS)?)?;
+    let program: &mut Xdp = ebpf
+        .program_mut(PROG_XDP)
+        .context("the BPF object has no XDP program")?
+        .try_into()?;
+    program
+        .load()
+        .map_err(|e| privilege_hint(anyhow!(e), "loading the XDP program"))?;
+    let link = program.attach(iface, XdpMode::Default).map_err(|e| {
+        anyhow!("cannot attach XDP to {iface:?}: {e}; check the interface name (ip link)")
+    })?;
+    Ok((iface.to_string(), link, stats))
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<Map> {

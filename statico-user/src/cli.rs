@@ -82,6 +82,11 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SteeringKind::Auto)]
     pub steering: SteeringKind,
 
+    /// Count the server port's packets and bytes per CPU with an XDP program on this interface (e.g. lo);
+    /// needs the eBPF rung
+    #[arg(long, value_name = "IFACE")]
+    pub xdp: Option<String>,
+
     /// After start-up (eBPF attached, maps pinned), switch to this user; capabilities are dropped always
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,

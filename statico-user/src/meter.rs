@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use statico_common::{Counter, SteerCounters, COUNTERS};
+use statico_common::{Counter, SteerCounters, XdpCounters, COUNTERS};
 
 /// One worker's counters. Same size, alignment and slot order as `statico_common::WorkerRecord`.
 #[repr(C, align(64))]
@@ -156,13 +156,22 @@ pub fn rates(prev: &Snapshot, now: &Snapshot, elapsed: Duration) -> Rates {
     }
 }
 
-/// Per-worker request rates and per-CPU steering counters, next to the totals.
+/// Per-worker request rates and the kernel's per-CPU counters, next to the totals.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Detail {
     /// (requests/s, total requests) per worker.
     pub workers: Vec<(f64, u64)>,
     /// Steering counters per CPU (empty without the eBPF rung).
     pub steering: Vec<SteerCounters>,
+    /// XDP packet counters per CPU (empty without `--xdp`).
+    pub xdp: Vec<XdpCounters>,
+}
+
+/// What the kernel side counts, read once a second from the BPF maps.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelDetail {
+    pub steering: Vec<SteerCounters>,
+    pub xdp: Vec<XdpCounters>,
 }
 
 /// Formats one meter line.
@@ -186,6 +195,12 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
                 s.push_str("  | steered/fallback by CPU");
                 for (cpu, c) in detail.steering.iter().enumerate() {
                     let _ = write!(s, " {cpu}:{}/{}", c.steered, c.fallbacks);
+                }
+            }
+            if !detail.xdp.is_empty() {
+                s.push_str("  | xdp packets by CPU");
+                for (cpu, x) in detail.xdp.iter().enumerate() {
+                    let _ = write!(s, " {cpu}:{}", x.packets);
                 }
             }
             s
@@ -215,6 +230,15 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
                     c.runs, c.steered, c.fallbacks
                 );
             }
+            s.push_str("],\"xdp\":[");
+            for (cpu, x) in detail.xdp.iter().enumerate() {
+                let sep = if cpu > 0 { "," } else { "" };
+                let _ = write!(
+                    s,
+                    "{sep}{{\"cpu\":{cpu},\"packets\":{},\"bytes\":{}}}",
+                    x.packets, x.bytes
+                );
+            }
             s.push_str("]}");
             s
         }
@@ -242,13 +266,9 @@ pub fn format_worker_totals(worker: usize, cpu: Option<usize>, total: &Snapshot)
     s
 }
 
-/// Prints a meter line every second until the future is dropped. `steering` reads the per-CPU
-/// steering counters (empty without the eBPF rung).
-pub async fn run(
-    counters: Counters,
-    format: MeterFormat,
-    steering: &dyn Fn() -> Vec<SteerCounters>,
-) {
+/// Prints a meter line every second until the future is dropped. `kernel` reads the per-CPU steering
+/// and XDP counters (empty without the eBPF rung).
+pub async fn run(counters: Counters, format: MeterFormat, kernel: &dyn Fn() -> KernelDetail) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -266,13 +286,15 @@ pub async fn run(
         let now_workers = per_worker(&counters);
         let at = Instant::now();
         let secs = (at - prev_at).as_secs_f64().max(1e-9);
+        let k = kernel();
         let detail = Detail {
             workers: now_workers
                 .iter()
                 .zip(&prev_workers)
                 .map(|(n, p)| (n.wrapping_sub(*p) as f64 / secs, *n))
                 .collect(),
-            steering: steering(),
+            steering: k.steering,
+            xdp: k.xdp,
         };
         println!(
             "{}",
@@ -322,6 +344,10 @@ mod tests {
                 runs: 3,
                 steered: 2,
                 fallbacks: 1,
+            }],
+            xdp: vec![XdpCounters {
+                packets: 5,
+                bytes: 300,
             }],
         };
         let line = format_line(MeterFormat::Json, &r, &s, &detail);

@@ -68,6 +68,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         addr,
         &worker_cpus,
         SocketOptions::from_cli(&cli),
+        cli.xdp.as_deref(),
     )
     .map_err(StartError::Runtime)?;
     let steering::Listeners {
@@ -171,7 +172,10 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
     );
 
-    let steering_source = || steering_counters(kernel.as_ref());
+    let steering_source = || meter::KernelDetail {
+        steering: steering_counters(kernel.as_ref()),
+        xdp: xdp_counters(kernel.as_ref()),
+    };
     let signal = main_rt.block_on(async {
         let meter = async {
             if cli.meter {
@@ -205,6 +209,12 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             s.runs, s.steered, s.fallbacks
         );
     }
+    for (cpu, x) in xdp_counters(kernel.as_ref()).iter().enumerate() {
+        eprintln!(
+            "statico: xdp cpu {cpu}: packets={} bytes={}",
+            x.packets, x.bytes
+        );
+    }
     // Dropping the kernel state detaches the program, clears the socket slots, removes the pins.
     #[cfg(all(target_os = "linux", statico_bpf))]
     drop(kernel);
@@ -235,6 +245,15 @@ fn steering_counters(k: Option<&Kernel>) -> Vec<statico_common::SteerCounters> {
 }
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
 fn steering_counters(_: Option<&Kernel>) -> Vec<statico_common::SteerCounters> {
+    Vec::new()
+}
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn xdp_counters(k: Option<&Kernel>) -> Vec<statico_common::XdpCounters> {
+    k.and_then(Kernel::xdp).map(|(_, v)| v).unwrap_or_default()
+}
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn xdp_counters(_: Option<&Kernel>) -> Vec<statico_common::XdpCounters> {
     Vec::new()
 }
 

@@ -99,6 +99,7 @@ pub fn bind(
     addr: SocketAddr,
     worker_cpus: &[Option<usize>],
     opts: SocketOptions,
+    xdp: Option<&str>,
 ) -> Result<Listeners> {
     let workers = worker_cpus.len();
     let group = match kind {
@@ -110,7 +111,13 @@ pub fn bind(
             other.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
         ),
     };
+    if xdp.is_some() && !matches!(kind, SteeringKind::Auto | SteeringKind::Ebpf) {
+        bail!("--xdp comes with the eBPF programs: use it with --steering ebpf or auto");
+    }
     if !group {
+        if xdp.is_some() {
+            bail!("--xdp needs Linux and the eBPF programs");
+        }
         let one = listen(addr, false, opts)?;
         let mut sockets = Vec::with_capacity(workers);
         for _ in 1..workers {
@@ -142,7 +149,7 @@ pub fn bind(
 
     match kind {
         SteeringKind::Ebpf => {
-            let kernel = attach_ebpf(&sockets, worker_cpus, addr.port())
+            let kernel = attach_ebpf(&sockets, worker_cpus, addr.port(), xdp)
                 .map_err(|e| anyhow::anyhow!("--steering ebpf cannot work here: {e:#}"))?;
             finish_ebpf(kernel, "forced".into(), sockets)
         }
@@ -162,8 +169,11 @@ pub fn bind(
             sockets,
         ),
         SteeringKind::Auto => {
-            let ebpf_failure = match attach_ebpf(&sockets, worker_cpus, addr.port()) {
+            let ebpf_failure = match attach_ebpf(&sockets, worker_cpus, addr.port(), xdp) {
                 Ok(kernel) => return finish_ebpf(kernel, "auto".into(), sockets),
+                Err(e) if xdp.is_some() => {
+                    bail!("--xdp needs the eBPF programs, which cannot work here: {e:#}")
+                }
                 Err(e) => format!("{e:#}"),
             };
             match incoming_cpu(&sockets, worker_cpus) {
@@ -205,15 +215,21 @@ fn attach_ebpf(
     sockets: &[TcpListener],
     worker_cpus: &[Option<usize>],
     port: u16,
+    xdp: Option<&str>,
 ) -> Result<KernelState> {
     if worker_cpus.iter().any(Option::is_none) {
         bail!("workers are not pinned to CPUs, so there is no CPU to steer to");
     }
-    crate::bpf::attach(sockets, worker_cpus, port)
+    crate::bpf::attach(sockets, worker_cpus, port, xdp)
 }
 
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
-fn attach_ebpf(_: &[TcpListener], _: &[Option<usize>], _: u16) -> Result<KernelState> {
+fn attach_ebpf(
+    _: &[TcpListener],
+    _: &[Option<usize>],
+    _: u16,
+    _: Option<&str>,
+) -> Result<KernelState> {
     if cfg!(target_os = "linux") {
         bail!("this statico was built without its BPF programs (nightly or bpf-linker was missing at build time: run `cargo xtask setup` and rebuild)")
     } else {
@@ -361,7 +377,14 @@ mod tests {
 
     #[test]
     fn one_listener_per_worker_on_one_port() {
-        let l = bind(SteeringKind::Reuseport, localhost0(), &[None; 3], opts()).unwrap();
+        let l = bind(
+            SteeringKind::Reuseport,
+            localhost0(),
+            &[None; 3],
+            opts(),
+            None,
+        )
+        .unwrap();
         assert_eq!(l.sockets.len(), 3);
         let port = l.local_addr.port();
         assert!(l
@@ -374,7 +397,7 @@ mod tests {
     fn port_in_use_is_refused_with_the_fix() {
         let taken = TcpListener::bind(localhost0()).unwrap();
         for kind in [SteeringKind::Reuseport, SteeringKind::Shared] {
-            let err = bind(kind, taken.local_addr().unwrap(), &[None; 2], opts())
+            let err = bind(kind, taken.local_addr().unwrap(), &[None; 2], opts(), None)
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -390,7 +413,7 @@ mod tests {
             nodelay: true,
             ..opts()
         };
-        let l = bind(SteeringKind::Shared, localhost0(), &[None], opts).unwrap();
+        let l = bind(SteeringKind::Shared, localhost0(), &[None], opts, None).unwrap();
         let listener = &l.sockets[0];
         listener.set_nonblocking(false).unwrap();
         let _client = std::net::TcpStream::connect(l.local_addr).unwrap();
@@ -407,6 +430,7 @@ mod tests {
             other.local_addr().unwrap(),
             &[None; 2],
             opts(),
+            None,
         )
         .unwrap_err();
         assert!(err.to_string().contains("already in use"), "{err}");

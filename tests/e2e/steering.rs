@@ -37,22 +37,68 @@ macro_rules! require_root {
     };
 }
 
-/// Opens `PER_CPU` connections from a thread pinned to each CPU, one request each.
-fn connect_from_every_cpu(s: &Server) {
+/// Opens `PER_CPU` connections from a thread pinned to `cpu`, one request each.
+fn connect_from_cpu(s: &Server, cpu: usize) {
+    let addr = s.addr;
+    std::thread::spawn(move || {
+        pin_current_thread(cpu);
+        for _ in 0..PER_CPU {
+            let c = std::net::TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(statico_tests::WAIT)).unwrap();
+            let mut r = Reader::new(c);
+            r.send(&get("/"));
+            assert_eq!(r.response(false).status, 200);
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// Opens `PER_CPU` connections from each CPU in turn, and returns, for each CPU, how many of its
+/// connections each worker took (read from the JSON meter between phases; one request a connection).
+fn spread_by_client_cpu(s: &Server) -> Vec<Vec<u64>> {
+    let mut before = vec![0u64; cpus()];
+    let mut spread = Vec::new();
     for cpu in 0..cpus() {
-        let addr = s.addr;
-        std::thread::spawn(move || {
-            pin_current_thread(cpu);
-            for _ in 0..PER_CPU {
-                let c = std::net::TcpStream::connect(addr).unwrap();
-                c.set_read_timeout(Some(statico_tests::WAIT)).unwrap();
-                let mut r = Reader::new(c);
-                r.send(&get("/"));
-                assert_eq!(r.response(false).status, 200);
-            }
-        })
-        .join()
+        connect_from_cpu(s, cpu);
+        let total = ((cpu + 1) * PER_CPU) as u64;
+        let now = worker_requests_when_total(s, total);
+        spread.push(now.iter().zip(&before).map(|(n, b)| n - b).collect());
+        before = now;
+    }
+    spread
+}
+
+/// Waits for a JSON meter line whose total is `total` requests and returns its per-worker requests.
+fn worker_requests_when_total(s: &Server, total: u64) -> Vec<u64> {
+    let key = format!("\"requests\":{total},");
+    let out = s.wait_stdout(&key);
+    let line = out.lines().find(|l| l.contains(&key)).unwrap();
+    let workers = line
+        .split("\"workers\":[")
+        .nth(1)
+        .unwrap()
+        .split(']')
+        .next()
         .unwrap();
+    workers
+        .split("\"requests\":")
+        .skip(1)
+        .map(|r| r.split('}').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Worker i is pinned to CPU i (the server runs one worker per CPU): every connection from CPU c must
+/// have been taken by worker c.
+fn assert_all_local(spread: &[Vec<u64>]) {
+    for (cpu, by_worker) in spread.iter().enumerate() {
+        for (worker, n) in by_worker.iter().enumerate() {
+            let expected = if worker == cpu { PER_CPU as u64 } else { 0 };
+            assert_eq!(
+                *n, expected,
+                "connections from CPU {cpu} taken per worker: {by_worker:?} (all: {spread:?})"
+            );
+        }
     }
 }
 
@@ -72,32 +118,6 @@ fn pin_current_thread(cpu: usize) {
 
 #[cfg(not(target_os = "linux"))]
 fn pin_current_thread(_: usize) {}
-
-/// Connections accepted by each worker, from the per-worker lines printed at exit.
-fn accepted_by_worker(stopped: &Stopped) -> Vec<(usize, u64)> {
-    stopped
-        .stderr
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("statico: worker ")?;
-            let cpu: usize = rest
-                .split("(cpu ")
-                .nth(1)?
-                .split(')')
-                .next()?
-                .parse()
-                .ok()?;
-            let n: u64 = rest
-                .split("conns_accepted=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
-            Some((cpu, n))
-        })
-        .collect()
-}
 
 fn steering_totals(stopped: &Stopped) -> (u64, u64) {
     stopped
@@ -119,31 +139,21 @@ fn steering_totals(stopped: &Stopped) -> (u64, u64) {
         })
 }
 
-fn assert_all_local(stopped: &Stopped) {
-    let accepted = accepted_by_worker(stopped);
-    assert_eq!(
-        accepted.len(),
-        cpus(),
-        "one worker per CPU: {}",
-        stopped.stderr
-    );
-    for (cpu, n) in accepted {
-        assert_eq!(
-            n, PER_CPU as u64,
-            "worker on CPU {cpu} accepted {n}, expected its CPU's {PER_CPU}:\n{}",
-            stopped.stderr
-        );
-    }
-}
-
 #[test]
 fn ebpf_steers_every_connection_to_the_clients_cpu() {
     require_root!("ebpf steering");
-    let s = Server::start(&["--steering", "ebpf", "-t", &cpus().to_string()]);
+    let s = Server::start(&[
+        "--steering",
+        "ebpf",
+        "-t",
+        &cpus().to_string(),
+        "-m",
+        "--meter-format",
+        "json",
+    ]);
     assert!(s.stderr().contains("steering: ebpf"), "{}", s.stderr());
-    connect_from_every_cpu(&s);
+    assert_all_local(&spread_by_client_cpu(&s));
     let stopped = s.stop();
-    assert_all_local(&stopped);
     let (steered, fallbacks) = steering_totals(&stopped);
     assert_eq!(
         (steered, fallbacks),
@@ -155,9 +165,16 @@ fn ebpf_steers_every_connection_to_the_clients_cpu() {
 
 #[test]
 fn incoming_cpu_keeps_connections_local_without_privileges() {
-    let s = Server::start(&["--steering", "incoming-cpu", "-t", &cpus().to_string()]);
-    connect_from_every_cpu(&s);
-    assert_all_local(&s.stop());
+    let s = Server::start(&[
+        "--steering",
+        "incoming-cpu",
+        "-t",
+        &cpus().to_string(),
+        "-m",
+        "--meter-format",
+        "json",
+    ]);
+    assert_all_local(&spread_by_client_cpu(&s));
 }
 
 #[test]
@@ -166,16 +183,26 @@ fn plain_reuseport_hashes_so_the_spread_is_not_all_local() {
         eprintln!("SKIPPED: needs 2 CPUs to compare spreads");
         return;
     }
-    let s = Server::start(&["--steering", "reuseport", "-t", &cpus().to_string()]);
-    connect_from_every_cpu(&s);
-    let stopped = s.stop();
-    let accepted = accepted_by_worker(&stopped);
-    let total: u64 = accepted.iter().map(|(_, n)| n).sum();
-    assert_eq!(total, (cpus() * PER_CPU) as u64);
-    // All-local by chance has probability 2^-(2*PER_CPU) under hashing.
+    let s = Server::start(&[
+        "--steering",
+        "reuseport",
+        "-t",
+        &cpus().to_string(),
+        "-m",
+        "--meter-format",
+        "json",
+    ]);
+    let spread = spread_by_client_cpu(&s);
+    // Every connection served, but not all by the client's CPU's worker: all-local by chance has
+    // probability 2^-(CPUs * PER_CPU) under hashing.
+    assert_eq!(
+        spread.iter().flatten().sum::<u64>(),
+        (cpus() * PER_CPU) as u64
+    );
+    let local: u64 = spread.iter().enumerate().map(|(cpu, w)| w[cpu]).sum();
     assert!(
-        accepted.iter().any(|(_, n)| *n != PER_CPU as u64),
-        "hashing looked CPU-local: {accepted:?}"
+        local < (cpus() * PER_CPU) as u64,
+        "hashing looked CPU-local: {spread:?}"
     );
 }
 
@@ -188,7 +215,9 @@ fn ebpf_cpu_without_a_worker_falls_back_without_refusing() {
     }
     // One worker, pinned to the first CPU: SYNs on the other CPUs find no slot and must still be served.
     let s = Server::start(&["--steering", "ebpf", "-t", "1"]);
-    connect_from_every_cpu(&s);
+    for cpu in 0..cpus() {
+        connect_from_cpu(&s, cpu);
+    }
     let stopped = s.stop();
     let (steered, fallbacks) = steering_totals(&stopped);
     assert_eq!(steered, PER_CPU as u64, "{}", stopped.stderr);
@@ -257,24 +286,39 @@ fn requests_in_dump(json: &str) -> u64 {
 fn as_nobody(args: &[&str]) -> (Option<i32>, String) {
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
-    let bin = std::env::temp_dir().join(format!("statico-nobody-{}", std::process::id()));
+    // A copy `nobody` can execute, unique per call (tests run in parallel).
+    static COPIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let bin = std::env::temp_dir().join(format!("statico-nobody-{}-{n}", std::process::id()));
     std::fs::copy(statico_tests::binary(), &bin).unwrap();
-    let mut child = Command::new(&bin)
-        .args([
-            "-a",
-            "127.0.0.1",
-            "-p",
-            "0",
-            "--runtime",
-            &statico_tests::runtime(),
-        ])
-        .args(args)
-        .uid(65534)
-        .gid(65534)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let spawn = || {
+        Command::new(&bin)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                "0",
+                "--runtime",
+                &statico_tests::runtime(),
+            ])
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    };
+    // A child forked by a parallel test may still hold the copy's write descriptor for a moment
+    // (ETXTBSY until it execs): retry briefly.
+    let mut child = (0..50)
+        .find_map(|_| match spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                None
+            }
+            other => Some(other.unwrap()),
+        })
+        .expect("the copied binary stayed busy");
     let mut err = String::new();
     for line in BufReader::new(child.stderr.take().unwrap())
         .lines()
@@ -315,6 +359,73 @@ fn auto_without_privileges_lands_on_incoming_cpu_and_says_why() {
         .unwrap_or_default();
     assert!(
         line.contains("steering: incoming-cpu") && line.contains("eBPF passed over"),
+        "{err}"
+    );
+}
+
+#[test]
+fn xdp_on_lo_counts_the_server_ports_packets() {
+    require_root!("XDP");
+    let s = Server::start(&["--xdp", "lo"]);
+    for _ in 0..5 {
+        let mut r = Reader::new(s.connect());
+        r.send(&get("/"));
+        r.response(false);
+    }
+    let stopped = s.stop();
+    let (packets, bytes) = stopped
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("statico: xdp cpu "))
+        .fold((0u64, 0u64), |(p, b), l| {
+            let field = |k: &str| -> u64 {
+                l.split(&format!("{k}="))
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            (p + field("packets"), b + field("bytes"))
+        });
+    // Each connection: handshake (3), request, response, their ACKs, and the close: well over 5 packets
+    // each, and at least the request and response bytes.
+    assert!(
+        packets >= 5 * 5,
+        "xdp counted {packets} packets:\n{}",
+        stopped.stderr
+    );
+    assert!(
+        bytes >= stopped.total("bytes_in") + stopped.total("bytes_out"),
+        "xdp counted {bytes} bytes"
+    );
+    let link = Command::new("ip")
+        .args(["link", "show", "lo"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&link.stdout).contains("xdp"),
+        "XDP left attached to lo"
+    );
+}
+
+#[test]
+fn xdp_without_the_ebpf_rung_is_refused() {
+    let (code, err) = statico_tests::run_to_exit(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "0",
+        "--steering",
+        "reuseport",
+        "--xdp",
+        "lo",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--xdp") && err.contains("--steering ebpf"),
         "{err}"
     );
 }
