@@ -37,6 +37,9 @@ pub struct BenchArgs {
     /// A smoke run: 1 round of 2 s per scenario
     #[arg(long)]
     quick: bool,
+    /// Instead: compare the steering rungs on new connections (needs root for the ebpf rung)
+    #[arg(long)]
+    steering: bool,
 }
 
 const BODY: &str = "Hello, World!";
@@ -105,6 +108,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.quick {
         args.duration = 2;
         args.rounds = 1;
+    }
+    if args.steering {
+        let report = crate::steering_bench::run(root, args.duration, args.rounds)?;
+        println!("{report}");
+        return Ok(());
     }
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let dir = root.join("target/bench").join(stamp.to_string());
@@ -264,14 +272,14 @@ fn wait_port(port: u16) -> Result<()> {
 }
 
 /// utime + stime of a whole process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
+pub fn cpu_ticks(pid: u32) -> Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after = &stat[stat.rfind(')').context("stat format")? + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
     Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
 }
 
-fn clock_ticks_per_second() -> f64 {
+pub fn clock_ticks_per_second() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -347,7 +355,7 @@ fn parse_wrk(text: &str) -> Round {
     r
 }
 
-fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+pub fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }

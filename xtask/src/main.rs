@@ -12,6 +12,7 @@
 
 mod bench;
 mod setup;
+mod steering_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
