@@ -1,45 +1,55 @@
-//! `cargo xtask bench`: statico and nginx measured side by side, in one run, on this machine.
+//! `cargo xtask bench`: statico and its peers measured side by side, in one run, on this machine.
 //!
 //! Method (the one `shared/PEERS.md` uses, so numbers compare): each server runs one worker pinned to
-//! the server CPU, wrk runs one thread pinned to the client CPU, body "Hello, World!", text/plain. For
-//! each scenario the servers are interleaved (A B A B …) for several rounds and the median is reported
-//! with the min–max. Server CPU time per request = (utime+stime of the server from /proc over the
-//! measured window) / requests: on a 2-core machine the client caps req/s, so CPU per request is the
-//! figure that ranks servers. A round whose client saw socket errors or non-2xx answers is marked.
-//! Load goes to 127.0.0.1 only and every run is bounded by `--duration`.
+//! the server CPUs, wrk runs one thread pinned to the client CPUs, body "Hello, World!" as text/plain.
+//! For each scenario the servers are interleaved (A B C A B C …) for several rounds; the median is
+//! reported with the min–max. Server CPU time per request = (utime+stime of the server from /proc over
+//! the measured window) / requests: on a 2-core machine the client caps req/s, so CPU per request is
+//! the figure that ranks servers. A round whose client saw socket errors or non-2xx answers is marked,
+//! never averaged in silently. Load goes to 127.0.0.1 only and every run is bounded by `--duration`.
+//!
+//! Servers: statico on each runtime; nginx from Debian (`return 200`, access log off,
+//! `keepalive_requests` raised); and, unless `--quick`, the peers under `bench/peers/` built from
+//! registry packages when their toolchain is present (hyper, actix-web, Go fasthttp).
+//!
+//! Writes `target/bench/<timestamp>/{results.json,chart.svg,report.txt}` (or `--out DIR`).
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
 
 use crate::setup::which;
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Default)]
 pub struct BenchArgs {
-    /// CPU list the servers are pinned to (taskset syntax)
-    #[arg(long, default_value = "1")]
-    server_cpus: String,
-    /// CPU list wrk is pinned to
-    #[arg(long, default_value = "0")]
-    client_cpus: String,
+    /// CPU list the servers are pinned to (taskset syntax) [default: the last CPU]
+    #[arg(long)]
+    pub server_cpus: Option<String>,
+    /// CPU list wrk is pinned to [default: every other CPU]
+    #[arg(long)]
+    pub client_cpus: Option<String>,
     /// Seconds per measured round
-    #[arg(long, default_value_t = 8)]
-    duration: u64,
+    #[arg(long, default_value_t = 6)]
+    pub duration: u64,
     /// Rounds per server and scenario (median reported)
     #[arg(long, default_value_t = 3)]
-    rounds: usize,
-    /// A smoke run: 1 round of 2 s per scenario
+    pub rounds: usize,
+    /// A sub-minute smoke run: 1 round of 2 s, 1000 idle connections, no optional peers
     #[arg(long)]
-    quick: bool,
+    pub quick: bool,
+    /// Where to write results.json, chart.svg and report.txt [default: target/bench/<timestamp>]
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Instead: compare the steering rungs on new connections (needs root for the ebpf rung)
     #[arg(long)]
-    steering: bool,
+    pub steering: bool,
 }
 
 const BODY: &str = "Hello, World!";
@@ -79,6 +89,9 @@ const SCENARIOS: [Scenario; 4] = [
     },
 ];
 
+/// The RSS-only scenario: this many idle keep-alive connections.
+const IDLE_SCENARIO: &str = "idle keep-alive";
+
 #[derive(Clone, Debug, Default)]
 struct Round {
     rps: f64,
@@ -91,6 +104,7 @@ struct Round {
 
 struct ServerUnderTest {
     name: String,
+    command: String,
     child: Child,
     port: u16,
 }
@@ -104,36 +118,67 @@ impl Drop for ServerUnderTest {
     }
 }
 
+fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
-    if args.quick {
-        args.duration = 2;
-        args.rounds = 1;
-    }
     if args.steering {
         let report = crate::steering_bench::run(root, args.duration, args.rounds)?;
         println!("{report}");
         return Ok(());
     }
+    if args.quick {
+        args.duration = 2;
+        args.rounds = 1;
+    }
+    let n = cpu_count();
+    let server_cpus = args
+        .server_cpus
+        .clone()
+        .unwrap_or_else(|| (n - 1).to_string());
+    let client_cpus = args.client_cpus.clone().unwrap_or_else(|| {
+        if n > 1 {
+            format!("0-{}", n - 2)
+        } else {
+            "0".into()
+        }
+    });
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let dir = root.join("target/bench").join(stamp.to_string());
+    let dir = root.join(
+        args.out
+            .clone()
+            .unwrap_or_else(|| root.join("target/bench").join(stamp.to_string())),
+    );
     std::fs::create_dir_all(&dir)?;
+    // nginx resolves relative paths against its own prefix: give it absolute ones.
+    let dir = dir.canonicalize()?;
     let pipeline_lua = dir.join("pipeline.lua");
     std::fs::write(&pipeline_lua, PIPELINE_LUA)?;
+    let idle_conns = if args.quick { 1_000 } else { 10_000 };
     eprintln!(
-        "bench: servers on CPU {}, wrk on CPU {}, {} round(s) of {} s per scenario",
-        args.server_cpus, args.client_cpus, args.rounds, args.duration
+        "bench: servers pinned to CPU {server_cpus}, wrk pinned to CPU {client_cpus} (set with --server-cpus/--client-cpus); {} round(s) of {} s per scenario",
+        args.rounds, args.duration
     );
 
-    let mut servers = vec![start_statico(root, &args.server_cpus, "tokio")?];
+    let mut servers = vec![start_statico(root, &server_cpus, "tokio")?];
     if cfg!(target_os = "linux") {
-        match start_statico(root, &args.server_cpus, "io-uring") {
+        match start_statico(root, &server_cpus, "io-uring") {
             Ok(s) => servers.push(s),
             Err(e) => eprintln!("bench: statico io-uring skipped: {e:#}"),
         }
     }
-    match start_nginx(&dir, &args.server_cpus) {
-        Ok(n) => servers.push(n),
+    match start_nginx(&dir, &server_cpus) {
+        Ok(s) => servers.push(s),
         Err(e) => eprintln!("bench: nginx skipped: {e:#}"),
+    }
+    if !args.quick {
+        for peer in &PEERS {
+            match build_peer(root, peer).and_then(|bin| start_peer(peer, &bin, &server_cpus)) {
+                Ok(s) => servers.push(s),
+                Err(e) => eprintln!("bench: peer {} skipped: {e:#}", peer.name),
+            }
+        }
     }
 
     let mut table: Vec<(String, &'static str, Vec<Round>)> = Vec::new();
@@ -141,9 +186,9 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         let mut per_server: Vec<Vec<Round>> = vec![Vec::new(); servers.len()];
         for _ in 0..args.rounds {
             for (i, s) in servers.iter().enumerate() {
-                let r = measure(s, sc, &args, &pipeline_lua)?;
+                let r = measure(s, sc, &client_cpus, args.duration, &pipeline_lua)?;
                 eprintln!(
-                    "  {:<16} {:<22} {:>10.0} req/s {:>7.2} µs/req{}",
+                    "  {:<17} {:<22} {:>10.0} req/s {:>7.2} µs/req{}",
                     s.name,
                     sc.name,
                     r.rps,
@@ -161,32 +206,125 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
             table.push((servers[i].name.clone(), sc.name, rounds));
         }
     }
+    let mut memory = Vec::new();
+    for s in &servers {
+        let m = idle_rss(s, idle_conns)?;
+        eprintln!(
+            "  {:<17} {IDLE_SCENARIO}: {} connections, RSS {} KiB (idle server {} KiB)",
+            s.name, m.connections, m.rss_kib, m.baseline_kib
+        );
+        memory.push(m);
+    }
+    for (s, m) in servers.iter().zip(memory.iter_mut()) {
+        m.peak_kib = status_kib(s.child.id(), "VmHWM:").unwrap_or(0);
+    }
 
-    let report = render(&table, &args);
+    let report = render(&table, &memory, &server_cpus, &client_cpus, &args);
     println!("{report}");
     std::fs::write(dir.join("report.txt"), &report)?;
-    std::fs::write(dir.join("results.json"), to_json(&table, &args))?;
+    let doc = to_json(
+        &servers,
+        &table,
+        &memory,
+        &server_cpus,
+        &client_cpus,
+        &args,
+        idle_conns,
+    );
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&doc)?,
+    )?;
+    chart(&dir.join("chart.svg"), &table)?;
     eprintln!("bench: wrote {}", dir.display());
+    Ok(())
+}
+
+/// Checks that a results.json has every server and scenario it claims, each with measured rounds.
+pub fn validate(path: &Path) -> Result<()> {
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let servers: Vec<&str> = doc["servers"]
+        .as_array()
+        .context("no servers")?
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    let scenarios: Vec<&str> = doc["scenarios"]
+        .as_array()
+        .context("no scenarios")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if servers.len() < 2 || scenarios.len() < SCENARIOS.len() + 1 {
+        bail!(
+            "{}: expected statico and nginx and every scenario, got {servers:?} {scenarios:?}",
+            path.display()
+        );
+    }
+    let results = doc["results"].as_array().context("no results")?;
+    for server in &servers {
+        for scenario in &scenarios {
+            if *scenario == IDLE_SCENARIO {
+                let found = doc["memory"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m["server"] == *server && m["rss_kib"].as_u64().unwrap_or(0) > 0);
+                if !found {
+                    bail!("{}: no {IDLE_SCENARIO} RSS for {server}", path.display());
+                }
+                continue;
+            }
+            let r = results
+                .iter()
+                .find(|r| r["server"] == *server && r["scenario"] == *scenario)
+                .with_context(|| {
+                    format!("{}: no result for {server} / {scenario}", path.display())
+                })?;
+            let measured = r["rounds"].as_array().is_some_and(|rounds| {
+                !rounds.is_empty()
+                    && rounds
+                        .iter()
+                        .all(|x| x["requests"].as_u64().unwrap_or(0) > 0)
+            });
+            if !measured {
+                bail!(
+                    "{}: {server} / {scenario} has no measured requests",
+                    path.display()
+                );
+            }
+        }
+    }
+    eprintln!(
+        "bench: {} has {} servers x {} scenarios",
+        path.display(),
+        servers.len(),
+        scenarios.len()
+    );
     Ok(())
 }
 
 fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTest> {
     let port = free_port()?;
     let bin = root.join("target/release/statico");
+    let args = [
+        "-t",
+        "1",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-b",
+        BODY,
+        "-H",
+        "Content-Type: text/plain",
+        "--runtime",
+        runtime,
+    ];
     let mut child = Command::new("taskset")
         .args(["-c", cpus])
         .arg(&bin)
-        .args([
-            "-t",
-            "1",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-b",
-            BODY,
-        ])
-        .args(["-H", "Content-Type: text/plain"])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -198,11 +336,12 @@ fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTe
         match lines.next() {
             Some(line) => {
                 let line = line?;
-                if line.contains("listening on") {
-                    break;
-                }
+                let done = line.contains("listening on");
                 said.push_str(&line);
                 said.push('\n');
+                if done {
+                    break;
+                }
             }
             None => bail!("statico --runtime {runtime} did not start: {said}"),
         }
@@ -211,6 +350,7 @@ fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTe
     wait_port(port)?;
     Ok(ServerUnderTest {
         name: format!("statico-{runtime}"),
+        command: format!("taskset -c {cpus} statico {}", args.join(" ")),
         child,
         port,
     })
@@ -228,13 +368,13 @@ fn start_nginx(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
          http {{\n  access_log off;\n  server_tokens off;\n  keepalive_requests 100000000;\n  keepalive_timeout 65;\n\
          client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
          uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-         server {{\n    listen 127.0.0.1:{port};\n    location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n}}\n"
+         server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n}}\n"
     );
     let conf_path = ndir.join("nginx.conf");
     std::fs::write(&conf_path, conf)?;
     let child = Command::new("taskset")
         .args(["-c", cpus])
-        .arg(nginx)
+        .arg(&nginx)
         .arg("-p")
         .arg(&ndir)
         .arg("-c")
@@ -247,6 +387,92 @@ fn start_nginx(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
         .context("start nginx")?;
     let s = ServerUnderTest {
         name: "nginx".into(),
+        command: format!("taskset -c {cpus} nginx -c {} (worker_processes 1; master_process off; access_log off; keepalive_requests 100000000; return 200)", conf_path.display()),
+        child,
+        port,
+    };
+    wait_port(port)?;
+    Ok(s)
+}
+
+/// An optional peer: a few-line server in `bench/peers/<dir>`.
+struct Peer {
+    name: &'static str,
+    dir: &'static str,
+    toolchain: &'static str,
+}
+
+const PEERS: [Peer; 3] = [
+    Peer {
+        name: "hyper",
+        dir: "hyper",
+        toolchain: "cargo",
+    },
+    Peer {
+        name: "actix-web",
+        dir: "actix",
+        toolchain: "cargo",
+    },
+    Peer {
+        name: "go-fasthttp",
+        dir: "fasthttp",
+        toolchain: "go",
+    },
+];
+
+fn build_peer(root: &Path, peer: &Peer) -> Result<PathBuf> {
+    let src = root.join("bench/peers").join(peer.dir);
+    let out = root.join("target/peers");
+    if peer.toolchain != "cargo" && which(peer.toolchain).is_none() {
+        bail!("{} is not installed", peer.toolchain);
+    }
+    eprintln!("bench: building peer {} in {}", peer.name, src.display());
+    let status = if peer.toolchain == "cargo" {
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--locked",
+                "--manifest-path",
+            ])
+            .arg(src.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&out)
+            .status()?
+    } else {
+        std::fs::create_dir_all(out.join("release"))?;
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(out.join("release").join("peer-fasthttp"))
+            .arg(".")
+            .current_dir(&src)
+            .status()?
+    };
+    if !status.success() {
+        bail!("building {} failed", peer.name);
+    }
+    let bin = match peer.dir {
+        "hyper" => "peer-hyper",
+        "actix" => "peer-actix",
+        _ => "peer-fasthttp",
+    };
+    Ok(out.join("release").join(bin))
+}
+
+fn start_peer(peer: &Peer, bin: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let port = free_port()?;
+    let child = Command::new("taskset")
+        .args(["-c", cpus])
+        .arg(bin)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("start {}", peer.name))?;
+    let s = ServerUnderTest {
+        name: peer.name.into(),
+        command: format!("taskset -c {cpus} {} {port}", bin.display()),
         child,
         port,
     };
@@ -288,12 +514,24 @@ pub fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-fn measure(s: &ServerUnderTest, sc: Scenario, args: &BenchArgs, lua: &Path) -> Result<Round> {
-    let url = format!("http://127.0.0.1:{}/", s.port);
+/// A `Vm…:` line of /proc/PID/status, in KiB.
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn wrk_command(sc: Scenario, client_cpus: &str, duration: u64, lua: &Path, port: u16) -> Command {
+    let url = format!("http://127.0.0.1:{port}/");
     let mut cmd = Command::new("taskset");
-    cmd.args(["-c", &args.client_cpus, "wrk", "-t1", "--latency"])
+    cmd.args(["-c", client_cpus, "wrk", "-t1", "--latency"])
         .arg(format!("-c{}", sc.connections))
-        .arg(format!("-d{}s", args.duration));
+        .arg(format!("-d{duration}s"));
     if sc.close {
         cmd.args(["-H", "Connection: close"]);
     }
@@ -306,6 +544,17 @@ fn measure(s: &ServerUnderTest, sc: Scenario, args: &BenchArgs, lua: &Path) -> R
     } else {
         cmd.arg(&url);
     }
+    cmd
+}
+
+fn measure(
+    s: &ServerUnderTest,
+    sc: Scenario,
+    client_cpus: &str,
+    duration: u64,
+    lua: &Path,
+) -> Result<Round> {
+    let mut cmd = wrk_command(sc, client_cpus, duration, lua, s.port);
     let before = cpu_ticks(s.child.id())?;
     let out = cmd.output().context("run wrk")?;
     let after = cpu_ticks(s.child.id())?;
@@ -355,16 +604,72 @@ fn parse_wrk(text: &str) -> Round {
     r
 }
 
+/// RSS with `n` idle keep-alive connections, each having made one request.
+struct Memory {
+    server: String,
+    connections: usize,
+    baseline_kib: u64,
+    rss_kib: u64,
+    peak_kib: u64,
+}
+
+fn idle_rss(s: &ServerUnderTest, n: usize) -> Result<Memory> {
+    let pid = s.child.id();
+    let baseline_kib = status_kib(pid, "VmRSS:").unwrap_or(0);
+    let mut conns = Vec::with_capacity(n);
+    let request = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n";
+    for _ in 0..n {
+        let c = TcpStream::connect(("127.0.0.1", s.port)).context("open an idle connection")?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        (&c).write_all(request)?;
+        conns.push(c);
+    }
+    let mut buf = [0u8; 512];
+    let mut answered = 0;
+    for mut c in &conns {
+        if c.read(&mut buf).map(|k| k > 0).unwrap_or(false) {
+            answered += 1;
+        }
+    }
+    sleep(Duration::from_millis(300));
+    let rss_kib = status_kib(pid, "VmRSS:").unwrap_or(0);
+    drop(conns);
+    sleep(Duration::from_millis(300));
+    Ok(Memory {
+        server: s.name.clone(),
+        connections: answered,
+        baseline_kib,
+        rss_kib,
+        peak_kib: 0,
+    })
+}
+
 pub fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-fn render(table: &[(String, &str, Vec<Round>)], args: &BenchArgs) -> String {
+fn nginx_cpu(table: &[(String, &str, Vec<Round>)], scenario: &str) -> Option<f64> {
+    table
+        .iter()
+        .find(|(n, sc, _)| n == "nginx" && *sc == scenario)
+        .map(|(_, _, r)| median(r.iter().map(|r| r.cpu_us_per_req).collect()).0)
+}
+
+fn render(
+    table: &[(String, &str, Vec<Round>)],
+    memory: &[Memory],
+    server_cpus: &str,
+    client_cpus: &str,
+    args: &BenchArgs,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n{:<16} {:<22} {:>22} {:>20} {:>9} {:>9} {:>7} {:>12}",
+        "\n{:<17} {:<22} {:>24} {:>20} {:>8} {:>8} {:>7} {:>12}",
         "server",
         "scenario",
         "req/s median (min-max)",
@@ -380,43 +685,121 @@ fn render(table: &[(String, &str, Vec<Round>)], args: &BenchArgs) -> String {
         let (p50, _, _) = median(rounds.iter().map(|r| r.p50_ms).collect());
         let (p99, _, _) = median(rounds.iter().map(|r| r.p99_ms).collect());
         let errors: u64 = rounds.iter().map(|r| r.errors).sum();
-        let nginx_cpu = table
-            .iter()
-            .find(|(n, sc, _)| n == "nginx" && sc == scenario)
-            .map(|(_, _, r)| median(r.iter().map(|r| r.cpu_us_per_req).collect()).0);
-        let ratio = nginx_cpu.map_or("-".to_string(), |n| format!("{:.2}x", cpu / n));
+        let ratio =
+            nginx_cpu(table, scenario).map_or("-".to_string(), |n| format!("{:.2}x", cpu / n));
         let _ = writeln!(
             s,
-            "{:<16} {:<22} {:>9.0} ({:.0}-{:.0}) {:>7.2} ({:.2}-{:.2}) {:>9.2} {:>9.2} {:>7} {:>12}{}",
+            "{:<17} {:<22} {:>9.0} ({:.0}-{:.0}) {:>7.2} ({:.2}-{:.2}) {:>8.2} {:>8.2} {:>7} {:>12}{}",
             server, scenario, rps, rmin, rmax, cpu, cmin, cmax, p50, p99, errors, ratio,
             if errors > 0 { "  <- client saw errors" } else { "" }
         );
     }
     let _ = writeln!(
         s,
-        "\nserver CPU {} / wrk CPU {}, {} round(s) x {} s; `CPU vs nginx` < 1 means statico spends less CPU per request.",
-        args.server_cpus, args.client_cpus, args.rounds, args.duration
+        "\n{:<17} {:>22} {:>18} {:>14} {:>14}",
+        "server", IDLE_SCENARIO, "RSS KiB", "idle KiB", "peak KiB"
+    );
+    for m in memory {
+        let _ = writeln!(
+            s,
+            "{:<17} {:>22} {:>18} {:>14} {:>14}",
+            m.server, m.connections, m.rss_kib, m.baseline_kib, m.peak_kib
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nserver CPU {server_cpus} / wrk CPU {client_cpus}, {} round(s) x {} s; `CPU vs nginx` < 1 means less server CPU per request than nginx.\nOn a small machine one wrk thread caps keep-alive req/s; server CPU per request is the figure that ranks servers.",
+        args.rounds, args.duration
     );
     s
 }
 
-fn to_json(table: &[(String, &str, Vec<Round>)], args: &BenchArgs) -> String {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+fn version_of(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            text.lines().next().unwrap_or("").trim().to_string()
+        })
         .unwrap_or_default()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn to_json(
+    servers: &[ServerUnderTest],
+    table: &[(String, &str, Vec<Round>)],
+    memory: &[Memory],
+    server_cpus: &str,
+    client_cpus: &str,
+    args: &BenchArgs,
+    idle_conns: usize,
+) -> Value {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
         .lines()
         .find(|l| l.starts_with("model name"))
         .and_then(|l| l.split(':').nth(1))
         .unwrap_or("")
         .trim()
         .to_string();
-    let results: Vec<serde_json::Value> = table
-        .iter()
-        .map(|(server, scenario, rounds)| {
-            serde_json::json!({
+    let mem_kib = read("/proc/meminfo")
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let example = wrk_command(
+        SCENARIOS[0],
+        client_cpus,
+        args.duration,
+        Path::new("pipeline.lua"),
+        8080,
+    );
+    let wrk_example = std::iter::once(example.get_program())
+        .chain(example.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    json!({
+        "machine": {
+            "kernel": read("/proc/sys/kernel/osrelease").trim(),
+            "cpu_model": model,
+            "cpus": cpu_count(),
+            "memory_kib": mem_kib,
+        },
+        "versions": {
+            "statico": env!("CARGO_PKG_VERSION"),
+            "rustc": version_of("rustc", &["--version"]),
+            "nginx": version_of("nginx", &["-v"]),
+            "wrk": version_of("wrk", &["-v"]),
+            "go": version_of("go", &["version"]),
+        },
+        "placement": { "server_cpus": server_cpus, "client_cpus": client_cpus },
+        "duration_s": args.duration,
+        "rounds": args.rounds,
+        "commands": {
+            "bench": format!("cargo xtask bench{}", if args.quick { " --quick" } else { "" }),
+            "wrk_example": wrk_example,
+            "servers": servers.iter().map(|s| json!({ "name": s.name, "command": s.command })).collect::<Vec<_>>(),
+        },
+        "servers": servers.iter().map(|s| json!({ "name": s.name })).collect::<Vec<_>>(),
+        "scenarios": SCENARIOS.iter().map(|s| s.name).chain(std::iter::once(IDLE_SCENARIO)).collect::<Vec<_>>(),
+        "results": table.iter().map(|(server, scenario, rounds)| {
+            let (rps, rps_min, rps_max) = median(rounds.iter().map(|r| r.rps).collect());
+            let (cpu, cpu_min, cpu_max) = median(rounds.iter().map(|r| r.cpu_us_per_req).collect());
+            json!({
                 "server": server,
                 "scenario": scenario,
-                "rounds": rounds.iter().map(|r| serde_json::json!({
+                "median": { "rps": rps, "cpu_us_per_req": cpu },
+                "min_max": { "rps": [rps_min, rps_max], "cpu_us_per_req": [cpu_min, cpu_max] },
+                "cpu_vs_nginx": nginx_cpu(table, scenario).map(|n| cpu / n),
+                "errors": rounds.iter().map(|r| r.errors).sum::<u64>(),
+                "rounds": rounds.iter().map(|r| json!({
                     "rps": r.rps,
                     "requests": r.requests,
                     "cpu_us_per_req": r.cpu_us_per_req,
@@ -425,18 +808,107 @@ fn to_json(table: &[(String, &str, Vec<Round>)], args: &BenchArgs) -> String {
                     "errors": r.errors,
                 })).collect::<Vec<_>>(),
             })
-        })
-        .collect();
-    let doc = serde_json::json!({
-        "kernel": kernel.trim(),
-        "cpu": cpu,
-        "server_cpus": args.server_cpus,
-        "client_cpus": args.client_cpus,
-        "duration_s": args.duration,
-        "rounds": args.rounds,
-        "results": results,
-    });
-    serde_json::to_string_pretty(&doc).expect("JSON of plain values")
+        }).collect::<Vec<_>>(),
+        "memory": memory.iter().map(|m| json!({
+            "server": m.server,
+            "scenario": IDLE_SCENARIO,
+            "connections_requested": idle_conns,
+            "connections": m.connections,
+            "idle_rss_kib": m.baseline_kib,
+            "rss_kib": m.rss_kib,
+            "peak_rss_kib": m.peak_kib,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A chart panel: its title and the figure it plots.
+type Metric = (&'static str, Box<dyn Fn(&Round) -> f64>);
+
+/// Grouped bars, one group per scenario: req/s on top, server CPU µs per request below.
+fn chart(path: &Path, table: &[(String, &str, Vec<Round>)]) -> Result<()> {
+    use plotters::prelude::*;
+
+    let servers: Vec<&str> = {
+        let mut v: Vec<&str> = Vec::new();
+        for (s, _, _) in table {
+            if !v.contains(&s.as_str()) {
+                v.push(s);
+            }
+        }
+        v
+    };
+    let scenarios: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+    let value = |server: &str, scenario: &str, f: &dyn Fn(&Round) -> f64| -> f64 {
+        table
+            .iter()
+            .find(|(s, sc, _)| s == server && *sc == scenario)
+            .map_or(0.0, |(_, _, r)| median(r.iter().map(f).collect()).0)
+    };
+    let root = SVGBackend::new(path, (1200, 900)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((2, 1));
+    let metrics: [Metric; 2] = [
+        (
+            "requests/s (thousands), higher is better",
+            Box::new(|r: &Round| r.rps / 1000.0),
+        ),
+        (
+            "server CPU µs per request, lower is better",
+            Box::new(|r: &Round| r.cpu_us_per_req),
+        ),
+    ];
+    let group = servers.len() as f64 + 1.0;
+    for (panel, (title, f)) in panels.iter().zip(metrics.iter()) {
+        let max = scenarios
+            .iter()
+            .flat_map(|sc| servers.iter().map(move |s| (s, sc)))
+            .map(|(s, sc)| value(s, sc, f.as_ref()))
+            .fold(0.0f64, f64::max)
+            .max(1e-9);
+        let mut c = ChartBuilder::on(panel)
+            .caption(*title, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..(scenarios.len() as f64 * group), 0.0..max * 1.15)?;
+        c.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(scenarios.len() * 2 + 1)
+            .x_label_formatter(&|x| {
+                let i = (x / group).floor() as usize;
+                let centre = (i as f64 + 0.5) * group;
+                if (x - centre).abs() < group * 0.26 {
+                    scenarios.get(i).map(|s| s.to_string()).unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .draw()?;
+        for (j, server) in servers.iter().enumerate() {
+            let colour = Palette99::pick(j).mix(0.9);
+            let bars: Vec<_> = scenarios
+                .iter()
+                .enumerate()
+                .map(|(i, sc)| {
+                    let x0 = i as f64 * group + 0.5 + j as f64;
+                    Rectangle::new(
+                        [(x0, 0.0), (x0 + 0.9, value(server, sc, f.as_ref()))],
+                        colour.filled(),
+                    )
+                })
+                .collect();
+            c.draw_series(bars)?.label(*server).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 10, y + 5)], Palette99::pick(j).filled())
+            });
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperMiddle)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
 }
 
 const PIPELINE_LUA: &str = r#"init = function(args)

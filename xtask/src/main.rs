@@ -138,13 +138,58 @@ fn test() -> Result<()> {
             "warnings",
         ],
     )?;
+    // Off Linux statico builds without aya and io_uring, on the shared-listener rung.
+    cmd(
+        &cargo,
+        &[
+            "clippy",
+            "-p",
+            "statico-user",
+            "--target",
+            setup::NON_LINUX_TARGET,
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     build_release()?;
-    // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary.
+    // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary with
+    // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
     std::env::set_var("STATICO_BIN", "target/release/statico");
+    std::env::set_var("STATICO_TEST_RUNTIME", "tokio");
     cmd(
         &cargo,
         &["test", "--workspace", "--", "--test-threads", "4"],
     )?;
+    if cfg!(target_os = "linux") {
+        eprintln!("xtask test: the end-to-end suite again, on the io_uring runtime");
+        std::env::set_var("STATICO_TEST_RUNTIME", "io-uring");
+        cmd(
+            &cargo,
+            &[
+                "test",
+                "-p",
+                "statico-tests",
+                "--test",
+                "e2e",
+                "--",
+                "--test-threads",
+                "4",
+            ],
+        )?;
+    }
+    // Smoke stage: a quick bench run, whose results.json must hold every server and scenario.
+    eprintln!("xtask test: smoke stage: cargo xtask bench --quick");
+    let out = workspace_root().join("target/bench/smoke");
+    bench::run(
+        &workspace_root(),
+        bench::BenchArgs {
+            quick: true,
+            out: Some(out.clone()),
+            ..Default::default()
+        },
+    )?;
+    bench::validate(&out.join("results.json"))?;
     eprintln!("xtask test: all checks passed");
     Ok(())
 }
