@@ -342,6 +342,7 @@ mod tests {
         assert_eq!(c.body_delay, Some(Duration::from_micros(500)));
         assert_eq!(c.receive_buffer_size, Some(65536));
         assert_eq!(c.runtime.kind, RuntimeKind::Tokio);
+        assert_eq!(c.response_spec().body, b"hi");
         let c = parse(&[
             "--runtime",
             "monoio",
@@ -356,7 +357,6 @@ mod tests {
             (RuntimeKind::IoUring, Some("monoio"))
         );
         assert_eq!((c.uring_entries, c.uring_sqpoll), (256, Some(10)));
-        assert_eq!(c.response_spec().body, b"hi");
     }
 
     #[test]
