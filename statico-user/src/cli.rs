@@ -82,6 +82,14 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SteeringKind::Auto)]
     pub steering: SteeringKind,
 
+    /// Also serve cleartext HTTP/2 on the same port (prior knowledge and `Upgrade: h2c`; tokio runtime)
+    #[arg(long)]
+    pub http2: bool,
+
+    /// HTTP/2: most streams a client may have open at once on one connection
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_streams: u32,
+
     /// Count the server port's packets and bytes per CPU with an XDP program on this interface (e.g. lo);
     /// needs the eBPF rung
     #[arg(long, value_name = "IFACE")]

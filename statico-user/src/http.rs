@@ -67,6 +67,9 @@ pub struct RequestInfo {
     /// The client sent `Expect: 100-continue` and a body is expected.
     pub expect_continue: bool,
     pub body: BodyFraming,
+    /// The client asked to switch to cleartext HTTP/2 (`Upgrade: h2c`, with `HTTP2-Settings` and
+    /// `Connection: Upgrade, HTTP2-Settings`, RFC 7540 §3.2); honoured only with `--http2`.
+    pub upgrade_h2c: bool,
 }
 
 /// An error status statico answers malformed or oversized requests with, before closing.
@@ -164,6 +167,7 @@ impl Parser {
                 keep_alive: true,
                 expect_continue: false,
                 body: BodyFraming::None,
+                upgrade_h2c: false,
             },
             chunked_total: 0,
         }
@@ -437,7 +441,10 @@ fn analyze(req: &httparse::Request<'_, '_>, limits: Limits) -> Result<RequestInf
     let mut hosts = 0usize;
     let mut conn_close = false;
     let mut conn_keep_alive = false;
+    let mut conn_upgrade = false;
     let mut expect_continue = false;
+    let mut upgrade_h2c = false;
+    let mut http2_settings = 0usize;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -467,9 +474,16 @@ fn analyze(req: &httparse::Request<'_, '_>, limits: Limits) -> Result<RequestInf
             for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 conn_close |= token.eq_ignore_ascii_case(b"close");
                 conn_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                conn_upgrade |= token.eq_ignore_ascii_case(b"upgrade");
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
             expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            upgrade_h2c |= value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+        } else if name.eq_ignore_ascii_case(b"http2-settings") {
+            http2_settings += 1;
         }
     }
 
@@ -495,6 +509,10 @@ fn analyze(req: &httparse::Request<'_, '_>, limits: Limits) -> Result<RequestInf
         keep_alive,
         expect_continue: expect_continue && version == Version::Http11 && body != BodyFraming::None,
         body,
+        upgrade_h2c: upgrade_h2c
+            && conn_upgrade
+            && http2_settings == 1
+            && version == Version::Http11,
     })
 }
 
@@ -633,6 +651,17 @@ mod tests {
         assert_eq!(info.version, Version::Http11);
         assert!(info.keep_alive && !info.head_only && !info.expect_continue);
         assert_eq!(info.body, BodyFraming::None);
+    }
+
+    #[test]
+    fn h2c_upgrade_needs_settings_and_connection_upgrade() {
+        let ok = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n";
+        assert!(one_request(ok).upgrade_h2c);
+        let no_settings =
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+        assert!(!one_request(no_settings).upgrade_h2c);
+        let websocket = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: websocket\r\nHTTP2-Settings: AA\r\n\r\n";
+        assert!(!one_request(websocket).upgrade_h2c);
     }
 
     #[test]

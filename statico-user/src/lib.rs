@@ -5,6 +5,7 @@
 //! - [`response`]: the response bytes, encoded once, `Date` patched once a second;
 //! - [`http`]: request framing, a pure state machine (fuzzed);
 //! - [`session`]: one connection's exchange, shared by every runtime;
+//! - [`h2c`]: `--http2`, cleartext HTTP/2 with the `h2` crate (tokio runtime);
 //! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
 //! - `bpf` (Linux): the eBPF steering program, its maps and pins, loaded with aya;
 //! - [`runtime`]: the workers' I/O loops (`runtime::tokio` is the hot path);
@@ -17,6 +18,7 @@
 pub mod bpf;
 pub mod cli;
 pub mod dump;
+pub mod h2c;
 pub mod http;
 pub mod meter;
 pub mod response;

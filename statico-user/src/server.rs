@@ -55,6 +55,25 @@ fn runtime_available(cli: &Cli) -> Result<String> {
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
 pub fn run(cli: Cli) -> Result<(), StartError> {
     let response = Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
+    let h2 = if cli.http2 {
+        if cli.runtime.kind != RuntimeKind::Tokio {
+            return Err(StartError::Usage(anyhow!(
+                "--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2"
+            )));
+        }
+        let settings = crate::h2c::H2Settings {
+            max_concurrent_streams: cli.max_concurrent_streams,
+            max_body: cli.max_body_size,
+            delay: cli.delay,
+            body_delay: cli.body_delay,
+        };
+        Some((
+            settings,
+            crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?,
+        ))
+    } else {
+        None
+    };
     let runtime_line = runtime_available(&cli).map_err(StartError::Runtime)?;
     let workers = cli.workers();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -111,6 +130,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         delay: cli.delay,
         body_delay: cli.body_delay,
         verbose: cli.verbose,
+        h2,
     });
     let (trigger, stop) = shutdown::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -166,9 +186,10 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     }
     let pinned: Vec<String> = worker_cpus.iter().flatten().map(usize::to_string).collect();
     eprintln!(
-        "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: {runtime_line}, pinned to CPU {})",
+        "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: {runtime_line}{}, pinned to CPU {})",
         env!("CARGO_PKG_VERSION"),
         if workers == 1 { "" } else { "s" },
+        if cli.http2 { ", HTTP/1.1 and h2c" } else { "" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
     );
 

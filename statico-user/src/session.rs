@@ -13,7 +13,7 @@ use crate::response::{Framing, Response};
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// What one [`Session::process`] call did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
     /// Input bytes consumed; the caller keeps the rest.
     pub consumed: usize,
@@ -27,6 +27,10 @@ pub struct Batch {
     pub close: bool,
     /// With [`Pace::OneByOne`] and a body delay: where the body of the last response starts in `out`.
     pub body_at: Option<usize>,
+    /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
+    /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with
+    /// the bytes after `consumed`. The request itself is answered on HTTP/2 stream 1.
+    pub upgrade: Option<crate::h2c::UpgradeRequest>,
 }
 
 /// How many requests one call answers.
@@ -42,12 +46,30 @@ pub enum Pace {
 #[derive(Debug)]
 pub struct Session {
     parser: Parser,
+    /// `--http2`: honour `Upgrade: h2c`.
+    h2c: bool,
+    /// The request being received asked for the h2c upgrade.
+    upgrade: Option<crate::h2c::UpgradeRequest>,
 }
+
+/// The interim response that switches an upgraded connection to HTTP/2.
+pub const SWITCHING_TO_H2C: &[u8] =
+    b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
 
 impl Session {
     pub fn new(limits: Limits) -> Self {
         Session {
             parser: Parser::new(limits),
+            h2c: false,
+            upgrade: None,
+        }
+    }
+
+    /// A session that honours `Upgrade: h2c` (with `--http2`).
+    pub fn with_h2c(limits: Limits, h2c: bool) -> Self {
+        Session {
+            h2c,
+            ..Session::new(limits)
         }
     }
 
@@ -72,6 +94,12 @@ impl Session {
             match event {
                 Event::Head { info, raw } => {
                     dumper.request_head(raw);
+                    // Only a request without a body is upgraded (its body would have to be replayed).
+                    self.upgrade = (self.h2c
+                        && info.upgrade_h2c
+                        && info.body == crate::http::BodyFraming::None)
+                        .then(|| crate::h2c::UpgradeRequest::from_head(raw))
+                        .flatten();
                     // Ask for the body only if it has not started to arrive already.
                     if info.expect_continue && after == input.len() {
                         out.extend_from_slice(CONTINUE);
@@ -80,6 +108,11 @@ impl Session {
                 Event::Body(bytes) => dumper.request_body(bytes),
                 Event::End(info) => {
                     batch.consumed = after;
+                    if let Some(upgrade) = self.upgrade.take() {
+                        out.extend_from_slice(SWITCHING_TO_H2C);
+                        batch.upgrade = Some(upgrade);
+                        return batch;
+                    }
                     batch.requests += 1;
                     batch.responses += 1;
                     let framing = framing(&info);

@@ -4,6 +4,7 @@
 mod clients;
 mod errors;
 mod http11;
+mod http2;
 mod operations;
 mod scale;
 mod startup;

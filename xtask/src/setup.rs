@@ -5,6 +5,7 @@
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
 //! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
+//! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -25,6 +26,35 @@ const PACKAGES: [(&str, &str); 4] = [
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
 pub const NON_LINUX_TARGET: &str = "x86_64-unknown-freebsd";
+
+/// h2spec (the HTTP/2 conformance suite the `--http2` tests run), from the Go module proxy.
+fn ensure_h2spec() -> Result<()> {
+    if h2spec_path().is_some() {
+        return Ok(());
+    }
+    if !on_path("go") {
+        bail!("h2spec is missing and there is no Go toolchain to build it: install Go, then run `cargo xtask setup` again");
+    }
+    cmd(
+        "go",
+        &[
+            "install",
+            "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
+        ],
+    )
+}
+
+/// Where `go install` puts h2spec (GOBIN, else ~/go/bin), or PATH.
+pub fn h2spec_path() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    std::env::var_os("GOBIN")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain(home.map(|h| h.join("go/bin")))
+        .map(|d| d.join("h2spec"))
+        .find(|p| p.is_file())
+        .or_else(|| which("h2spec"))
+}
 
 /// The standard library of `target` for the stable toolchain, through rustup.
 fn ensure_target(target: &str) -> Result<()> {
@@ -70,6 +100,7 @@ pub fn run(report: bool) -> Result<()> {
         )?;
     }
     ensure_target(NON_LINUX_TARGET)?;
+    ensure_h2spec()?;
     if report {
         eprintln!("setup: done");
     }

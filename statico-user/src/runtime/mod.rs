@@ -28,6 +28,8 @@ pub struct Settings {
     pub delay: Option<Duration>,
     pub body_delay: Option<Duration>,
     pub verbose: u8,
+    /// `--http2` (tokio runtime only): h2c settings and the response for HTTP/2 streams.
+    pub h2: Option<(crate::h2c::H2Settings, crate::h2c::H2Response)>,
 }
 
 /// Everything one worker owns or shares.

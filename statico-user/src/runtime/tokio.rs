@@ -32,6 +32,7 @@ use tokio::time::{sleep, sleep_until, timeout, timeout_at, Instant};
 
 use super::{Settings, WorkerSetup};
 use crate::dump::Dumper;
+use crate::h2c::{self, H2Response, UpgradeRequest};
 use crate::meter::WorkerCounters;
 use crate::response::{http_date, Response};
 use crate::session::{Batch, Pace, Session};
@@ -77,6 +78,8 @@ pub fn run(setup: WorkerSetup, ready: mpsc::Sender<Result<(), String>>) {
         };
         let worker = Rc::new(Worker {
             response: RefCell::new(settings.response.clone()),
+            h2_response: RefCell::new(settings.h2.as_ref().map(|(_, r)| r.clone())),
+            h2_drain: tokio::sync::Notify::new(),
             settings,
             counters,
             id,
@@ -100,6 +103,10 @@ struct Worker {
     settings: std::sync::Arc<Settings>,
     /// This worker's copy of the response, its `Date` kept live by [`clock`].
     response: RefCell<Response>,
+    /// The same for HTTP/2 streams, with `--http2`.
+    h2_response: RefCell<Option<H2Response>>,
+    /// Notified at shutdown: HTTP/2 connections send GOAWAY and finish their streams.
+    h2_drain: tokio::sync::Notify,
     counters: crate::meter::Counters,
     id: usize,
     scratch: RefCell<Scratch>,
@@ -137,10 +144,11 @@ async fn clock(worker: Rc<Worker>) {
         let to_next_second =
             Duration::from_nanos(1_000_000_000 - u64::from(since_epoch.subsec_nanos()));
         sleep(to_next_second).await;
-        worker
-            .response
-            .borrow_mut()
-            .set_date(&http_date(SystemTime::now()));
+        let date = http_date(SystemTime::now());
+        worker.response.borrow_mut().set_date(&date);
+        if let Some(r) = worker.h2_response.borrow_mut().as_mut() {
+            r.set_date(&date);
+        }
     }
 }
 
@@ -223,6 +231,7 @@ impl Drop for ConnGuard {
 /// Stops accepting has already happened; closes idle connections now and waits for busy ones.
 async fn drain(worker: &Rc<Worker>) {
     worker.draining.set(true);
+    worker.h2_drain.notify_waiters();
     for (_, c) in worker.conns.borrow().iter() {
         if c.idle.get() {
             c.abort.abort();
@@ -238,12 +247,18 @@ async fn drain(worker: &Rc<Worker>) {
     }
 }
 
-/// Why a connection ended.
+/// Why a connection ended, or what it turned into.
 enum End {
     /// The client closed, reset, or we closed after a response that said so.
     Closed,
     /// A header or idle timeout expired.
     Timeout,
+    /// The connection speaks HTTP/2 from here on (`--http2`): by prior knowledge, with the bytes read
+    /// so far, or after `101 Switching Protocols` for the upgrade request.
+    H2 {
+        read: Vec<u8>,
+        upgrade: Option<UpgradeRequest>,
+    },
 }
 
 /// What woke a waiting connection.
@@ -256,23 +271,79 @@ enum Wake {
 /// Serves one connection until it closes.
 async fn serve(guard: ConnGuard, mut stream: TcpStream, idle: Rc<Cell<bool>>) {
     let w = guard.worker.clone();
-    if let End::Timeout = serve_inner(&w, &mut stream, &idle).await {
-        w.counters().add(Counter::Timeouts, 1);
+    match serve_inner(&w, &mut stream, &idle).await {
+        End::Timeout => w.counters().add(Counter::Timeouts, 1),
+        End::H2 { read, upgrade } => serve_h2(&w, stream, read, upgrade).await,
+        End::Closed => {}
     }
     drop(guard);
+}
+
+/// Hands a connection to the HTTP/2 server (`h2c`), after collecting, for an upgrade, the client's
+/// preface and first SETTINGS frame.
+async fn serve_h2(
+    w: &Worker,
+    mut stream: TcpStream,
+    mut read: Vec<u8>,
+    upgrade: Option<UpgradeRequest>,
+) {
+    let Some((h2, _)) = w.settings.h2 else { return };
+    let prefix = match upgrade {
+        None => read,
+        Some(up) => loop {
+            match h2c::upgraded_prefix(&read, &up) {
+                Some(Ok(prefix)) => break prefix,
+                Some(Err(())) => return,
+                None if read.len() > 64 * 1024 => return,
+                None => {
+                    let mut chunk = vec![0u8; 16 * 1024];
+                    match timeout(w.settings.header_timeout, stream.read(&mut chunk)).await {
+                        Ok(Ok(n)) if n > 0 => read.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+            }
+        },
+    };
+    let drain = async {
+        let notified = w.h2_drain.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !w.draining.get() {
+            notified.await;
+        }
+    };
+    let response = || {
+        w.h2_response
+            .borrow()
+            .clone()
+            .expect("--http2 builds the HTTP/2 response")
+    };
+    let counters = w.counters();
+    h2c::serve(
+        h2c::Rewind::new(prefix, stream, counters),
+        h2,
+        &response,
+        counters,
+        w.settings.verbose,
+        drain,
+    )
+    .await;
 }
 
 async fn serve_inner(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> End {
     let s = &*w.settings;
     let counters = w.counters();
     let paced = s.delay.is_some() || s.body_delay.is_some();
-    let mut session = Session::new(s.limits);
+    let mut session = Session::with_h2c(s.limits, s.h2.is_some());
     let mut dumper = Dumper::new(s.verbose);
     // Unconsumed input (a partial head or chunk line), owned by the connection only while it exists.
     let mut pending: Vec<u8> = Vec::new();
     let mut deadline = Instant::now() + s.idle_timeout;
     let timer = sleep_until(deadline);
     tokio::pin!(timer);
+    // With --http2, the first bytes decide whether the connection speaks HTTP/2 (prior knowledge).
+    let mut protocol_undecided = s.h2.is_some();
 
     loop {
         let between = session.between_requests() && pending.is_empty();
@@ -306,11 +377,34 @@ async fn serve_inner(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> E
         counters.add(Counter::BytesIn, n as u64);
         counters.add(Counter::Reads, 1);
 
-        let done = if paced {
+        // Bytes of this read not yet moved into `pending`.
+        let mut fresh = n;
+        if protocol_undecided {
             pending.extend_from_slice(&w.scratch.borrow().input[..n]);
+            fresh = 0;
+            if pending.starts_with(h2c::PREFACE) {
+                return End::H2 {
+                    read: std::mem::take(&mut pending),
+                    upgrade: None,
+                };
+            }
+            if h2c::PREFACE.starts_with(&pending) {
+                continue; // a prefix of the preface: read more before deciding
+            }
+            match h2c::first_line_is_http1(&pending) {
+                None => continue, // the first line is not complete yet
+                // Neither HTTP/1.x nor the HTTP/2 preface: an invalid preface is a connection error
+                // (RFC 9113 §3.4), so the connection closes without an HTTP/1 answer.
+                Some(false) => return End::Closed,
+                Some(true) => protocol_undecided = false,
+            }
+        }
+
+        let done = if paced {
+            pending.extend_from_slice(&w.scratch.borrow().input[..fresh]);
             paced_exchange(w, stream, &mut session, &mut pending, &mut dumper).await
         } else {
-            match exchange_now(w, stream, &mut session, &mut pending, &mut dumper, n) {
+            match exchange_now(w, stream, &mut session, &mut pending, &mut dumper, fresh) {
                 Some(Exchanged {
                     unwritten: Some(rest),
                     ..
@@ -321,6 +415,13 @@ async fn serve_inner(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> E
         let Some(done) = done else {
             return End::Closed;
         };
+        if let Some(upgrade) = done.upgrade {
+            // `101 Switching Protocols` is written; what follows the upgrade request is HTTP/2.
+            return End::H2 {
+                read: std::mem::take(&mut pending),
+                upgrade: Some(upgrade),
+            };
+        }
         if done.close {
             if done.linger {
                 linger(stream).await;
@@ -357,6 +458,8 @@ struct Exchanged {
     linger: bool,
     /// At least one request was answered.
     answered: bool,
+    /// The last request upgraded the connection to HTTP/2 (`101` already in the output).
+    upgrade: Option<UpgradeRequest>,
 }
 
 /// The synchronous part of a batch: the `n` bytes just read (in the worker's scratch) are parsed,
@@ -404,6 +507,7 @@ fn exchange_now(
         close: batch.close,
         linger: batch.error.is_some() || unread,
         answered: batch.requests > 0,
+        upgrade: batch.upgrade,
     })
 }
 
@@ -443,12 +547,13 @@ async fn paced_exchange(
             }
             _ => write_all(w, stream, &out).await.ok()?,
         }
-        if batch.close || batch.requests == 0 {
+        if batch.close || batch.requests == 0 || batch.upgrade.is_some() {
             return Some(Exchanged {
                 unwritten: None,
                 close: batch.close,
                 linger: batch.error.is_some() || !pending.is_empty(),
                 answered,
+                upgrade: batch.upgrade,
             });
         }
     }

@@ -1,0 +1,453 @@
+//! `--http2`: cleartext HTTP/2 on the same port as HTTP/1.1, served by the `h2` crate on the tokio
+//! runtime.
+//!
+//! A connection speaks HTTP/2 if its first bytes are the client connection preface (prior knowledge),
+//! or if an HTTP/1.1 request asks for `Upgrade: h2c` (then statico answers `101 Switching Protocols`
+//! and the request is answered on stream 1, RFC 7540 §3.2). The `h2` crate has no server-side upgrade,
+//! so [`Rewind`] presents it with what it expects from a prior-knowledge client: the preface, the
+//! client's first SETTINGS frame, then a HEADERS frame for stream 1 that statico encodes from the
+//! HTTP/1.1 request.
+//!
+//! Every stream gets the configured response; the request body is read to its end (so flow control and
+//! the content-length check of `h2` apply) before the response goes out. Pseudo-header validation,
+//! flow control, SETTINGS and GOAWAY are `h2`'s, which is why it is used rather than written here.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::meter::WorkerCounters;
+use statico_common::Counter;
+
+/// The HTTP/2 client connection preface.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// On a `--http2` port, whether a connection's first bytes are an HTTP/1.x request line: `None` until
+/// the line is complete (or 256 bytes arrived without one: then HTTP/1 decides, and its limits apply),
+/// `Some(false)` when the line does not end in an `HTTP/` version (it is then taken for a broken HTTP/2
+/// preface).
+pub fn first_line_is_http1(bytes: &[u8]) -> Option<bool> {
+    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+        return (bytes.len() >= 256).then_some(true);
+    };
+    let line = bytes[..end].strip_suffix(b"\r").unwrap_or(&bytes[..end]);
+    let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
+    Some(line.is_empty() || version.starts_with(b"HTTP/"))
+}
+
+/// What statico answers on every stream: status, headers (no connection-specific ones), body.
+#[derive(Clone, Debug)]
+pub struct H2Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl H2Response {
+    /// From the user's response spec; `date` is patched per second by the caller.
+    pub fn new(spec: &crate::response::ResponseSpec) -> anyhow::Result<Self> {
+        let status = StatusCode::from_u16(spec.status)?;
+        let mut headers = HeaderMap::new();
+        if !spec
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("server"))
+        {
+            headers.insert(
+                http::header::SERVER,
+                HeaderValue::from_static(crate::response::SERVER),
+            );
+        }
+        for (name, value) in &spec.headers {
+            headers.append(
+                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())?,
+                HeaderValue::from_str(value)?,
+            );
+        }
+        if !matches!(spec.status, 100..=199 | 204) {
+            headers.insert(
+                http::header::CONTENT_LENGTH,
+                HeaderValue::from(spec.body.len()),
+            );
+        }
+        let mut response = H2Response {
+            status,
+            headers,
+            body: Bytes::from(spec.body.clone()),
+        };
+        response.set_date(&crate::response::http_date(std::time::SystemTime::now()));
+        Ok(response)
+    }
+
+    pub fn set_date(&mut self, date: &[u8; crate::response::DATE_LEN]) {
+        if let Ok(v) = HeaderValue::from_bytes(date) {
+            self.headers.insert(http::header::DATE, v);
+        }
+    }
+
+    pub fn build(&self) -> Response<()> {
+        let mut r = Response::new(());
+        *r.status_mut() = self.status;
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
+
+/// Settings for the HTTP/2 server.
+#[derive(Clone, Copy, Debug)]
+pub struct H2Settings {
+    pub max_concurrent_streams: u32,
+    pub max_body: u64,
+    /// `-d`: before each response.
+    pub delay: Option<std::time::Duration>,
+    /// `--body-delay`: between a response's HEADERS and its DATA.
+    pub body_delay: Option<std::time::Duration>,
+}
+
+/// Serves HTTP/2 on `io` until the client goes away or `drain` resolves (then GOAWAY is sent and the
+/// streams in flight finish).
+pub async fn serve<T>(
+    io: T,
+    settings: H2Settings,
+    response: &dyn Fn() -> H2Response,
+    counters: &WorkerCounters,
+    verbose: u8,
+    drain: impl std::future::Future<Output = ()>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut conn = match h2::server::Builder::new()
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .handshake::<_, Bytes>(io)
+        .await
+    {
+        Ok(c) => c,
+        Err(_) => return,
+    };
+    tokio::pin!(drain);
+    let mut draining = false;
+    let mut streams = futures_util::stream::FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut drain, if !draining => {
+                draining = true;
+                conn.graceful_shutdown();
+            }
+            Some(()) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {}
+            accepted = conn.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    streams.push(answer(request, respond, response(), settings, counters, verbose));
+                }
+                _ => break,
+            },
+        }
+    }
+    // Let streams already accepted finish.
+    while futures_util::StreamExt::next(&mut streams).await.is_some() {}
+}
+
+/// Reads one stream's request body to its end, then sends the response.
+async fn answer(
+    request: Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    response: H2Response,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+    verbose: u8,
+) {
+    let head_only = request.method() == http::Method::HEAD;
+    if verbose > 0 {
+        let mut s = format!(
+            "↩ request (HTTP/2 stream {:?}):\n{} {} HTTP/2\n",
+            respond.stream_id(),
+            request.method(),
+            request.uri()
+        );
+        if verbose > 1 {
+            for (n, v) in request.headers() {
+                s.push_str(&format!("{n}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+            }
+        }
+        print!("{s}");
+    }
+    let mut body = request.into_body();
+    let mut received: u64 = 0;
+    while let Some(chunk) = body.data().await {
+        match chunk {
+            Ok(data) => {
+                received += data.len() as u64;
+                let _ = body.flow_control().release_capacity(data.len());
+                if received > settings.max_body {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    return;
+                }
+            }
+            Err(_) => return, // h2 already reset the stream (bad content-length, protocol error)
+        }
+    }
+    counters.add(Counter::Requests, 1);
+    if let Some(d) = settings.delay {
+        tokio::time::sleep(d).await;
+    }
+    let end = head_only || response.body.is_empty();
+    let Ok(mut stream) = respond.send_response(response.build(), end) else {
+        return;
+    };
+    counters.add(Counter::Responses, 1);
+    if verbose > 0 {
+        println!("↪ response (HTTP/2): {}", response.status);
+    }
+    if !end {
+        if let Some(d) = settings.body_delay {
+            tokio::time::sleep(d).await;
+        }
+        let _ = stream.send_data(response.body.clone(), true);
+    }
+}
+
+/// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`.
+pub struct Rewind<'a, T> {
+    prefix: Vec<u8>,
+    pos: usize,
+    inner: T,
+    counters: &'a WorkerCounters,
+}
+
+impl<'a, T> Rewind<'a, T> {
+    pub fn new(prefix: Vec<u8>, inner: T, counters: &'a WorkerCounters) -> Self {
+        Rewind {
+            prefix,
+            pos: 0,
+            inner,
+            counters,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<'_, T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = (self.prefix.len() - self.pos).min(buf.remaining());
+            let start = self.pos;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.pos += n;
+            if self.pos == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.counters.add(Counter::BytesIn, n as u64);
+            self.counters.add(Counter::Reads, 1);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = r {
+            self.counters.add(Counter::BytesOut, n as u64);
+            self.counters.add(Counter::Writes, 1);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The request that asked to upgrade, as needed to replay it on stream 1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpgradeRequest {
+    pub method: String,
+    pub path: String,
+    pub authority: String,
+}
+
+impl UpgradeRequest {
+    /// From the raw HTTP/1.1 head of a request that asked for `Upgrade: h2c`.
+    pub fn from_head(raw: &[u8]) -> Option<Self> {
+        let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        req.parse(raw).ok()?;
+        let host = req
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("host"))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+            .unwrap_or_default();
+        Some(UpgradeRequest {
+            method: req.method?.to_string(),
+            path: req.path?.to_string(),
+            authority: host,
+        })
+    }
+
+    /// A HEADERS frame (END_STREAM | END_HEADERS) on stream 1 carrying this request, HPACK-encoded
+    /// with literal fields (no table, no Huffman): what a prior-knowledge client would have sent.
+    pub fn headers_frame(&self) -> Vec<u8> {
+        let mut block = Vec::new();
+        for (name, value) in [
+            (":method", self.method.as_str()),
+            (":scheme", "http"),
+            (":path", self.path.as_str()),
+            (":authority", self.authority.as_str()),
+        ] {
+            block.push(0x00); // literal header field without indexing, new name
+            hpack_string(&mut block, name.as_bytes());
+            hpack_string(&mut block, value.as_bytes());
+        }
+        let mut frame = Vec::with_capacity(9 + block.len());
+        let len = block.len() as u32;
+        frame.extend_from_slice(&len.to_be_bytes()[1..]);
+        frame.push(0x1); // HEADERS
+        frame.push(0x1 | 0x4); // END_STREAM | END_HEADERS
+        frame.extend_from_slice(&1u32.to_be_bytes());
+        frame.extend_from_slice(&block);
+        frame
+    }
+}
+
+/// An HPACK string literal without Huffman coding: 7-bit-prefix length, then the bytes.
+fn hpack_string(out: &mut Vec<u8>, s: &[u8]) {
+    hpack_int(out, s.len(), 7, 0x00);
+    out.extend_from_slice(s);
+}
+
+/// HPACK integer (RFC 7541 §5.1) with an `n`-bit prefix and the given high bits.
+fn hpack_int(out: &mut Vec<u8>, mut v: usize, n: u8, high: u8) {
+    let max = (1usize << n) - 1;
+    if v < max {
+        out.push(high | v as u8);
+        return;
+    }
+    out.push(high | max as u8);
+    v -= max;
+    while v >= 128 {
+        out.push((v % 128) as u8 | 0x80);
+        v /= 128;
+    }
+    out.push(v as u8);
+}
+
+/// After `101 Switching Protocols`: the bytes the upgraded client sends (`client`, starting with its
+/// preface) rearranged for `h2` — preface, the client's first (SETTINGS) frame, then stream 1's
+/// HEADERS — or `None` while more bytes are needed. Returns the prefix to replay; any further client
+/// bytes follow from the socket.
+pub fn upgraded_prefix(client: &[u8], upgrade: &UpgradeRequest) -> Option<Result<Vec<u8>, ()>> {
+    if client.len() < PREFACE.len() + 9 {
+        return if PREFACE.starts_with(&client[..client.len().min(PREFACE.len())]) {
+            None
+        } else {
+            Some(Err(()))
+        };
+    }
+    if &client[..PREFACE.len()] != PREFACE {
+        return Some(Err(()));
+    }
+    let frame = &client[PREFACE.len()..];
+    let len = u32::from_be_bytes([0, frame[0], frame[1], frame[2]]) as usize;
+    if frame[3] != 0x4 {
+        return Some(Err(())); // the first frame must be SETTINGS
+    }
+    if frame.len() < 9 + len {
+        return None;
+    }
+    let split = PREFACE.len() + 9 + len;
+    let mut out = client[..split].to_vec();
+    out.extend_from_slice(&upgrade.headers_frame());
+    out.extend_from_slice(&client[split..]);
+    Some(Ok(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_line_decides_between_http1_and_a_broken_preface() {
+        assert_eq!(first_line_is_http1(b"GET / HTT"), None);
+        assert_eq!(first_line_is_http1(b"GET / HTTP/1.1\r\n"), Some(true));
+        assert_eq!(first_line_is_http1(b"GET / HTTP/2.0\r\nHost"), Some(true));
+        assert_eq!(first_line_is_http1(b"\r\n"), Some(true));
+        assert_eq!(
+            first_line_is_http1(b"INVALID CONNECTION PREFACE\r\n\r\n"),
+            Some(false)
+        );
+        assert_eq!(first_line_is_http1(&[b'a'; 300]), Some(true));
+    }
+
+    #[test]
+    fn hpack_integers_follow_rfc7541_examples() {
+        let mut v = Vec::new();
+        hpack_int(&mut v, 10, 5, 0);
+        assert_eq!(v, [10]);
+        let mut v = Vec::new();
+        hpack_int(&mut v, 1337, 5, 0);
+        assert_eq!(v, [31, 154, 10]);
+    }
+
+    #[test]
+    fn upgrade_headers_frame_decodes_with_hpack_rules() {
+        let u = UpgradeRequest {
+            method: "GET".into(),
+            path: "/x".into(),
+            authority: "h".into(),
+        };
+        let f = u.headers_frame();
+        assert_eq!(&f[3..9], &[1, 5, 0, 0, 0, 1]);
+        let len = u32::from_be_bytes([0, f[0], f[1], f[2]]) as usize;
+        assert_eq!(len, f.len() - 9);
+        assert_eq!(
+            &f[9..],
+            b"\x00\x07:method\x03GET\x00\x07:scheme\x04http\x00\x05:path\x02/x\x00\x0a:authority\x01h"
+        );
+    }
+
+    #[test]
+    fn upgraded_prefix_inserts_stream_one_after_settings() {
+        let u = UpgradeRequest {
+            method: "GET".into(),
+            path: "/".into(),
+            authority: "h".into(),
+        };
+        let settings = [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let mut client = PREFACE.to_vec();
+        client.extend_from_slice(&settings);
+        assert_eq!(upgraded_prefix(&client[..30], &u), None);
+        client.extend_from_slice(b"rest");
+        let out = upgraded_prefix(&client, &u).unwrap().unwrap();
+        assert!(out.starts_with(PREFACE));
+        assert_eq!(&out[24..24 + 15], &settings);
+        assert_eq!(&out[39..48], &u.headers_frame()[..9]);
+        assert!(out.ends_with(b"rest"));
+        assert_eq!(
+            upgraded_prefix(b"GET / HTTP/1.1\r\n\r\n0123456789abcdef", &u),
+            Some(Err(()))
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! `--http2`: cleartext HTTP/2 next to HTTP/1.1 on one port, checked with h2spec (every case), curl (prior
+//! knowledge and the `Upgrade: h2c` handshake) and the `h2` crate's client (many concurrent streams,
+//! SETTINGS, GOAWAY at shutdown). HTTP/2 is served by the tokio runtime, so these tests ask for it.
+
+use std::process::Command;
+use std::time::Duration;
+
+use statico_tests::{get, run_client, Reader, Server};
+
+fn start(extra: &[&str]) -> Server {
+    Server::start(&[&["--http2", "--runtime", "tokio"], extra].concat())
+}
+
+fn h2spec() -> std::path::PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    std::env::var_os("GOBIN")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain([home.join("go/bin")])
+        .map(|d| d.join("h2spec"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| "h2spec".into())
+}
+
+#[test]
+fn h2spec_passes_every_case() {
+    let s = start(&["-b", "Hello, World!"]);
+    let out = Command::new(h2spec())
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &s.addr.port().to_string(),
+            "--timeout",
+            "5",
+        ])
+        .output()
+        .expect("h2spec (installed by cargo xtask setup)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("tests,"))
+        .unwrap_or_default();
+    assert!(
+        out.status.success() && summary.contains(" 0 failed"),
+        "h2spec: {summary}\n{text}"
+    );
+}
+
+#[test]
+fn curl_prior_knowledge_gets_the_response_over_http2() {
+    let s = start(&["-b", "over h2", "-H", "X-Mock: yes"]);
+    let (ok, out, err) = run_client(
+        "curl",
+        &["-sS", "-i", "--http2-prior-knowledge", &s.url("/p")],
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with("HTTP/2 200"), "{out}");
+    assert!(
+        out.contains("x-mock: yes") && out.contains("content-length: 7") && out.contains("date: "),
+        "{out}"
+    );
+    assert!(out.ends_with("over h2"), "{out}");
+}
+
+#[test]
+fn curl_upgrade_h2c_switches_protocols() {
+    let s = start(&["-b", "upgraded"]);
+    let (ok, out, err) = run_client("curl", &["-sS", "-v", "--http2", &s.url("/u")]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("< HTTP/1.1 101 Switching Protocols") && err.contains("< HTTP/2 200"),
+        "{err}"
+    );
+    assert_eq!(out, "upgraded");
+}
+
+#[test]
+fn http1_still_works_on_an_http2_port_and_garbage_is_closed() {
+    let s = start(&["-b", "one"]);
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/"));
+    assert_eq!(r.response(false).body, b"one");
+    let mut bad = Reader::new(s.connect());
+    bad.send(b"INVALID CONNECTION PREFACE\r\n\r\n");
+    assert!(
+        bad.until_closed().is_empty(),
+        "an invalid preface is closed without an HTTP/1 answer"
+    );
+}
+
+#[test]
+fn h2_client_with_many_concurrent_streams_and_settings() {
+    let s = start(&["-b", "stream", "--max-concurrent-streams", "64"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    let bodies = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn_task = tokio::spawn(conn);
+        let requests = tokio::spawn(async move {
+            let mut client = client.ready().await.unwrap();
+            // One request first: its response comes after the server's SETTINGS, so the client knows
+            // the stream limit before opening the rest (streams over the limit are refused, rightly).
+            let warm = http::Request::builder()
+                .uri(format!("http://{addr}/warm"))
+                .body(())
+                .unwrap();
+            let (resp, _) = client.send_request(warm, true).unwrap();
+            assert_eq!(resp.await.unwrap().status(), 200);
+            let mut handles = Vec::new();
+            for i in 0..200 {
+                let req = http::Request::builder()
+                    .method(if i % 10 == 0 { "POST" } else { "GET" })
+                    .uri(format!("http://{addr}/s{i}"))
+                    .body(())
+                    .unwrap();
+                let end = i % 10 != 0;
+                client = client.ready().await.unwrap();
+                let (resp, mut send) = client.send_request(req, end).unwrap();
+                if !end {
+                    send.send_data(bytes::Bytes::from_static(b"request body"), true)
+                        .unwrap();
+                }
+                handles.push(tokio::spawn(async move {
+                    let resp = resp.await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                    let mut body = resp.into_body();
+                    let mut got = Vec::new();
+                    while let Some(chunk) = body.data().await {
+                        let chunk = chunk.unwrap();
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                        got.extend_from_slice(&chunk);
+                    }
+                    got
+                }));
+            }
+            let mut bodies = Vec::new();
+            for h in handles {
+                bodies.push(h.await.unwrap());
+            }
+            bodies
+        });
+        let bodies = requests.await.unwrap();
+        conn_task.abort();
+        bodies
+    });
+    // The server's SETTINGS as another client (nghttp) sees them.
+    let (ok, out, err) = run_client("nghttp", &["-nv", &s.url("/settings")]);
+    assert!(ok, "{err}");
+    let max_streams: u32 = out
+        .split("recv SETTINGS frame")
+        .nth(1)
+        .unwrap_or_default()
+        .split("SETTINGS_MAX_CONCURRENT_STREAMS(0x03):")
+        .nth(1)
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no SETTINGS_MAX_CONCURRENT_STREAMS in\n{out}"));
+    assert_eq!(max_streams, 64, "SETTINGS_MAX_CONCURRENT_STREAMS");
+    assert_eq!(bodies.len(), 200);
+    assert!(bodies.iter().all(|b| b == b"stream"));
+    let stopped = s.stop();
+    assert_eq!(
+        stopped.total("requests"),
+        202, // the warm-up, 200 concurrent, nghttp's
+        "the meter counts HTTP/2 requests"
+    );
+    assert!(stopped.total("bytes_out") > 200 * 6);
+}
+
+#[test]
+fn sigterm_sends_goaway_and_finishes_in_flight_streams() {
+    let s = start(&["-b", "late", "-d", "600ms"]);
+    let pid = s.pid();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    let status = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn_task = tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::builder()
+            .uri(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        statico_tests::signal(pid, "TERM");
+        let resp = resp
+            .await
+            .expect("the in-flight stream completes after GOAWAY");
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let data = body.data().await.unwrap().unwrap();
+        assert_eq!(&data[..], b"late");
+        // After GOAWAY the connection ends cleanly.
+        let closed = tokio::time::timeout(Duration::from_secs(5), conn_task).await;
+        assert!(
+            closed.is_ok(),
+            "the server did not close the HTTP/2 connection after GOAWAY"
+        );
+        status
+    });
+    assert_eq!(status, 200);
+    let stopped = s.stop_after_signal();
+    assert!(stopped.status.success());
+    assert_eq!(stopped.total("responses"), 1);
+}
+
+#[test]
+fn http2_with_io_uring_is_refused_with_the_reason() {
+    let (code, err) = statico_tests::run_to_exit(&[
+        "--http2",
+        "--runtime",
+        "io-uring",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "0",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--http2") && err.contains("--runtime tokio"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_http2_the_preface_is_a_bad_http1_request() {
+    let s = Server::start(&["--runtime", "tokio"]);
+    let mut r = Reader::new(s.connect());
+    r.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    let resp = r.response(false);
+    assert_eq!(resp.status, 505, "HTTP/2 is off unless --http2");
+}
