@@ -50,6 +50,9 @@ pub struct BenchArgs {
     /// Instead: compare the steering rungs on new connections (needs root for the ebpf rung)
     #[arg(long)]
     pub steering: bool,
+    /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
+    #[arg(long)]
+    pub http2: bool,
 }
 
 const BODY: &str = "Hello, World!";
@@ -133,6 +136,16 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         args.rounds = 1;
     }
     let n = cpu_count();
+    if args.http2 {
+        let server = args
+            .server_cpus
+            .clone()
+            .unwrap_or_else(|| (n - 1).to_string());
+        let client = args.client_cpus.clone().unwrap_or_else(|| "0".into());
+        let report = crate::http2_bench::run(root, &server, &client, args.duration, args.rounds)?;
+        println!("{report}");
+        return Ok(());
+    }
     let server_cpus = args
         .server_cpus
         .clone()

@@ -11,6 +11,7 @@
 //! `run`, `test` and `bench` call `setup` first when something is missing.
 
 mod bench;
+mod http2_bench;
 mod setup;
 mod steering_bench;
 

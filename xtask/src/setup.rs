@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: installs what a fresh machine lacks, and nothing twice.
 //!
 //! - Debian packages: `curl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
-//!   `bpftool` (reads the pinned BPF maps in the steering tests).
+//!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
+//!   HTTP/2 tests, h2load in `bench --http2`).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
 //! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
@@ -17,11 +18,13 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 4] = [
+const PACKAGES: [(&str, &str); 6] = [
     ("curl", "curl"),
     ("wrk", "wrk"),
     ("nginx", "nginx-light"),
     ("bpftool", "bpftool"),
+    ("nghttp", "nghttp2-client"),
+    ("h2load", "nghttp2-client"),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
@@ -74,10 +77,15 @@ pub fn run(report: bool) -> Result<()> {
         .iter()
         .filter(|(program, _)| !on_path(program))
         .map(|(_, package)| *package)
-        .collect();
+        .fold(Vec::new(), |mut v, p| {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+            v
+        });
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, wrk, nginx and bpftool are installed");
+            eprintln!("setup: curl, wrk, nginx, bpftool, nghttp and h2load are installed");
         }
     } else {
         install_debian(&missing)?;
