@@ -195,7 +195,8 @@ impl Kernel {
         &self.pins.0
     }
 
-    /// Gives the pins to `uid`/`gid`, so that a server switched to that user can remove them at exit.
+    /// Gives the port's pin directory and its files to `uid`/`gid`, so that a server switched to that
+    /// user can remove them at exit (`PIN_ROOT` is sticky and world-writable, like /tmp).
     pub fn chown_pins(&self, uid: u32, gid: u32) -> Result<()> {
         std::os::unix::fs::chown(self.pin_dir(), Some(uid), Some(gid))?;
         for entry in fs::read_dir(self.pin_dir())? {
@@ -307,6 +308,11 @@ fn pin_all(ebpf: &Ebpf, dir: &Path, maps: &[(&str, &str)]) -> Result<Pins> {
             .with_context(|| format!("cannot replace the stale pins in {}", dir.display()))?;
     }
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Like /tmp: every server, whatever user it ends up as (`--user`, or root without capabilities),
+    // can remove its own port's directory at exit, and only its own.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(PIN_ROOT, fs::Permissions::from_mode(0o1777))
+        .with_context(|| format!("cannot set the mode of {PIN_ROOT}"))?;
     let pins = Pins(dir.to_path_buf());
     for (map, file) in maps {
         ebpf.map(map)

@@ -106,6 +106,8 @@ pub struct H2Settings {
     pub delay: Option<std::time::Duration>,
     /// `--body-delay`: between a response's HEADERS and its DATA.
     pub body_delay: Option<std::time::Duration>,
+    /// `--idle-timeout`: a connection with no open stream this long is closed with GOAWAY.
+    pub idle_timeout: std::time::Duration,
 }
 
 /// Serves HTTP/2 on `io` until the client goes away or `drain` resolves (then GOAWAY is sent and the
@@ -131,6 +133,9 @@ pub async fn serve<T>(
     tokio::pin!(drain);
     let mut draining = false;
     let mut streams = futures_util::stream::FuturesUnordered::new();
+    // `--idle-timeout` applies to HTTP/2 too: a connection with no stream for that long gets GOAWAY.
+    let idle = tokio::time::sleep(settings.idle_timeout);
+    tokio::pin!(idle);
     loop {
         tokio::select! {
             biased;
@@ -138,7 +143,16 @@ pub async fn serve<T>(
                 draining = true;
                 conn.graceful_shutdown();
             }
-            Some(()) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {}
+            Some(()) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
+                if streams.is_empty() {
+                    idle.as_mut().reset(tokio::time::Instant::now() + settings.idle_timeout);
+                }
+            }
+            () = &mut idle, if !draining && streams.is_empty() => {
+                draining = true;
+                counters.add(Counter::Timeouts, 1);
+                conn.graceful_shutdown();
+            }
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
                     streams.push(answer(request, respond, response(), settings, counters, verbose));

@@ -66,6 +66,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             max_body: cli.max_body_size,
             delay: cli.delay,
             body_delay: cli.body_delay,
+            idle_timeout: cli.idle_timeout,
         };
         Some((
             settings,

@@ -242,3 +242,33 @@ fn without_http2_the_preface_is_a_bad_http1_request() {
     let resp = r.response(false);
     assert_eq!(resp.status, 505, "HTTP/2 is off unless --http2");
 }
+
+#[test]
+fn idle_http2_connection_gets_goaway_after_the_idle_timeout() {
+    let s = start(&["--idle-timeout", "1s"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn_task = tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::builder()
+            .uri(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        assert_eq!(resp.await.unwrap().status(), 200);
+        // Then silence: the server must end the connection, not hold it forever.
+        let ended = tokio::time::timeout(Duration::from_secs(5), conn_task).await;
+        assert!(
+            ended.is_ok(),
+            "an idle HTTP/2 connection was kept past --idle-timeout"
+        );
+    });
+    let stopped = s.stop();
+    assert_eq!(stopped.total("timeouts"), 1);
+}

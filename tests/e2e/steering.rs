@@ -429,3 +429,45 @@ fn xdp_without_the_ebpf_rung_is_refused() {
         "{err}"
     );
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn user_flag_runs_the_hot_path_unprivileged_and_pins_still_go() {
+    require_root!("--user");
+    let s = Server::start(&["--steering", "ebpf", "--user", "nobody"]);
+    assert!(
+        s.stderr()
+            .contains("running as nobody with no capabilities"),
+        "{}",
+        s.stderr()
+    );
+    let pins = format!("/sys/fs/bpf/statico/{}", s.addr.port());
+    assert!(std::path::Path::new(&pins).exists());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(field("Uid:"), "65534");
+    assert_eq!(
+        u64::from_str_radix(&field("CapEff:"), 16).unwrap(),
+        0,
+        "capabilities left"
+    );
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/"));
+    assert_eq!(r.response(false).status, 200);
+    drop(r);
+    let stopped = s.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(
+        !std::path::Path::new(&pins).exists(),
+        "pins left behind after --user"
+    );
+}

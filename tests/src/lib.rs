@@ -225,10 +225,18 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// A test that did not stop its server still stops it cleanly (SIGTERM, so BPF pins and XDP
+    /// attachments are removed), and kills it only if it does not exit in time.
     fn drop(&mut self) {
         if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            if wait_timeout(child, WAIT).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 }

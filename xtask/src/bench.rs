@@ -53,6 +53,9 @@ pub struct BenchArgs {
     /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
     #[arg(long)]
     pub http2: bool,
+    /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
+    #[arg(long, value_name = "DIR")]
+    pub redraw: Option<PathBuf>,
 }
 
 const BODY: &str = "Hello, World!";
@@ -130,6 +133,9 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         let report = crate::steering_bench::run(root, args.duration, args.rounds)?;
         println!("{report}");
         return Ok(());
+    }
+    if let Some(dir) = &args.redraw {
+        return redraw(dir);
     }
     if args.quick {
         args.duration = 2;
@@ -834,6 +840,27 @@ fn to_json(
     })
 }
 
+/// Redraws a run's chart from its results.json (one round per result, at the median).
+fn redraw(dir: &Path) -> Result<()> {
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("results.json"))?)?;
+    let mut table: Vec<(String, &'static str, Vec<Round>)> = Vec::new();
+    for r in doc["results"].as_array().context("no results")? {
+        let Some(sc) = SCENARIOS.iter().find(|s| r["scenario"] == s.name) else {
+            continue;
+        };
+        table.push((
+            r["server"].as_str().unwrap_or_default().to_string(),
+            sc.name,
+            vec![Round {
+                rps: r["median"]["rps"].as_f64().unwrap_or(0.0),
+                cpu_us_per_req: r["median"]["cpu_us_per_req"].as_f64().unwrap_or(0.0),
+                ..Round::default()
+            }],
+        ));
+    }
+    chart(&dir.join("chart.svg"), &table)
+}
+
 /// A chart panel: its title and the figure it plots.
 type Metric = (&'static str, Box<dyn Fn(&Round) -> f64>);
 
@@ -883,20 +910,17 @@ fn chart(path: &Path, table: &[(String, &str, Vec<Round>)]) -> Result<()> {
             .margin(15)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..(scenarios.len() as f64 * group), 0.0..max * 1.15)?;
-        c.configure_mesh()
-            .disable_x_mesh()
-            .x_labels(scenarios.len() * 2 + 1)
-            .x_label_formatter(&|x| {
-                let i = (x / group).floor() as usize;
-                let centre = (i as f64 + 0.5) * group;
-                if (x - centre).abs() < group * 0.26 {
-                    scenarios.get(i).map(|s| s.to_string()).unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .draw()?;
+            .build_cartesian_2d(0.0..(scenarios.len() as f64 * group), 0.0..max * 1.85)?;
+        c.configure_mesh().disable_x_mesh().x_labels(0).draw()?;
+        // Scenario names over their groups (the axis has no natural tick at a group's centre).
+        for (i, name) in scenarios.iter().enumerate() {
+            let centre = (i as f64 + 0.5) * group;
+            c.plotting_area().draw(&Text::new(
+                name.to_string(),
+                (centre - group * 0.3, max * 1.06),
+                ("sans-serif", 14),
+            ))?;
+        }
         for (j, server) in servers.iter().enumerate() {
             let colour = Palette99::pick(j).mix(0.9);
             let bars: Vec<_> = scenarios
