@@ -11,10 +11,28 @@
 ///
 /// Each worker is the only writer of its record; the meter only reads. The index of each counter is
 /// one of the `Counter` discriminants.
+///
+/// The fields are named (so `bpftool map dump` of the BTF-described map prints them by name) and laid
+/// out in `Counter` slot order; userspace addresses them by slot as an array of `u64`.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkerRecord {
-    pub values: [u64; COUNTERS],
+    pub requests: u64,
+    pub responses: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub conns_accepted: u64,
+    pub conns_closed: u64,
+    pub status_400: u64,
+    pub timeouts: u64,
+    pub status_413: u64,
+    pub status_431: u64,
+    pub status_501: u64,
+    pub status_505: u64,
+    pub reads: u64,
+    pub writes: u64,
+    /// Room to grow without changing the record's size.
+    pub reserved: [u64; 2],
 }
 
 /// Number of `u64` slots in a [`WorkerRecord`] (two cache lines, room to grow without a layout change).
@@ -146,6 +164,34 @@ mod tests {
     fn record_is_two_cache_lines_and_aligned() {
         assert_eq!(core::mem::size_of::<WorkerRecord>(), 128);
         assert_eq!(core::mem::align_of::<WorkerRecord>(), 64);
+    }
+
+    #[test]
+    fn named_fields_sit_at_their_counter_slots() {
+        use core::mem::offset_of;
+        let slots = [
+            (offset_of!(WorkerRecord, requests), Counter::Requests),
+            (offset_of!(WorkerRecord, responses), Counter::Responses),
+            (offset_of!(WorkerRecord, bytes_in), Counter::BytesIn),
+            (offset_of!(WorkerRecord, bytes_out), Counter::BytesOut),
+            (
+                offset_of!(WorkerRecord, conns_accepted),
+                Counter::ConnsAccepted,
+            ),
+            (offset_of!(WorkerRecord, conns_closed), Counter::ConnsClosed),
+            (offset_of!(WorkerRecord, status_400), Counter::Status400),
+            (offset_of!(WorkerRecord, timeouts), Counter::Timeouts),
+            (offset_of!(WorkerRecord, status_413), Counter::Status413),
+            (offset_of!(WorkerRecord, status_431), Counter::Status431),
+            (offset_of!(WorkerRecord, status_501), Counter::Status501),
+            (offset_of!(WorkerRecord, status_505), Counter::Status505),
+            (offset_of!(WorkerRecord, reads), Counter::Reads),
+            (offset_of!(WorkerRecord, writes), Counter::Writes),
+        ];
+        for (offset, counter) in slots {
+            assert_eq!(offset, counter as usize * 8, "{counter:?}");
+        }
+        assert_eq!(slots.len(), Counter::ALL.len());
     }
 
     #[test]

@@ -18,25 +18,28 @@
 
 use aya_ebpf::bindings::sk_action::SK_PASS;
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
-use aya_ebpf::bindings::BPF_F_MMAPABLE;
+use aya_ebpf::btf_maps::{Array, PerCpuArray, ReusePortSockArray};
 use aya_ebpf::helpers::bpf_get_smp_processor_id;
-use aya_ebpf::macros::{map, sk_reuseport, xdp};
-use aya_ebpf::maps::{Array, PerCpuArray, ReusePortSockArray};
+use aya_ebpf::macros::{btf_map, sk_reuseport, xdp};
 use aya_ebpf::programs::{SkReuseportContext, XdpContext};
 use statico_common::{SteerCounters, WorkerRecord, XdpCounters, NO_SLOT};
 
-// Sizes are placeholders: userspace sets them at load time (workers, possible CPUs).
-#[map(name = "SOCKETS")]
-static SOCKETS: ReusePortSockArray = ReusePortSockArray::with_max_entries(1, 0);
+/// `BPF_F_MMAPABLE`, as the map flags generic parameter takes it.
+const MMAPABLE: usize = aya_ebpf::bindings::BPF_F_MMAPABLE as usize;
 
-#[map(name = "CPU_SLOTS")]
-static CPU_SLOTS: Array<u32> = Array::with_max_entries(1, 0);
+// BTF-described maps, so `bpftool map dump` prints the records by field name. Sizes are placeholders:
+// userspace sets them at load time (workers, possible CPUs).
+#[btf_map]
+static SOCKETS: ReusePortSockArray<1> = ReusePortSockArray::new();
 
-#[map(name = "STEERING")]
-static STEERING: PerCpuArray<SteerCounters> = PerCpuArray::with_max_entries(1, 0);
+#[btf_map]
+static CPU_SLOTS: Array<u32, 1> = Array::new();
 
-#[map(name = "WORKERS")]
-static WORKERS: Array<WorkerRecord> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+#[btf_map]
+static STEERING: PerCpuArray<SteerCounters, 1> = PerCpuArray::new();
+
+#[btf_map]
+static WORKERS: Array<WorkerRecord, 1, MMAPABLE> = Array::new();
 
 #[sk_reuseport]
 pub fn statico_steer(ctx: SkReuseportContext) -> u32 {
@@ -58,11 +61,11 @@ pub fn statico_steer(ctx: SkReuseportContext) -> u32 {
     SK_PASS
 }
 
-#[map(name = "XDP_PORT")]
-static XDP_PORT: Array<u16> = Array::with_max_entries(1, 0);
+#[btf_map]
+static XDP_PORT: Array<u16, 1> = Array::new();
 
-#[map(name = "XDP_STATS")]
-static XDP_STATS: PerCpuArray<XdpCounters> = PerCpuArray::with_max_entries(1, 0);
+#[btf_map]
+static XDP_STATS: PerCpuArray<XdpCounters, 1> = PerCpuArray::new();
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;

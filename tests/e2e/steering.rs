@@ -260,24 +260,20 @@ fn bpftool_reads_the_pinned_counters_and_pins_go_at_exit() {
     );
 }
 
-/// Sums slot 0 (requests) of every worker record in `bpftool -j map dump` output, whose values are
-/// arrays of "0x.." byte strings.
+/// Sums the `requests` field of every worker record in `bpftool -j map dump` output: the map carries
+/// BTF, so bpftool prints each record by field name.
 fn requests_in_dump(json: &str) -> u64 {
-    let mut total = 0;
-    for value in json.split("\"value\":[").skip(1) {
-        let bytes: Vec<u8> = value
-            .split(']')
-            .next()
-            .unwrap()
-            .split(',')
-            .take(8)
-            .map(|b| {
-                u8::from_str_radix(b.trim().trim_matches('"').trim_start_matches("0x"), 16).unwrap()
-            })
-            .collect();
-        total += u64::from_le_bytes(bytes.try_into().unwrap());
-    }
-    total
+    json.split("\"requests\":")
+        .skip(1)
+        .map(|v| {
+            v.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
 }
 
 /// Runs statico as `nobody` (no capabilities) and returns its exit code and stderr, or the line
