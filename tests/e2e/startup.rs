@@ -119,6 +119,12 @@ fn help_lists_every_flag() {
         "--header-timeout",
         "--idle-timeout",
         "--shutdown-timeout",
+        "--uring-entries",
+        "--uring-sqpoll",
+        "--http2",
+        "--max-concurrent-streams",
+        "--xdp",
+        "--user",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}");
     }
@@ -253,5 +259,39 @@ fn io_uring_entries_and_sqpoll_are_honoured() {
     r.send(&get("/").repeat(200));
     for _ in 0..200 {
         assert_eq!(r.response(false).body, b"sq");
+    }
+}
+
+#[test]
+fn readme_documents_every_flag_of_help() {
+    let out = std::process::Command::new(statico_tests::binary())
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let mut flags: Vec<&str> = help
+        .split_whitespace()
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.trim_end_matches([',', '.', ')', ']']))
+        .map(|w| w.split(['=', '[', '<']).next().unwrap())
+        .collect();
+    flags.sort();
+    flags.dedup();
+    assert!(
+        flags.len() > 25,
+        "parsed too few flags from --help: {flags:?}"
+    );
+    for flag in flags {
+        if flag == "--help" || flag == "--version" {
+            continue;
+        }
+        // The flag itself, not a longer one it prefixes (--header vs --header-timeout).
+        let documented = readme.match_indices(flag).any(|(i, _)| {
+            let next = readme[i + flag.len()..].chars().next().unwrap_or(' ');
+            !(next.is_ascii_alphanumeric() || next == '-')
+        });
+        assert!(documented, "README does not document {flag}");
     }
 }
