@@ -33,6 +33,22 @@ pub struct Batch {
     pub upgrade: Option<crate::h2c::UpgradeRequest>,
 }
 
+impl Batch {
+    /// Adds what this batch did to a worker's counters (every runtime counts the same way).
+    pub fn count(&self, c: &crate::meter::WorkerCounters) {
+        use statico_common::Counter;
+        if self.requests > 0 {
+            c.add(Counter::Requests, self.requests);
+        }
+        if self.responses > 0 {
+            c.add(Counter::Responses, self.responses);
+        }
+        if let Some(counter) = self.error.and_then(|e| Counter::for_error_status(e.code())) {
+            c.add(counter, 1);
+        }
+    }
+}
+
 /// How many requests one call answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pace {

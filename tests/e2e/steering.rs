@@ -119,24 +119,23 @@ fn pin_current_thread(cpu: usize) {
 #[cfg(not(target_os = "linux"))]
 fn pin_current_thread(_: usize) {}
 
-fn steering_totals(stopped: &Stopped) -> (u64, u64) {
+/// Sums `key` over the per-CPU lines starting with `prefix` that statico prints at exit.
+fn per_cpu_sum(stopped: &Stopped, prefix: &str, key: &str) -> u64 {
     stopped
         .stderr
         .lines()
-        .filter_map(|l| l.strip_prefix("statico: steering cpu "))
-        .fold((0, 0), |(st, fb), l| {
-            let field = |k: &str| -> u64 {
-                l.split(&format!("{k}="))
-                    .nth(1)
-                    .unwrap()
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            };
-            (st + field("steered"), fb + field("fallbacks"))
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(|l| {
+            let v = l.split(&format!("{key}=")).nth(1).unwrap();
+            v.split_whitespace().next().unwrap().parse::<u64>().unwrap()
         })
+        .sum()
+}
+
+/// (steered, fallbacks) over all CPUs.
+fn steering_totals(stopped: &Stopped) -> (u64, u64) {
+    let sum = |k| per_cpu_sum(stopped, "statico: steering cpu ", k);
+    (sum("steered"), sum("fallbacks"))
 }
 
 #[test]
@@ -369,23 +368,8 @@ fn xdp_on_lo_counts_the_server_ports_packets() {
         r.response(false);
     }
     let stopped = s.stop();
-    let (packets, bytes) = stopped
-        .stderr
-        .lines()
-        .filter_map(|l| l.strip_prefix("statico: xdp cpu "))
-        .fold((0u64, 0u64), |(p, b), l| {
-            let field = |k: &str| -> u64 {
-                l.split(&format!("{k}="))
-                    .nth(1)
-                    .unwrap()
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            };
-            (p + field("packets"), b + field("bytes"))
-        });
+    let packets = per_cpu_sum(&stopped, "statico: xdp cpu ", "packets");
+    let bytes = per_cpu_sum(&stopped, "statico: xdp cpu ", "bytes");
     // Each connection: handshake (3), request, response, their ACKs, and the close: well over 5 packets
     // each, and at least the request and response bytes.
     assert!(

@@ -35,7 +35,7 @@ use crate::dump::Dumper;
 use crate::h2c::{self, H2Response, UpgradeRequest};
 use crate::meter::WorkerCounters;
 use crate::response::{http_date, Response};
-use crate::session::{Batch, Pace, Session};
+use crate::session::{Pace, Session};
 use crate::shutdown;
 
 /// Size of the worker's read scratch buffer: the most one `read` takes.
@@ -488,7 +488,7 @@ fn exchange_now(
         pending.extend_from_slice(&input[batch.consumed..n]);
     }
     let counters = w.counters();
-    account(counters, &batch);
+    batch.count(counters);
 
     let mut written = 0;
     while written < output.len() {
@@ -532,7 +532,7 @@ async fn paced_exchange(
             dumper,
         );
         pending.drain(..batch.consumed);
-        account(w.counters(), &batch);
+        batch.count(w.counters());
         if batch.requests > 0 {
             answered = true;
             if let Some(d) = s.delay {
@@ -572,21 +572,6 @@ async fn write_all(w: &Worker, stream: &mut TcpStream, bytes: &[u8]) -> Result<(
             Ok(())
         }
         _ => Err(()),
-    }
-}
-
-fn account(c: &WorkerCounters, batch: &Batch) {
-    if batch.requests > 0 {
-        c.add(Counter::Requests, batch.requests);
-    }
-    if batch.responses > 0 {
-        c.add(Counter::Responses, batch.responses);
-    }
-    if let Some(counter) = batch
-        .error
-        .and_then(|e| Counter::for_error_status(e.code()))
-    {
-        c.add(counter, 1);
     }
 }
 

@@ -36,7 +36,7 @@ use super::{Settings, WorkerSetup};
 use crate::dump::Dumper;
 use crate::meter::WorkerCounters;
 use crate::response::{http_date, Response};
-use crate::session::{Batch, Pace, Session};
+use crate::session::{Pace, Session};
 
 /// How often the worker wakes up to patch `Date`, expire deadlines and check for shutdown.
 const TICK: Duration = Duration::from_millis(100);
@@ -390,6 +390,15 @@ struct Worker<'a> {
     closing: VecDeque<usize>,
 }
 
+/// The connection in `slot` if `gen` is still its generation (a completion for a slot's previous
+/// connection finds nothing). A free function, so callers can borrow other worker fields alongside.
+fn live_conn(conns: &mut [Option<Conn>], slot: usize, gen: u32) -> Option<&mut Conn> {
+    conns
+        .get_mut(slot)
+        .and_then(Option::as_mut)
+        .filter(|c| c.gen == gen)
+}
+
 /// Runs one worker until shutdown. `ready` receives the outcome of start-up.
 pub fn run(setup: WorkerSetup, opts: UringOptions, ready: mpsc::Sender<Result<(), String>>) {
     let WorkerSetup {
@@ -612,10 +621,7 @@ impl<'a> Worker<'a> {
 
     /// The connection in `slot` if `gen` is still its generation.
     fn conn(&mut self, slot: usize, gen: u32) -> Option<&mut Conn> {
-        self.conns
-            .get_mut(slot)
-            .and_then(Option::as_mut)
-            .filter(|c| c.gen == gen)
+        live_conn(&mut self.conns, slot, gen)
     }
 
     fn on_recv(&mut self, slot: usize, gen: u32, res: i32, flags: u32) {
@@ -695,7 +701,7 @@ impl<'a> Worker<'a> {
         } else if unread {
             c.pending.extend_from_slice(&data[batch.consumed..]);
         }
-        account(self.counters, &batch);
+        batch.count(self.counters);
         if batch.close {
             c.close_after_send = true;
             c.linger_after_send = batch.error.is_some() || unread;
@@ -748,12 +754,7 @@ impl<'a> Worker<'a> {
     }
 
     fn on_send(&mut self, slot: usize, gen: u32, res: i32) {
-        let Some(c) = self
-            .conns
-            .get_mut(slot)
-            .and_then(Option::as_mut)
-            .filter(|c| c.gen == gen)
-        else {
+        let Some(c) = live_conn(&mut self.conns, slot, gen) else {
             // The connection closed while this send was in flight: its buffer can go now.
             let t = token(Op::Send, slot, gen);
             if let Some(i) = self.orphans.iter().position(|(k, _)| *k == t) {
@@ -817,7 +818,7 @@ impl<'a> Worker<'a> {
             &mut c.dumper,
         );
         c.pending.drain(..batch.consumed);
-        account(self.counters, &batch);
+        batch.count(self.counters);
         if batch.close {
             c.close_after_send = true;
             c.linger_after_send = batch.error.is_some() || !c.pending.is_empty();
@@ -875,12 +876,7 @@ impl<'a> Worker<'a> {
     }
 
     fn on_delay(&mut self, slot: usize, gen: u32) {
-        let Some(c) = self
-            .conns
-            .get_mut(slot)
-            .and_then(Option::as_mut)
-            .filter(|c| c.gen == gen)
-        else {
+        let Some(c) = live_conn(&mut self.conns, slot, gen) else {
             return;
         };
         match c.paced {
@@ -1049,20 +1045,5 @@ impl<'a> Worker<'a> {
                 self.inflight = self.inflight.saturating_sub(1);
             }
         }
-    }
-}
-
-fn account(c: &WorkerCounters, batch: &Batch) {
-    if batch.requests > 0 {
-        c.add(Counter::Requests, batch.requests);
-    }
-    if batch.responses > 0 {
-        c.add(Counter::Responses, batch.responses);
-    }
-    if let Some(counter) = batch
-        .error
-        .and_then(|e| Counter::for_error_status(e.code()))
-    {
-        c.add(counter, 1);
     }
 }
