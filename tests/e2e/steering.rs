@@ -451,3 +451,46 @@ fn user_flag_runs_the_hot_path_unprivileged_and_pins_still_go() {
         "pins left behind after --user"
     );
 }
+
+#[test]
+fn shared_rung_serves_from_one_listener() {
+    let s = Server::start(&[
+        "--steering",
+        "shared",
+        "-t",
+        "2",
+        "-m",
+        "--meter-format",
+        "json",
+    ]);
+    assert!(
+        s.stderr().contains("steering: shared (forced"),
+        "{}",
+        s.stderr()
+    );
+    for cpu in 0..cpus() {
+        connect_from_cpu(&s, cpu);
+    }
+    let stopped = s.stop();
+    assert_eq!(stopped.total("requests"), (cpus() * PER_CPU) as u64);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn stale_pins_from_a_crashed_run_are_replaced() {
+    require_root!("ebpf steering");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pins = format!("/sys/fs/bpf/statico/{port}");
+    // What a crashed run leaves: the directory (bpffs only holds BPF objects, so an empty one).
+    std::fs::create_dir_all(&pins).unwrap();
+    let s = Server::start(&["--steering", "ebpf", "-p", &port.to_string()]);
+    assert!(s.stderr().contains("steering: ebpf"), "{}", s.stderr());
+    assert!(std::path::Path::new(&format!("{pins}/workers")).exists());
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    assert!(!std::path::Path::new(&pins).exists());
+}
