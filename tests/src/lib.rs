@@ -229,10 +229,9 @@ impl Drop for Server {
     /// attachments are removed), and kills it only if it does not exit in time.
     fn drop(&mut self) {
         if let Some(child) = self.child.as_mut() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
+            if child.try_wait().ok().flatten().is_none() {
+                signal(child.id(), "TERM");
+            }
             if wait_timeout(child, WAIT).is_none() {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -243,13 +242,33 @@ impl Drop for Server {
 
 /// Sends a signal by name to a process we started.
 pub fn signal(pid: u32, name: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "kill -{name} {pid} failed");
+    #[cfg(target_os = "linux")]
+    {
+        let sig = match name {
+            "TERM" => libc::SIGTERM,
+            "INT" => libc::SIGINT,
+            "KILL" => libc::SIGKILL,
+            other => panic!("unknown signal {other}"),
+        };
+        // SAFETY: kill(2) on a child process this harness started.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(
+            rc,
+            0,
+            "kill -{name} {pid}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{name} {pid} failed");
+    }
 }
 
 pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {

@@ -18,13 +18,14 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 6] = [
+const PACKAGES: [(&str, &str); 7] = [
     ("curl", "curl"),
     ("wrk", "wrk"),
     ("nginx", "nginx-light"),
     ("bpftool", "bpftool"),
     ("nghttp", "nghttp2-client"),
     ("h2load", "nghttp2-client"),
+    ("kill", "procps"),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
