@@ -39,10 +39,6 @@ impl Dumper {
         Dumper::new(0)
     }
 
-    pub fn enabled(&self) -> bool {
-        self.level > 0
-    }
-
     pub fn request_head(&mut self, raw: &[u8]) {
         if self.level == 0 {
             return;

@@ -52,26 +52,10 @@ impl H2Response {
     pub fn new(spec: &crate::response::ResponseSpec) -> anyhow::Result<Self> {
         let status = StatusCode::from_u16(spec.status)?;
         let mut headers = HeaderMap::new();
-        if !spec
-            .headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("server"))
-        {
-            headers.insert(
-                http::header::SERVER,
-                HeaderValue::from_static(crate::response::SERVER),
-            );
-        }
-        for (name, value) in &spec.headers {
+        for (name, value) in crate::response::header_fields(spec)? {
             headers.append(
                 HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())?,
-                HeaderValue::from_str(value)?,
-            );
-        }
-        if !matches!(spec.status, 100..=199 | 204) {
-            headers.insert(
-                http::header::CONTENT_LENGTH,
-                HeaderValue::from(spec.body.len()),
+                HeaderValue::from_str(&value)?,
             );
         }
         let mut response = H2Response {
@@ -89,11 +73,13 @@ impl H2Response {
         }
     }
 
-    pub fn build(&self) -> Response<()> {
+    /// The response head to send and its body. Consumes this copy, so the headers are moved, not
+    /// cloned a second time (the caller's copy per stream is the one clone).
+    pub fn into_parts(self) -> (Response<()>, Bytes) {
         let mut r = Response::new(());
         *r.status_mut() = self.status;
-        *r.headers_mut() = self.headers.clone();
-        r
+        *r.headers_mut() = self.headers;
+        (r, self.body)
     }
 }
 
@@ -208,19 +194,21 @@ async fn answer(
     if let Some(d) = settings.delay {
         tokio::time::sleep(d).await;
     }
-    let end = head_only || response.body.is_empty();
-    let Ok(mut stream) = respond.send_response(response.build(), end) else {
+    let status = response.status;
+    let (head, data) = response.into_parts();
+    let end = head_only || data.is_empty();
+    let Ok(mut stream) = respond.send_response(head, end) else {
         return;
     };
     counters.add(Counter::Responses, 1);
     if verbose > 0 {
-        println!("↪ response (HTTP/2): {}", response.status);
+        println!("↪ response (HTTP/2): {status}");
     }
     if !end {
         if let Some(d) = settings.body_delay {
             tokio::time::sleep(d).await;
         }
-        let _ = stream.send_data(response.body.clone(), true);
+        let _ = stream.send_data(data, true);
     }
 }
 

@@ -173,10 +173,6 @@ impl Parser {
         }
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     /// True between requests: no part of a request has been consumed. (The caller may still hold
     /// unconsumed bytes of a partial head.)
     pub fn between_requests(&self) -> bool {

@@ -103,7 +103,6 @@ pub fn http_date(t: SystemTime) -> [u8; DATE_LEN] {
 pub struct Response {
     variants: [Encoded; 3],
     errors: [Encoded; ErrorStatus::ALL.len()],
-    status: u16,
 }
 
 /// Fields statico writes itself; the user may not set them.
@@ -111,6 +110,28 @@ const RESERVED: [&str; 4] = ["content-length", "transfer-encoding", "connection"
 
 /// The value of the `Server` field unless the user gives one.
 pub const SERVER: &str = concat!("statico/", env!("CARGO_PKG_VERSION"));
+
+/// The header fields of the response, for HTTP/1.1 and HTTP/2 alike: statico's `Server` unless the user
+/// gives one, the user's fields (validated), and `Content-Length` except where the status forbids it.
+/// (`Date` and connection-specific fields are each protocol's own.)
+pub fn header_fields(spec: &ResponseSpec) -> Result<Vec<(String, String)>> {
+    let mut fields: Vec<(String, String)> = Vec::new();
+    if !spec
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("server"))
+    {
+        fields.push(("Server".into(), SERVER.into()));
+    }
+    for (name, value) in &spec.headers {
+        validate_field(name, value)?;
+        fields.push((name.clone(), value.clone()));
+    }
+    if spec.status != 204 && !(100..=199).contains(&spec.status) {
+        fields.push(("Content-Length".into(), spec.body.len().to_string()));
+    }
+    Ok(fields)
+}
 
 impl Response {
     pub fn new(spec: &ResponseSpec) -> Result<Self> {
@@ -124,21 +145,7 @@ impl Response {
                 spec.status
             );
         }
-        let mut fields: Vec<(String, String)> = Vec::new();
-        if !spec
-            .headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("server"))
-        {
-            fields.push(("Server".into(), SERVER.into()));
-        }
-        for (name, value) in &spec.headers {
-            validate_field(name, value)?;
-            fields.push((name.clone(), value.clone()));
-        }
-        if spec.status != 204 && !(100..=199).contains(&spec.status) {
-            fields.push(("Content-Length".into(), spec.body.len().to_string()));
-        }
+        let fields = header_fields(spec)?;
         let status_line = format!(
             "HTTP/1.1 {} {}",
             status.as_u16(),
@@ -154,16 +161,7 @@ impl Response {
             ];
             Encoded::build(&line, &fields, Some("close"), b"")
         });
-        Ok(Response {
-            variants,
-            errors,
-            status: spec.status,
-        })
-    }
-
-    /// The status code the user configured.
-    pub fn status(&self) -> u16 {
-        self.status
+        Ok(Response { variants, errors })
     }
 
     /// The whole response (head and body) in this framing.
