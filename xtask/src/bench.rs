@@ -499,13 +499,15 @@ fn start_peer(peer: &Peer, bin: &Path, cpus: &str) -> Result<ServerUnderTest> {
     Ok(s)
 }
 
-fn free_port() -> Result<u16> {
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-fn wait_port(port: u16) -> Result<()> {
+/// Waits (up to 10 s) until something accepts connections on 127.0.0.1:`port`.
+pub fn wait_port(port: u16) -> Result<()> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {

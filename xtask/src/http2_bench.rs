@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
-use crate::bench::{clock_ticks_per_second, cpu_ticks, median};
+use crate::bench::{clock_ticks_per_second, cpu_ticks, free_port, median, wait_port};
 use crate::setup::which;
 
 struct Server {
@@ -29,22 +29,6 @@ impl Drop for Server {
     }
 }
 
-fn port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn wait(port: u16) -> Result<()> {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    bail!("server on port {port} did not come up")
-}
-
 pub fn run(
     root: &Path,
     server_cpus: &str,
@@ -55,7 +39,7 @@ pub fn run(
     let dir = root.join("target/bench/http2");
     std::fs::create_dir_all(&dir)?;
     let dir = dir.canonicalize()?;
-    let p = port()?;
+    let p = free_port()?;
     let statico = Server {
         name: "statico --http2",
         child: Command::new("taskset")
@@ -79,8 +63,8 @@ pub fn run(
             .context("start statico")?,
         port: p,
     };
-    wait(p)?;
-    let p = port()?;
+    wait_port(p)?;
+    let p = free_port()?;
     let d = dir.display();
     let conf = format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
@@ -109,7 +93,7 @@ pub fn run(
             .context("start nginx")?,
         port: p,
     };
-    wait(p)?;
+    wait_port(p)?;
     let servers = [statico, nginx];
     let mut rows: Vec<Vec<(f64, f64)>> = vec![Vec::new(); servers.len()];
     for _ in 0..rounds {

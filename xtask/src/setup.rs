@@ -151,10 +151,7 @@ fn bpf_linker_version() -> Option<String> {
 
 /// Looks in PATH and in the sbin directories, where Debian puts nginx.
 pub fn on_path(program: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(Into::into))
-        .any(|dir| Path::new(&dir).join(program).is_file())
+    which(program).is_some()
 }
 
 /// Full path of a program found by [`on_path`].

@@ -9,10 +9,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::thread::sleep;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 const RUNGS: [&str; 3] = ["ebpf", "incoming-cpu", "reuseport"];
 
@@ -26,9 +24,7 @@ pub fn run(root: &Path, duration: u64, rounds: usize) -> Result<String> {
     let mut bpf_ns_per_run = Vec::new();
     for _ in 0..rounds {
         for (rung, rows) in results.iter_mut() {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port();
+            let port = crate::bench::free_port()?;
             let mut child = Command::new(root.join("target/release/statico"))
                 .args([
                     "-a",
@@ -45,7 +41,7 @@ pub fn run(root: &Path, duration: u64, rounds: usize) -> Result<String> {
                 .stderr(Stdio::null())
                 .spawn()
                 .context("start statico")?;
-            wait_port(port)?;
+            crate::bench::wait_port(port)?;
             let before = crate::bench::cpu_ticks(child.id())?;
             let out = Command::new("wrk")
                 .args([
@@ -103,16 +99,6 @@ pub fn run(root: &Path, duration: u64, rounds: usize) -> Result<String> {
         let _ = writeln!(s, "SK_REUSEPORT program: {ns:.0} ns per run (min {min:.0}, max {max:.0}), from bpftool prog show run_time_ns/run_cnt");
     }
     Ok(s)
-}
-
-fn wait_port(port: u16) -> Result<()> {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        sleep(Duration::from_millis(50));
-    }
-    bail!("statico on port {port} did not come up")
 }
 
 /// Average run time of the steering program, from `bpftool -j prog show name statico_steer`.
