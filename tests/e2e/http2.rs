@@ -11,6 +11,25 @@ fn start(extra: &[&str]) -> Server {
     Server::start(&[&["--http2", "--runtime", "tokio"], extra].concat())
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 client (the `h2` crate) connected by prior knowledge, its connection driven by a task.
+async fn h2_connect(
+    addr: std::net::SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    (client, tokio::spawn(conn))
+}
+
 fn h2spec() -> std::path::PathBuf {
     let home = std::env::var_os("HOME")
         .map(std::path::PathBuf::from)
@@ -95,15 +114,10 @@ fn http1_still_works_on_an_http2_port_and_garbage_is_closed() {
 #[test]
 fn h2_client_with_many_concurrent_streams_and_settings() {
     let s = start(&["-b", "stream", "--max-concurrent-streams", "64"]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let addr = s.addr;
     let bodies = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        let conn_task = tokio::spawn(conn);
+        let (client, conn_task) = h2_connect(addr).await;
         let requests = tokio::spawn(async move {
             let mut client = client.ready().await.unwrap();
             // One request first: its response comes after the server's SETTINGS, so the client knows
@@ -178,15 +192,10 @@ fn h2_client_with_many_concurrent_streams_and_settings() {
 fn sigterm_sends_goaway_and_finishes_in_flight_streams() {
     let s = start(&["-b", "late", "-d", "600ms"]);
     let pid = s.pid();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let addr = s.addr;
     let status = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        let conn_task = tokio::spawn(conn);
+        let (client, conn_task) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let req = http::Request::builder()
             .uri(format!("http://{addr}/"))
@@ -246,15 +255,10 @@ fn without_http2_the_preface_is_a_bad_http1_request() {
 #[test]
 fn idle_http2_connection_gets_goaway_after_the_idle_timeout() {
     let s = start(&["--idle-timeout", "1s"]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let addr = s.addr;
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        let conn_task = tokio::spawn(conn);
+        let (client, conn_task) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let req = http::Request::builder()
             .uri(format!("http://{addr}/"))

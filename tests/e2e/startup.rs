@@ -157,25 +157,13 @@ fn runtime_aliases_say_what_they_map_to() {
 #[cfg(target_os = "linux")]
 #[test]
 fn io_uring_refused_by_seccomp_fails_the_start_with_the_reason() {
-    use std::io::Read;
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(statico_tests::binary());
-    cmd.args(["--runtime", "io-uring", "-a", "127.0.0.1", "-p", "0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
+    cmd.args(["--runtime", "io-uring", "-a", "127.0.0.1", "-p", "0"]);
     // SAFETY: between fork and exec only async-signal-safe calls (prctl) are made.
     unsafe { cmd.pre_exec(deny_io_uring_setup) };
-    let mut child = cmd.spawn().unwrap();
-    let status =
-        statico_tests::wait_timeout(&mut child, statico_tests::WAIT).expect("statico exits");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(1), "{err}");
+    let (code, err) = statico_tests::exit_of(cmd);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("io_uring is unavailable")
             && err.contains("seccomp")

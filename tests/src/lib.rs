@@ -285,8 +285,15 @@ pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 /// Runs statico with `args` expecting it to exit by itself (a start-up error); returns
 /// (exit code, stderr).
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(binary())
-        .args(args)
+    let mut cmd = Command::new(binary());
+    cmd.args(args);
+    exit_of(cmd)
+}
+
+/// Runs `cmd` (a prepared statico command) expecting it to exit by itself; returns (exit code,
+/// stderr). Fails if it keeps running past [`WAIT`].
+pub fn exit_of(mut cmd: Command) -> (Option<i32>, String) {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -296,7 +303,7 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     if status.is_none() {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("statico {args:?} kept running; it should have exited with an error");
+        panic!("{cmd:?} kept running; it should have exited with an error");
     }
     let mut err = String::new();
     child
@@ -347,7 +354,12 @@ impl Reader {
 
     fn fill(&mut self) -> usize {
         let mut chunk = [0u8; 65536];
-        let n = self.stream.read(&mut chunk).expect("read from statico");
+        let n = loop {
+            match self.stream.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.expect("read from statico"),
+            }
+        };
         self.buf.extend_from_slice(&chunk[..n]);
         n
     }
@@ -393,6 +405,7 @@ impl Reader {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return std::mem::take(&mut self.buf),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
                     return std::mem::take(&mut self.buf)
                 }
