@@ -28,7 +28,9 @@ pub enum StartError {
 
 /// Checks that the runtime asked for works here and describes it; a runtime that cannot work is an
 /// error with the reason, never a silent fallback.
-fn runtime_available(cli: &Cli) -> Result<String> {
+fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
+    #[cfg(not(target_os = "linux"))]
+    let _ = fd_limit; // only io_uring sizes anything from it
     if let Some(alias) = cli.runtime.alias {
         eprintln!(
             "statico: runtime {alias} maps to statico's own io_uring loop (--runtime io-uring)"
@@ -41,6 +43,7 @@ fn runtime_available(cli: &Cli) -> Result<String> {
             let opts = runtime::uring::UringOptions {
                 entries: cli.uring_entries,
                 sqpoll_idle_ms: cli.uring_sqpoll,
+                direct_files: runtime::uring::direct_files(fd_limit),
             };
             let flags = runtime::uring::check_available(opts).map_err(|e| anyhow!(e))?;
             Ok(format!("io-uring, {} entries, {flags}", cli.uring_entries))
@@ -50,6 +53,35 @@ fn runtime_available(cli: &Cli) -> Result<String> {
             "--runtime io-uring needs Linux; use --runtime tokio"
         )),
     }
+}
+
+/// Raises the soft limit on open files to the hard limit, as a server for thousands of connections
+/// needs (Go's runtime does the same); returns the limit in force. The io_uring runtime sizes its
+/// table of direct descriptors from it: the kernel refuses a table larger than this limit.
+#[cfg(unix)]
+pub fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct passed, which lives on this stack frame.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is u64 on Linux, i64 on FreeBSD
+    let limit = lim.rlim_cur as u64;
+    limit
 }
 
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
@@ -75,7 +107,8 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     } else {
         None
     };
-    let runtime_line = runtime_available(&cli).map_err(StartError::Runtime)?;
+    let fd_limit = raise_fd_limit();
+    let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)?;
     let workers = cli.workers();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let worker_cores: Vec<Option<core_affinity::CoreId>> = (0..workers)
@@ -151,6 +184,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         let uring = runtime::uring::UringOptions {
             entries: cli.uring_entries,
             sqpoll_idle_ms: cli.uring_sqpoll,
+            direct_files: runtime::uring::direct_files(fd_limit),
         };
         let handle = thread::Builder::new()
             .name(format!("statico-w{id}"))

@@ -1,6 +1,8 @@
-//! Many connections at once: 10 000 concurrent keep-alive connections each get their answers.
+//! Many connections at once: 10 000 concurrent keep-alive connections each get their answers; the
+//! descriptor limit and the io_uring direct-descriptor table that make that possible.
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 
 use statico_tests::{get, Reader, Server};
 
@@ -26,4 +28,74 @@ fn ten_thousand_concurrent_keep_alive_connections() {
     let stopped = s.stop();
     assert_eq!(stopped.total("conns_accepted"), N as u64);
     assert_eq!(stopped.total("requests"), 2 * N as u64);
+}
+
+/// The open-files soft limit is raised to the hard limit at start-up, so a server started from a shell
+/// with the usual soft limit of 1024 still takes thousands of connections.
+#[test]
+fn soft_fd_limit_is_raised_to_the_hard_limit() {
+    let s = Server::start_with(&["-t", "1"], |cmd| {
+        // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                lim.rlim_cur = lim.rlim_max.min(256);
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(fields[3], fields[4], "soft limit = hard limit: {line}");
+    assert_ne!(fields[3], "256", "{line}");
+    // 400 connections, more than the 256 the server was started with, all served.
+    let mut conns: Vec<Reader> = (0..400).map(|_| Reader::new(s.connect())).collect();
+    for c in conns.iter_mut() {
+        c.stream.write_all(&get("/")).unwrap();
+    }
+    for c in conns.iter_mut() {
+        assert_eq!(c.response(false).status, 200);
+    }
+}
+
+/// With io_uring, connections are accepted as direct descriptors into the ring's registered file table:
+/// ring operations skip the per-operation file lookup, and connections use no ordinary descriptor.
+#[test]
+fn io_uring_connections_are_direct_descriptors() {
+    let s = Server::start(&["--runtime", "io-uring", "-t", "1"]);
+    assert!(
+        s.stderr().contains("direct descriptors, pinned"),
+        "{}",
+        s.stderr()
+    );
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", s.pid()))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let mut conns: Vec<Reader> = (0..500).map(|_| Reader::new(s.connect())).collect();
+    for c in conns.iter_mut() {
+        c.stream.write_all(&get("/")).unwrap();
+        assert_eq!(c.response(false).status, 200);
+    }
+    let during = fds();
+    assert!(
+        during < before + 10,
+        "500 open connections added {} descriptors to the process",
+        during - before
+    );
 }

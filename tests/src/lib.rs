@@ -85,7 +85,20 @@ impl Server {
         Self::try_start(args).unwrap_or_else(|e| panic!("statico did not start: {e}"))
     }
 
+    /// Like [`Server::start`], with `configure` applied to the command before it is spawned.
+    pub fn start_with(args: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
+        Self::try_start_with(args, configure)
+            .unwrap_or_else(|e| panic!("statico did not start: {e}"))
+    }
+
     pub fn try_start(args: &[&str]) -> Result<Server, String> {
+        Self::try_start_with(args, |_| {})
+    }
+
+    fn try_start_with(
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Result<Server, String> {
         let mut cmd = Command::new(binary());
         // Loopback, an ephemeral port and two workers, unless the test says otherwise.
         for (short, long, value) in [
@@ -101,6 +114,7 @@ impl Server {
             cmd.args(["--runtime", &runtime()]);
         }
         cmd.args(args);
+        configure(&mut cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

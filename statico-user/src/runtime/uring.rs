@@ -57,11 +57,20 @@ const KEEP_SEND_CAPACITY: usize = 64 * 1024;
 pub struct UringOptions {
     pub entries: u32,
     pub sqpoll_idle_ms: Option<u32>,
+    /// Size of each worker's registered (direct) file table; see [`direct_files`].
+    pub direct_files: u32,
 }
 
-/// Size of the registered (direct) file table: connections are accepted straight into it, so ring
-/// operations on them skip the per-operation file-table lookup and reference counting.
-const DIRECT_FILES: u32 = 65_536;
+/// Most direct descriptors one worker registers (each slot costs the kernel 8 bytes).
+const MAX_DIRECT_FILES: u64 = 1 << 18;
+
+/// Size of a worker's registered (direct) file table for an open-files limit of `fd_limit`.
+/// Connections are accepted straight into this table, so ring operations on them skip the per-operation
+/// file lookup and reference counting (`fget`/`fput`), and they use no ordinary descriptor. The kernel
+/// refuses a table larger than `RLIMIT_NOFILE`, so it is sized from that limit.
+pub fn direct_files(fd_limit: u64) -> u32 {
+    fd_limit.clamp(16, MAX_DIRECT_FILES) as u32
+}
 
 /// Builds an SQE on a connection's descriptor, which is a direct (registered) one when `$fixed`.
 macro_rules! on_fd {
@@ -155,8 +164,9 @@ pub fn build_ring(opts: UringOptions) -> io::Result<(IoUring, &'static str)> {
 }
 
 /// Checks that this kernel can run the worker (multishot receive with provided-buffer rings needs
-/// Linux 6.0), and explains what is missing otherwise.
-pub fn check_available(opts: UringOptions) -> Result<&'static str, String> {
+/// Linux 6.0), and explains what is missing otherwise. On success, describes the ring: its flags and
+/// whether connections are direct descriptors (and if not, why).
+pub fn check_available(opts: UringOptions) -> Result<String, String> {
     let (ring, flags) = build_ring(opts).map_err(|e| {
         let why = match e.raw_os_error() {
             Some(libc::EPERM) => "io_uring is disabled for this process (sysctl kernel.io_uring_disabled, or a seccomp filter such as a container's)",
@@ -198,7 +208,15 @@ pub fn check_available(opts: UringOptions) -> Result<&'static str, String> {
             release.trim()
         ));
     }
-    Ok(flags)
+    Ok(
+        match ring.submitter().register_files_sparse(opts.direct_files) {
+            Ok(()) => format!("{flags}, {} direct descriptors", opts.direct_files),
+            Err(e) => format!(
+                "{flags}, plain descriptors: the kernel refused a table of {} direct ones ({e})",
+                opts.direct_files
+            ),
+        },
+    )
 }
 
 /// The provided-buffer ring: `RECV_BUFFERS` buffers the kernel picks from for multishot receives.
@@ -367,6 +385,8 @@ struct Worker<'a> {
     /// Connections are direct descriptors in the ring's registered file table.
     fixed: bool,
     accepting: bool,
+    /// The last accept error reported (reported once until an accept succeeds).
+    accept_error: Option<i32>,
     conns: Vec<Option<Conn>>,
     gens: Vec<u32>,
     free: Vec<usize>,
@@ -425,8 +445,12 @@ pub fn run(setup: WorkerSetup, opts: UringOptions, ready: mpsc::Sender<Result<()
         }
     };
     let listener_fd = listener.into_raw_fd();
-    // Direct descriptors where the kernel has them (5.19+); plain descriptors otherwise.
-    let fixed = ring.submitter().register_files_sparse(DIRECT_FILES).is_ok();
+    // Direct descriptors where the kernel has them (5.19+); plain descriptors otherwise (the start-up
+    // line says which, from the same attempt in `check_available`).
+    let fixed = ring
+        .submitter()
+        .register_files_sparse(opts.direct_files)
+        .is_ok();
     let mut w = Worker {
         fixed,
         ring,
@@ -436,6 +460,7 @@ pub fn run(setup: WorkerSetup, opts: UringOptions, ready: mpsc::Sender<Result<()
         counters: counters.worker(id),
         listener: listener_fd,
         accepting: false,
+        accept_error: None,
         conns: Vec::new(),
         gens: Vec::new(),
         free: Vec::new(),
@@ -501,9 +526,12 @@ impl<'a> Worker<'a> {
 
     fn arm_accept(&mut self) {
         self.accepting = true;
+        // A direct descriptor is not in the process's file table, so it has no close-on-exec flag (the
+        // kernel refuses SOCK_CLOEXEC with EINVAL there).
+        let flags = if self.fixed { 0 } else { libc::SOCK_CLOEXEC };
         let e = opcode::AcceptMulti::new(types::Fd(self.listener))
             .allocate_file_index(self.fixed)
-            .flags(libc::SOCK_CLOEXEC)
+            .flags(flags)
             .build()
             .user_data(token(Op::Accept, 0, 0));
         self.push(e);
@@ -571,12 +599,27 @@ impl<'a> Worker<'a> {
                 self.accepting = false;
                 return;
             }
-            if !self.accepting && self.draining.is_none() {
-                self.arm_accept();
+            if [libc::ECONNABORTED, libc::EINTR, libc::EAGAIN].contains(&err) {
+                // A connection that went away before it was accepted: carry on at once.
+                if !self.accepting && self.draining.is_none() {
+                    self.arm_accept();
+                }
+            } else if !self.accepting && err != libc::ECANCELED {
+                // Anything else would fail again at once: say so (once), and retry at each tick
+                // rather than spin.
+                if self.accept_error != Some(err) {
+                    eprintln!(
+                        "statico: accept failed: {}; retrying every {} ms",
+                        io::Error::from_raw_os_error(err),
+                        TICK.as_millis()
+                    );
+                }
+                self.accept_error = Some(err);
             }
             return;
         }
         let fd = res;
+        self.accept_error = None;
         if self.draining.is_some() {
             let e = on_fd!(self.fixed, fd, |fd| opcode::Close::new(fd).build()).user_data(token(
                 Op::Close,
