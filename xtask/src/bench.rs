@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
     #[arg(long)]
     pub http2: bool,
+    /// Instead: split each server's CPU per keep-alive request into TCP send, TCP receive, event
+    /// loop (kernel) and user space, from perf cpu-clock samples
+    #[arg(long)]
+    pub profile: bool,
     /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
     #[arg(long, value_name = "DIR")]
     pub redraw: Option<PathBuf>,
@@ -61,14 +65,14 @@ pub struct BenchArgs {
 const BODY: &str = "Hello, World!";
 
 #[derive(Clone, Copy, Debug)]
-struct Scenario {
-    name: &'static str,
-    connections: u32,
-    pipeline: u32,
-    close: bool,
+pub struct Scenario {
+    pub name: &'static str,
+    pub connections: u32,
+    pub pipeline: u32,
+    pub close: bool,
 }
 
-const SCENARIOS: [Scenario; 4] = [
+pub const SCENARIOS: [Scenario; 4] = [
     Scenario {
         name: "keep-alive c50",
         connections: 50,
@@ -99,20 +103,20 @@ const SCENARIOS: [Scenario; 4] = [
 const IDLE_SCENARIO: &str = "idle keep-alive";
 
 #[derive(Clone, Debug, Default)]
-struct Round {
-    rps: f64,
-    requests: u64,
+pub struct Round {
+    pub rps: f64,
+    pub requests: u64,
     cpu_us_per_req: f64,
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
 }
 
-struct ServerUnderTest {
-    name: String,
+pub struct ServerUnderTest {
+    pub name: String,
     command: String,
-    child: Child,
-    port: u16,
+    pub child: Child,
+    pub port: u16,
 }
 
 impl Drop for ServerUnderTest {
@@ -150,6 +154,17 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         let client = args.client_cpus.clone().unwrap_or_else(|| "0".into());
         let report = crate::http2_bench::run(root, &server, &client, args.duration, args.rounds)?;
         println!("{report}");
+        return Ok(());
+    }
+    if args.profile {
+        let server = args
+            .server_cpus
+            .clone()
+            .unwrap_or_else(|| (n - 1).to_string());
+        let client = args.client_cpus.clone().unwrap_or_else(|| "0".into());
+        let report = crate::profile_bench::run(root, &server, &client, args.duration, args.rounds)?;
+        println!("{report}");
+        std::fs::write(root.join("target/bench/profile/report.txt"), &report)?;
         return Ok(());
     }
     let server_cpus = args
@@ -323,7 +338,7 @@ pub fn validate(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTest> {
+pub fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTest> {
     let port = free_port()?;
     let bin = root.join("target/release/statico");
     let args = [
@@ -375,7 +390,7 @@ fn start_statico(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTe
     })
 }
 
-fn start_nginx(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
+pub fn start_nginx(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
     let nginx = which("nginx").context("nginx is not installed (cargo xtask setup installs it)")?;
     let port = free_port()?;
     let ndir = dir.join("nginx");
@@ -547,7 +562,13 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .ok()
 }
 
-fn wrk_command(sc: Scenario, client_cpus: &str, duration: u64, lua: &Path, port: u16) -> Command {
+pub fn wrk_command(
+    sc: Scenario,
+    client_cpus: &str,
+    duration: u64,
+    lua: &Path,
+    port: u16,
+) -> Command {
     let url = format!("http://127.0.0.1:{port}/");
     let mut cmd = Command::new("taskset");
     cmd.args(["-c", client_cpus, "wrk", "-t1", "--latency"])
@@ -591,7 +612,7 @@ fn measure(
     Ok(r)
 }
 
-fn parse_wrk(text: &str) -> Round {
+pub fn parse_wrk(text: &str) -> Round {
     let mut r = Round::default();
     let ms = |v: &str| -> f64 {
         let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));

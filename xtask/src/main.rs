@@ -12,6 +12,7 @@
 
 mod bench;
 mod http2_bench;
+mod profile_bench;
 mod setup;
 mod steering_bench;
 
@@ -191,6 +192,15 @@ fn test() -> Result<()> {
         },
     )?;
     bench::validate(&out.join("results.json"))?;
+    eprintln!("xtask test: smoke stage: cargo xtask bench --profile --quick");
+    bench::run(
+        &workspace_root(),
+        bench::BenchArgs {
+            quick: true,
+            profile: true,
+            ..Default::default()
+        },
+    )?;
     eprintln!("xtask test: all checks passed");
     Ok(())
 }

@@ -2,7 +2,7 @@
 //!
 //! - Debian packages: `curl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
-//!   HTTP/2 tests, h2load in `bench --http2`).
+//!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
 //! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 7] = [
+const PACKAGES: [(&str, &str); 8] = [
     ("curl", "curl"),
     ("wrk", "wrk"),
     ("nginx", "nginx-light"),
@@ -26,6 +26,7 @@ const PACKAGES: [(&str, &str); 7] = [
     ("nghttp", "nghttp2-client"),
     ("h2load", "nghttp2-client"),
     ("kill", "procps"),
+    ("perf", "linux-perf"),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
