@@ -106,7 +106,7 @@ const IDLE_SCENARIO: &str = "idle keep-alive";
 pub struct Round {
     pub rps: f64,
     pub requests: u64,
-    cpu_us_per_req: f64,
+    pub cpu_us_per_req: f64,
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
@@ -146,25 +146,21 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         args.rounds = 1;
     }
     let n = cpu_count();
-    if args.http2 {
+    if args.http2 || args.profile {
         let server = args
             .server_cpus
             .clone()
             .unwrap_or_else(|| (n - 1).to_string());
         let client = args.client_cpus.clone().unwrap_or_else(|| "0".into());
-        let report = crate::http2_bench::run(root, &server, &client, args.duration, args.rounds)?;
-        println!("{report}");
-        return Ok(());
-    }
-    if args.profile {
-        let server = args
-            .server_cpus
-            .clone()
-            .unwrap_or_else(|| (n - 1).to_string());
-        let client = args.client_cpus.clone().unwrap_or_else(|| "0".into());
-        let report = crate::profile_bench::run(root, &server, &client, args.duration, args.rounds)?;
-        println!("{report}");
-        std::fs::write(root.join("target/bench/profile/report.txt"), &report)?;
+        let mode = if args.http2 {
+            crate::http2_bench::run
+        } else {
+            crate::profile_bench::run
+        };
+        println!(
+            "{}",
+            mode(root, &server, &client, args.duration, args.rounds)?
+        );
         return Ok(());
     }
     let server_cpus = args
@@ -562,13 +558,7 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .ok()
 }
 
-pub fn wrk_command(
-    sc: Scenario,
-    client_cpus: &str,
-    duration: u64,
-    lua: &Path,
-    port: u16,
-) -> Command {
+fn wrk_command(sc: Scenario, client_cpus: &str, duration: u64, lua: &Path, port: u16) -> Command {
     let url = format!("http://127.0.0.1:{port}/");
     let mut cmd = Command::new("taskset");
     cmd.args(["-c", client_cpus, "wrk", "-t1", "--latency"])
@@ -589,7 +579,7 @@ pub fn wrk_command(
     cmd
 }
 
-fn measure(
+pub fn measure(
     s: &ServerUnderTest,
     sc: Scenario,
     client_cpus: &str,
@@ -612,7 +602,7 @@ fn measure(
     Ok(r)
 }
 
-pub fn parse_wrk(text: &str) -> Round {
+fn parse_wrk(text: &str) -> Round {
     let mut r = Round::default();
     let ms = |v: &str| -> f64 {
         let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));

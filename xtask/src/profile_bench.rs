@@ -24,10 +24,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::{
-    clock_ticks_per_second, cpu_ticks, median, parse_wrk, start_nginx, start_statico, wrk_command,
-    ServerUnderTest, SCENARIOS,
-};
+use crate::bench::{measure, median, start_nginx, start_statico, ServerUnderTest, SCENARIOS};
 use crate::setup::which;
 
 /// The buckets, in report order.
@@ -99,18 +96,15 @@ fn profile_round(
         .spawn()
         .context("start perf record")?;
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let before = cpu_ticks(s.child.id())?;
-    let out = wrk_command(sc, client_cpus, duration, &dir.join("unused.lua"), s.port)
-        .output()
-        .context("run wrk")?;
-    let after = cpu_ticks(s.child.id())?;
-    // SIGINT makes perf write its data and exit.
+    // Keep-alive scenarios only: wrk gets no pipelining script.
+    let measured = measure(s, sc, client_cpus, duration, &dir.join("unused.lua"));
+    // SIGINT makes perf write its data and exit (also when wrk failed: perf must not outlive this).
     Command::new("kill")
         .args(["-INT", &perf.id().to_string()])
         .status()
         .context("signal perf")?;
     let status = perf.wait()?;
-    // perf writes its data on SIGINT, then ends by that signal.
+    // After writing its data, perf ends by that SIGINT.
     if !status.success() && std::os::unix::process::ExitStatusExt::signal(&status) != Some(2) {
         let mut err = String::new();
         if let Some(mut e) = perf.stderr.take() {
@@ -119,7 +113,7 @@ fn profile_round(
         }
         bail!("perf record failed ({status}): {}", err.trim());
     }
-    let r = parse_wrk(&String::from_utf8_lossy(&out.stdout));
+    let r = measured?;
     if r.requests == 0 {
         bail!("wrk got no answers from {}", s.name);
     }
@@ -139,7 +133,7 @@ fn profile_round(
         // Every server sends: no sample under tcp_sendmsg means kernel symbols were not resolved.
         bail!("perf resolved no kernel symbols (no sample under tcp_sendmsg); run as root or set kernel.kptr_restrict=0 and kernel.perf_event_paranoid=1");
     }
-    let us_per_req = (after - before) as f64 / clock_ticks_per_second() * 1e6 / r.requests as f64;
+    let us_per_req = r.cpu_us_per_req;
     Ok(Profiled {
         rps: r.rps,
         us_per_req,
@@ -218,6 +212,7 @@ pub fn run(
             own[1] / own[0]
         )?;
     }
+    std::fs::write(dir.join("report.txt"), &report)?;
     Ok(report)
 }
 
