@@ -4,7 +4,9 @@
 //! - [`cli`]: the flags, checked while parsing;
 //! - [`response`]: the response bytes, encoded once, `Date` patched once a second;
 //! - [`http`]: request framing, a pure state machine (fuzzed);
-//! - [`session`]: one connection's exchange, shared by every runtime;
+//! - [`session`]: one connection's HTTP exchange: which response, framing, errors;
+//! - [`connection`]: one connection's policy, shared by every runtime: kept input, backpressure,
+//!   deadlines, pacing, closing;
 //! - [`h2c`]: `--http2`, cleartext HTTP/2 with the `h2` crate (tokio runtime);
 //! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
 //! - `bpf` (Linux): the eBPF steering program, its maps and pins, loaded with aya;
@@ -12,11 +14,13 @@
 //! - [`meter`]: per-worker counters and the `-m` report;
 //! - [`dump`]: `-v` request/response printing;
 //! - [`shutdown`]: SIGINT/SIGTERM and draining;
-//! - [`server`]: start-up and shutdown order.
+//! - [`server`]: start-up and shutdown order;
+//! - [`sys`]: the kernel version and the open-files limit, asked in one place.
 
 #[cfg(all(target_os = "linux", statico_bpf))]
 pub mod bpf;
 pub mod cli;
+pub mod connection;
 pub mod dump;
 pub mod h2c;
 pub mod http;
@@ -27,3 +31,4 @@ pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod steering;
+pub mod sys;

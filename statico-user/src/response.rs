@@ -89,6 +89,34 @@ fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The once-a-second `Date` tick, the same for every runtime: a runtime calls [`DateClock::tick`]
+/// whenever it wakes for its clock, and patches its responses when the second has changed.
+#[derive(Debug, Default)]
+pub struct DateClock {
+    second: u64,
+}
+
+impl DateClock {
+    /// The new `Date` value if the second has changed since the last call.
+    pub fn tick(&mut self, now: SystemTime) -> Option<[u8; DATE_LEN]> {
+        let second = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        (second != self.second).then(|| {
+            self.second = second;
+            http_date(now)
+        })
+    }
+
+    /// How long from `now` to the next second boundary, when `Date` changes.
+    pub fn until_next_second(now: SystemTime) -> std::time::Duration {
+        let nanos = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::time::Duration::from_nanos(1_000_000_000 - u64::from(nanos))
+    }
+}
+
 /// Formats `t` as an IMF-fixdate.
 pub fn http_date(t: SystemTime) -> [u8; DATE_LEN] {
     let s = httpdate::fmt_http_date(t);

@@ -55,35 +55,6 @@ fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
     }
 }
 
-/// Raises the soft limit on open files to the hard limit, as a server for thousands of connections
-/// needs (Go's runtime does the same); returns the limit in force. The io_uring runtime sizes its
-/// table of direct descriptors from it: the kernel refuses a table larger than this limit.
-#[cfg(unix)]
-pub fn raise_fd_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read/write the struct passed, which lives on this stack frame.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
-        }
-    }
-    #[allow(clippy::unnecessary_cast)] // rlim_t is u64 on Linux, i64 on FreeBSD
-    let limit = lim.rlim_cur as u64;
-    limit
-}
-
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
 pub fn run(cli: Cli) -> Result<(), StartError> {
     let response = Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
@@ -107,7 +78,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     } else {
         None
     };
-    let fd_limit = raise_fd_limit();
+    let fd_limit = crate::sys::raise_fd_limit();
     let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)?;
     let workers = cli.workers();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -157,13 +128,16 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
 
     let settings = Arc::new(Settings {
         response,
-        limits: cli.limits(),
-        header_timeout: cli.header_timeout,
-        idle_timeout: cli.idle_timeout,
+        policy: crate::connection::Policy {
+            limits: cli.limits(),
+            header_timeout: cli.header_timeout,
+            idle_timeout: cli.idle_timeout,
+            delay: cli.delay,
+            body_delay: cli.body_delay,
+            verbose: cli.verbose,
+            h2c: cli.http2,
+        },
         shutdown_timeout: cli.shutdown_timeout,
-        delay: cli.delay,
-        body_delay: cli.body_delay,
-        verbose: cli.verbose,
         h2,
     });
     let (trigger, stop) = shutdown::channel();

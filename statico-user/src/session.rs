@@ -52,8 +52,10 @@ impl Batch {
 /// How many requests one call answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pace {
-    /// Answer every complete request in the input (pipelining: one write for all).
-    All,
+    /// Answer complete requests until `out` holds at least this many bytes (pipelining: one write for
+    /// all). The bound is what keeps a client that pipelines without reading from growing the output
+    /// without limit: the rest of the input waits until the output drains.
+    UpTo(usize),
     /// Stop after each answered request, so the runtime can apply `--delay` / `--body-delay` to it.
     OneByOne,
 }
@@ -144,10 +146,11 @@ impl Session {
                         batch.close = true;
                         return batch;
                     }
-                    if pace == Pace::OneByOne {
-                        return batch;
+                    match pace {
+                        Pace::OneByOne => return batch,
+                        Pace::UpTo(limit) if out.len() >= limit => return batch,
+                        Pace::UpTo(_) => continue,
                     }
-                    continue;
                 }
                 Event::Incomplete => {
                     batch.consumed = after;
@@ -201,9 +204,18 @@ mod tests {
     #[test]
     fn pipelined_requests_become_one_output() {
         let input = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(16);
-        let (b, out) = run(&input, Pace::All);
+        let (b, out) = run(&input, Pace::UpTo(usize::MAX));
         assert_eq!((b.requests, b.consumed, b.close), (16, input.len(), false));
         assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 16);
+    }
+
+    #[test]
+    fn output_bound_stops_answering_and_keeps_the_rest() {
+        let input = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(16);
+        let one = run(&input[..27], Pace::UpTo(usize::MAX)).1.len();
+        let (b, out) = run(&input, Pace::UpTo(3 * one));
+        assert_eq!((b.requests, b.consumed), (3, 3 * 27));
+        assert_eq!(out.len(), 3 * one);
     }
 
     #[test]
@@ -216,14 +228,17 @@ mod tests {
 
     #[test]
     fn partial_request_is_kept() {
-        let (b, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HT", Pace::All);
+        let (b, out) = run(
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HT",
+            Pace::UpTo(usize::MAX),
+        );
         assert_eq!((b.requests, b.consumed), (1, 27));
         assert_eq!(out.matches("200 OK").count(), 1);
     }
 
     #[test]
     fn head_gets_no_body_and_http10_closes() {
-        let (b, out) = run(b"HEAD / HTTP/1.0\r\n\r\n", Pace::All);
+        let (b, out) = run(b"HEAD / HTTP/1.0\r\n\r\n", Pace::UpTo(usize::MAX));
         assert!(b.close);
         assert!(
             out.ends_with("\r\n\r\n") && out.contains("Connection: close"),
@@ -235,12 +250,12 @@ mod tests {
     fn expect_continue_is_sent_only_when_the_body_is_missing() {
         let head =
             b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
-        let (b, out) = run(head, Pace::All);
+        let (b, out) = run(head, Pace::UpTo(usize::MAX));
         assert_eq!(
             (b.requests, out.as_str()),
             (0, "HTTP/1.1 100 Continue\r\n\r\n")
         );
-        let (b, out) = run(&[&head[..], b"ok"].concat(), Pace::All);
+        let (b, out) = run(&[&head[..], b"ok"].concat(), Pace::UpTo(usize::MAX));
         assert_eq!(b.requests, 1);
         assert!(out.starts_with("HTTP/1.1 200 OK"));
     }
@@ -249,7 +264,7 @@ mod tests {
     fn bad_request_answers_error_and_closes_after_good_ones() {
         let (b, out) = run(
             b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n\r\n",
-            Pace::All,
+            Pace::UpTo(usize::MAX),
         );
         assert_eq!((b.requests, b.responses, b.close), (1, 2, true));
         assert_eq!(b.error, Some(ErrorStatus::BadRequest));

@@ -265,7 +265,7 @@ fn incoming_cpu(
     if !cfg!(target_os = "linux") {
         return Err("SO_INCOMING_CPU steering needs Linux 6.2 or later".into());
     }
-    let (major, minor) = kernel_version();
+    let (major, minor) = crate::sys::kernel_version();
     if (major, minor) < (6, 2) {
         return Err(format!(
             "the kernel is {major}.{minor}; listeners honour SO_INCOMING_CPU from Linux 6.2"
@@ -289,16 +289,6 @@ fn set_incoming_cpu(socket: &TcpListener, cpu: usize) -> io::Result<()> {
 #[cfg(not(target_os = "linux"))]
 fn set_incoming_cpu(_: &TcpListener, _: usize) -> io::Result<()> {
     Err(io::Error::other("not Linux"))
-}
-
-/// (major, minor) of the running Linux kernel, (0, 0) if unknown.
-pub fn kernel_version() -> (u32, u32) {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release
-        .trim()
-        .split(['.', '-'])
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Result<Socket> {

@@ -1,8 +1,9 @@
-//! Runtimes: how bytes move between sockets and the [`Session`](crate::session::Session).
+//! Runtimes: how bytes move between sockets and the [`Connection`](crate::connection::Connection).
 //!
 //! A runtime runs one worker on its own thread, pinned to one CPU, and serves the connections its
-//! listener accepts. Everything it needs is in [`WorkerSetup`]; what it does with HTTP is decided by the
-//! shared `session` module, so runtimes differ only in the I/O they perform.
+//! listener accepts. Everything it needs is in [`WorkerSetup`]; every decision about a connection is the
+//! shared `connection` module's, so runtimes differ only in the I/O they perform. The few things both
+//! loops need besides — how to treat a failed accept — live here, once.
 
 pub mod tokio;
 #[cfg(target_os = "linux")]
@@ -12,7 +13,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::http::Limits;
+use crate::connection::Policy;
 use crate::meter::Counters;
 use crate::response::Response;
 use crate::shutdown;
@@ -21,13 +22,9 @@ use crate::shutdown;
 #[derive(Debug)]
 pub struct Settings {
     pub response: Response,
-    pub limits: Limits,
-    pub header_timeout: Duration,
-    pub idle_timeout: Duration,
+    /// Timeouts, pacing and limits of every connection.
+    pub policy: Policy,
     pub shutdown_timeout: Duration,
-    pub delay: Option<Duration>,
-    pub body_delay: Option<Duration>,
-    pub verbose: u8,
     /// `--http2` (tokio runtime only): h2c settings and the response for HTTP/2 streams.
     pub h2: Option<(crate::h2c::H2Settings, crate::h2c::H2Response)>,
 }
@@ -40,4 +37,77 @@ pub struct WorkerSetup {
     pub settings: Arc<Settings>,
     pub counters: Counters,
     pub shutdown: shutdown::Listener,
+}
+
+/// How long a worker waits before accepting again after an accept failed for a reason that would fail
+/// again at once (out of descriptors, or anything unexpected).
+pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// When to accept again after a failed accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcceptRetry {
+    /// The connection went away before it was accepted: carry on.
+    Now,
+    /// Waiting is the only cure: retry after [`ACCEPT_RETRY`].
+    Later,
+}
+
+/// One worker's accept failures: classifies each, and reports each kind once until an accept succeeds
+/// (a persistent failure is one line, not a line per retry).
+#[derive(Debug)]
+pub struct AcceptErrors {
+    worker: usize,
+    reported: Option<i32>,
+}
+
+impl AcceptErrors {
+    pub fn new(worker: usize) -> Self {
+        AcceptErrors {
+            worker,
+            reported: None,
+        }
+    }
+
+    pub fn succeeded(&mut self) {
+        self.reported = None;
+    }
+
+    /// An accept failed with `errno`: says when to retry, and reports it if it is new.
+    pub fn failed(&mut self, errno: i32) -> AcceptRetry {
+        if [libc::ECONNABORTED, libc::EINTR, libc::EAGAIN, libc::EPROTO].contains(&errno) {
+            return AcceptRetry::Now;
+        }
+        if self.reported != Some(errno) {
+            self.reported = Some(errno);
+            let error = std::io::Error::from_raw_os_error(errno);
+            let fix = if [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM].contains(&errno)
+            {
+                "raise the fd limit (ulimit -n) or lower the load; "
+            } else {
+                ""
+            };
+            eprintln!(
+                "statico: worker {}: accept failed: {error}; {fix}retrying every {} ms",
+                self.worker,
+                ACCEPT_RETRY.as_millis()
+            );
+        }
+        AcceptRetry::Later
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_errors_retry_at_once_only_for_a_vanished_peer() {
+        let mut e = AcceptErrors::new(0);
+        assert_eq!(e.failed(libc::ECONNABORTED), AcceptRetry::Now);
+        assert_eq!(e.failed(libc::EMFILE), AcceptRetry::Later);
+        assert_eq!(e.reported, Some(libc::EMFILE));
+        assert_eq!(e.failed(libc::EINVAL), AcceptRetry::Later);
+        e.succeeded();
+        assert_eq!(e.reported, None);
+    }
 }

@@ -1,0 +1,543 @@
+//! One connection's policy, shared by every runtime: what to read, what to send, when to wait, when to
+//! give up. No I/O, no clock: a runtime passes in bytes and `now`, and asks what next.
+//!
+//! [`Session`] decides HTTP (which response, framing, errors); this module decides everything around
+//! it that used to be copied into each runtime and drifted:
+//! - **unconsumed input**: a partial head is kept here between reads; fresh bytes are parsed straight
+//!   from the runtime's buffer when nothing is kept, so the common case copies no input;
+//! - **backpressure**: at most [`MAX_UNSENT`] bytes of unsent output per connection. Past that the
+//!   connection stops answering and [`Connection::wants_input`] turns false until the output drains —
+//!   what an `await` on a write does implicitly, made explicit so that io_uring does the same;
+//! - **deadlines**, one at a time ([`Connection::deadline`]): idle between requests, header (a head must
+//!   arrive whole within `--header-timeout` of its first byte; a body may pause that long), send (output
+//!   that makes no progress for `--idle-timeout`), the `--delay` / `--body-delay` waits, and lingering;
+//! - **pacing** for `--delay` / `--body-delay`: one request at a time, its response held until its delay
+//!   has passed, the body held until the head is sent and the body delay has passed;
+//! - **closing**: after a response that closes, with a lingering read when the client may still be
+//!   sending (so that its unread bytes do not turn our close into a reset that destroys the response);
+//! - **protocol**: with h2c on, whether the first bytes are HTTP/2's preface, and the switch after
+//!   `101 Switching Protocols`.
+//!
+//! A runtime's loop is: hand received bytes to [`Connection::receive`]; send [`Connection::output`] and
+//! report with [`Connection::sent`]; read only while [`Connection::wants_input`]; act on
+//! [`Connection::status`]; wake at [`Connection::deadline`] and call [`Connection::on_deadline`].
+//! A runtime whose sends complete later (io_uring) calls [`Connection::send_started`] first: the output
+//! buffer is then frozen (the kernel reads it) and new responses queue behind it.
+//!
+//! This is where a TLS record layer will sit: between the runtime's bytes and [`Connection::receive`] /
+//! [`Connection::output`].
+
+use std::time::{Duration, Instant};
+
+use statico_common::Counter;
+
+use crate::dump::Dumper;
+use crate::h2c::{self, UpgradeRequest};
+use crate::http::Limits;
+use crate::meter::WorkerCounters;
+use crate::response::Response;
+use crate::session::{Batch, Pace, Session};
+
+/// Most unsent output one connection holds before it stops reading and answering. A few times the
+/// 64 KiB a read takes: enough to keep a pipelining client's socket full, small enough that 10 000
+/// clients that never read cost the server at most a few GiB... of kernel socket buffers, and this
+/// much each of ours.
+pub const MAX_UNSENT: usize = 256 * 1024;
+/// After a response that closes while the client may still be sending: how long and how much to read
+/// and discard before closing.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+pub const LINGER_BYTES: usize = 1 << 20;
+/// An output buffer that grew past this (a large body, pipelining) is freed once sent rather than kept.
+const KEEP_CAPACITY: usize = 64 * 1024;
+
+/// The per-connection settings every connection of a server shares.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub limits: Limits,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub delay: Option<Duration>,
+    pub body_delay: Option<Duration>,
+    pub verbose: u8,
+    /// `--http2`: the first bytes may be the HTTP/2 preface, and `Upgrade: h2c` is honoured.
+    pub h2c: bool,
+}
+
+impl Policy {
+    fn paced(&self) -> bool {
+        self.delay.is_some() || self.body_delay.is_some()
+    }
+}
+
+/// What a connection reads from its worker on each call.
+#[derive(Clone, Copy)]
+pub struct Env<'a> {
+    pub policy: &'a Policy,
+    pub response: &'a Response,
+    pub counters: &'a WorkerCounters,
+}
+
+/// Which deadline [`Connection::deadline`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timer {
+    /// Between requests: `--idle-timeout`.
+    Idle,
+    /// Within a request: `--header-timeout`.
+    Header,
+    /// Output that has not moved: `--idle-timeout`.
+    Send,
+    /// `--delay` before a response.
+    Delay,
+    /// `--body-delay` between a response's head and body.
+    BodyDelay,
+    /// The lingering read after a closing response.
+    Linger,
+}
+
+impl Timer {
+    /// The pacing waits release a response: a runtime arms a precise timer for them. The others end
+    /// the connection and may be checked by a coarse periodic tick.
+    pub fn is_pacing(self) -> bool {
+        matches!(self, Timer::Delay | Timer::BodyDelay)
+    }
+}
+
+/// What the runtime does once it has sent what [`Connection::output`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Carry on: send the output, read while [`Connection::wants_input`], wake at the deadline.
+    Open,
+    /// Everything is sent: shut down our sending side, call [`Connection::shut_down_write`], and keep
+    /// reading (the input is discarded) until the status says close.
+    ShutdownWrite,
+    /// Close the connection now.
+    Close,
+    /// Everything is sent and the connection speaks HTTP/2 from here: [`Connection::into_h2`].
+    Upgrade,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Reading and answering requests.
+    Exchange,
+    /// `--delay`: the response in `held` is released at `until`.
+    Delaying,
+    /// `--body-delay`: the head is in the output and the body in `held`, until the head is sent...
+    SendingHead,
+    /// ...and then until `until`.
+    BodyDelaying,
+    /// Our side is shut; input is read and discarded until `until` or [`LINGER_BYTES`].
+    Lingering { discarded: usize },
+    /// Done: close now, whatever is unsent.
+    Closed,
+}
+
+/// What happens when the output is sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum After {
+    KeepAlive,
+    Close,
+    /// Close after a lingering read.
+    Linger,
+    /// Switch to HTTP/2: by prior knowledge (`None`), or after `101` for this request.
+    Upgrade(Option<UpgradeRequest>),
+}
+
+/// One connection's state, apart from its socket.
+#[derive(Debug)]
+pub struct Connection {
+    session: Session,
+    dumper: Dumper,
+    /// Input received and not yet consumed: a partial head or chunk line, or requests waiting for the
+    /// output to drain or for a paced response to finish.
+    pending: Vec<u8>,
+    /// Output; the first `sent` bytes are gone.
+    out: Vec<u8>,
+    sent: usize,
+    /// A send of `out[sent..]` is in flight: `out` is frozen and new output goes to `queued`.
+    in_flight: bool,
+    queued: Vec<u8>,
+    /// A paced response (or its body) waiting for its delay.
+    held: Vec<u8>,
+    /// Where the body of the held response starts, for `--body-delay`.
+    body_at: Option<usize>,
+    phase: Phase,
+    after: After,
+    /// When the current pacing or lingering phase ends.
+    until: Instant,
+    /// The read deadline: idle between requests, header within one.
+    read_deadline: (Instant, Timer),
+    /// When unsent output times out if it does not move.
+    send_deadline: Instant,
+    /// With h2c: the first bytes have not yet shown which protocol this is.
+    undecided: bool,
+}
+
+impl Connection {
+    pub fn new(policy: &Policy, now: Instant) -> Self {
+        Connection {
+            session: Session::with_h2c(policy.limits, policy.h2c),
+            dumper: Dumper::new(policy.verbose),
+            pending: Vec::new(),
+            out: Vec::new(),
+            sent: 0,
+            in_flight: false,
+            queued: Vec::new(),
+            held: Vec::new(),
+            body_at: None,
+            phase: Phase::Exchange,
+            after: After::KeepAlive,
+            until: now,
+            read_deadline: (now + policy.idle_timeout, Timer::Idle),
+            send_deadline: now,
+            undecided: policy.h2c,
+        }
+    }
+
+    /// Bytes the client sent. They are answered now where possible, kept otherwise.
+    pub fn receive(&mut self, data: &[u8], now: Instant, env: Env) {
+        env.counters.add(Counter::BytesIn, data.len() as u64);
+        env.counters.add(Counter::Reads, 1);
+        if let Phase::Lingering { discarded } = &mut self.phase {
+            *discarded += data.len();
+            if *discarded > LINGER_BYTES {
+                self.phase = Phase::Closed;
+            }
+            return;
+        }
+        if matches!(self.after, After::Close | After::Linger) || self.phase == Phase::Closed {
+            return; // input after a closing response is discarded
+        }
+        let was_between = self.session.between_requests() && self.pending.is_empty();
+        let mut fresh = data;
+        if self.undecided {
+            self.pending.extend_from_slice(fresh);
+            fresh = &[];
+            self.decide_protocol();
+            if self.undecided {
+                self.refresh_read_deadline(was_between, 0, now, env);
+                return;
+            }
+        }
+        let answered = self.answer(fresh, now, env);
+        self.refresh_read_deadline(was_between, answered, now, env);
+    }
+
+    /// The client closed its side (or the connection failed).
+    pub fn peer_closed(&mut self) {
+        self.phase = Phase::Closed;
+    }
+
+    /// Whether the runtime should read: false while output is backed up, a paced response is in
+    /// progress, or a closing response is queued.
+    pub fn wants_input(&self) -> bool {
+        match self.phase {
+            Phase::Lingering { .. } => true,
+            Phase::Exchange => self.after == After::KeepAlive && self.unsent() < MAX_UNSENT,
+            _ => false,
+        }
+    }
+
+    /// The bytes to send now (empty: nothing to send).
+    pub fn output(&self) -> &[u8] {
+        &self.out[self.sent..]
+    }
+
+    /// A send of [`Connection::output`] is in flight: its bytes must stay where they are until
+    /// [`Connection::sent`] reports it done.
+    pub fn send_started(&mut self) {
+        self.in_flight = true;
+    }
+
+    /// `n` bytes of the output were sent (0: the socket took nothing). Answers what was waiting for the
+    /// output to drain.
+    pub fn sent(&mut self, n: usize, now: Instant, env: Env) {
+        let backed_up = self.unsent() >= MAX_UNSENT;
+        self.in_flight = false;
+        if n > 0 {
+            env.counters.add(Counter::BytesOut, n as u64);
+            env.counters.add(Counter::Writes, 1);
+            self.sent += n;
+            self.send_deadline = now + env.policy.idle_timeout;
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+            if self.out.capacity() > KEEP_CAPACITY {
+                self.out = Vec::new();
+            }
+            std::mem::swap(&mut self.out, &mut self.queued);
+            if self.unsent() == 0 {
+                self.drained(now, env);
+            }
+        }
+        if backed_up && !self.pending.is_empty() {
+            let answered = self.answer(&[], now, env);
+            self.refresh_read_deadline(false, answered, now, env);
+        }
+    }
+
+    /// What the runtime does next (see [`Status`]).
+    pub fn status(&self) -> Status {
+        if self.phase == Phase::Closed {
+            return Status::Close;
+        }
+        if self.phase != Phase::Exchange || self.unsent() > 0 || self.in_flight {
+            return Status::Open;
+        }
+        match self.after {
+            After::KeepAlive => Status::Open,
+            After::Close => Status::Close,
+            After::Linger => Status::ShutdownWrite,
+            After::Upgrade(_) => Status::Upgrade,
+        }
+    }
+
+    /// Our sending side is shut down: linger, reading and discarding.
+    pub fn shut_down_write(&mut self, now: Instant) {
+        self.phase = Phase::Lingering { discarded: 0 };
+        self.until = now + LINGER_TIME;
+    }
+
+    /// When the runtime must call [`Connection::on_deadline`] at the latest, and why.
+    pub fn deadline(&self) -> (Instant, Timer) {
+        match self.phase {
+            Phase::Delaying => (self.until, Timer::Delay),
+            Phase::BodyDelaying => (self.until, Timer::BodyDelay),
+            Phase::Lingering { .. } => (self.until, Timer::Linger),
+            _ if self.unsent() > 0 => (self.send_deadline, Timer::Send),
+            _ => self.read_deadline,
+        }
+    }
+
+    /// The deadline may have passed: release a paced response, or end the connection (a timeout is
+    /// counted). Early calls do nothing.
+    pub fn on_deadline(&mut self, now: Instant, env: Env) {
+        let (at, timer) = self.deadline();
+        if now < at {
+            return;
+        }
+        match timer {
+            Timer::Delay => {
+                self.phase = Phase::Exchange;
+                self.release(now, env);
+            }
+            Timer::BodyDelay => {
+                self.phase = Phase::Exchange;
+                let body = std::mem::take(&mut self.held);
+                self.emit(&body, now, env);
+                self.held = body;
+                self.held.clear();
+            }
+            Timer::Linger => self.phase = Phase::Closed,
+            Timer::Idle | Timer::Header | Timer::Send => {
+                env.counters.add(Counter::Timeouts, 1);
+                self.phase = Phase::Closed;
+            }
+        }
+        if self.phase == Phase::Exchange && !self.pending.is_empty() {
+            let answered = self.answer(&[], now, env);
+            self.refresh_read_deadline(false, answered, now, env);
+        }
+    }
+
+    /// Nothing in progress: no partial request, nothing unsent or held. Shutdown closes such
+    /// connections at once.
+    pub fn is_idle(&self) -> bool {
+        self.phase == Phase::Exchange
+            && self.after == After::KeepAlive
+            && self.unsent() == 0
+            && self.pending.is_empty()
+            && self.session.between_requests()
+    }
+
+    /// For [`Status::Upgrade`]: the bytes received after the switch, and the request to answer on
+    /// stream 1 after an `Upgrade: h2c` (none by prior knowledge).
+    pub fn into_h2(self) -> (Vec<u8>, Option<UpgradeRequest>) {
+        match self.after {
+            After::Upgrade(upgrade) => (self.pending, upgrade),
+            _ => (self.pending, None),
+        }
+    }
+
+    fn unsent(&self) -> usize {
+        self.out.len() - self.sent + self.queued.len()
+    }
+
+    /// With h2c: prior knowledge if the input starts with the preface; HTTP/1.x if the first line says
+    /// so; anything else is an invalid preface, a connection error (RFC 9113 §3.4): closed unanswered.
+    fn decide_protocol(&mut self) {
+        if self.pending.starts_with(h2c::PREFACE) {
+            self.undecided = false;
+            self.after = After::Upgrade(None);
+            return;
+        }
+        if h2c::PREFACE.starts_with(&self.pending) {
+            return; // a prefix of the preface: read more before deciding
+        }
+        match h2c::first_line_is_http1(&self.pending) {
+            None => {} // the first line is not complete yet
+            Some(false) => self.phase = Phase::Closed,
+            Some(true) => self.undecided = false,
+        }
+    }
+
+    fn can_answer(&self) -> bool {
+        self.phase == Phase::Exchange
+            && self.after == After::KeepAlive
+            && !self.undecided
+            && self.unsent() < MAX_UNSENT
+    }
+
+    /// Answers what the kept input and `fresh` hold, as far as output room and pacing allow; keeps the
+    /// rest. Returns the requests answered.
+    fn answer(&mut self, fresh: &[u8], now: Instant, env: Env) -> u64 {
+        let mut answered = 0;
+        let mut fresh = fresh;
+        while self.can_answer() {
+            let batch = if self.pending.is_empty() {
+                // Nothing kept: parse the runtime's buffer in place and keep only what is left of it.
+                let batch = self.answer_batch(fresh, now, env);
+                self.pending.extend_from_slice(&fresh[batch.consumed..]);
+                fresh = &[];
+                batch
+            } else {
+                self.pending.extend_from_slice(fresh);
+                fresh = &[];
+                let mut kept = std::mem::take(&mut self.pending);
+                let batch = self.answer_batch(&kept, now, env);
+                kept.drain(..batch.consumed);
+                self.pending = kept;
+                batch
+            };
+            answered += batch.requests;
+            let more = env.policy.paced() && batch.requests > 0 && !batch.close;
+            if !more || self.pending.is_empty() {
+                break;
+            }
+        }
+        if !fresh.is_empty() && !matches!(self.after, After::Close | After::Linger) {
+            self.pending.extend_from_slice(fresh);
+        }
+        answered
+    }
+
+    /// One call of the session over `input`: responses go to the output (or, paced, wait for their
+    /// delay); what the batch says about closing and upgrading is remembered.
+    fn answer_batch(&mut self, input: &[u8], now: Instant, env: Env) -> Batch {
+        let paced = env.policy.paced();
+        let was_empty = self.unsent() == 0;
+        let room = MAX_UNSENT.saturating_sub(self.unsent());
+        let (target, pace) = if paced {
+            (&mut self.held, Pace::OneByOne)
+        } else if self.in_flight {
+            let limit = self.queued.len() + room;
+            (&mut self.queued, Pace::UpTo(limit))
+        } else {
+            let limit = self.out.len() + room;
+            (&mut self.out, Pace::UpTo(limit))
+        };
+        let batch = self
+            .session
+            .process(input, target, env.response, pace, &mut self.dumper);
+        batch.count(env.counters);
+        if batch.close {
+            let unread = batch.consumed < input.len();
+            self.after = if batch.error.is_some() || unread {
+                After::Linger
+            } else {
+                After::Close
+            };
+        }
+        if let Some(upgrade) = batch.upgrade.clone() {
+            self.after = After::Upgrade(Some(upgrade));
+        }
+        if paced {
+            self.pace(&batch, now, env);
+        } else if was_empty && self.unsent() > 0 {
+            self.send_deadline = now + env.policy.idle_timeout;
+        }
+        batch
+    }
+
+    /// `--delay` / `--body-delay`: a response just went into `held`. An interim or error response goes
+    /// out at once; an answer waits for `--delay`.
+    fn pace(&mut self, batch: &Batch, now: Instant, env: Env) {
+        if batch.requests == 0 {
+            let held = std::mem::take(&mut self.held);
+            self.emit(&held, now, env);
+            self.held = held;
+            self.held.clear();
+            return;
+        }
+        self.body_at = batch.body_at;
+        match env.policy.delay {
+            Some(delay) => {
+                self.phase = Phase::Delaying;
+                self.until = now + delay;
+            }
+            None => self.release(now, env),
+        }
+    }
+
+    /// The held response goes out: whole, or its head now and its body after `--body-delay`.
+    fn release(&mut self, now: Instant, env: Env) {
+        let mut held = std::mem::take(&mut self.held);
+        let split = match (self.body_at.take(), env.policy.body_delay) {
+            (Some(at), Some(_)) if at < held.len() => at,
+            _ => held.len(),
+        };
+        self.emit(&held[..split], now, env);
+        held.drain(..split);
+        self.held = held;
+        if !self.held.is_empty() {
+            self.phase = Phase::SendingHead;
+            if self.unsent() == 0 {
+                self.drained(now, env);
+            }
+        }
+    }
+
+    /// Appends bytes to the output, behind a send in flight if there is one.
+    fn emit(&mut self, bytes: &[u8], now: Instant, env: Env) {
+        if bytes.is_empty() {
+            return;
+        }
+        if self.unsent() == 0 {
+            self.send_deadline = now + env.policy.idle_timeout;
+        }
+        if self.in_flight {
+            self.queued.extend_from_slice(bytes);
+        } else {
+            self.out.extend_from_slice(bytes);
+        }
+    }
+
+    /// Everything is sent: a held body starts its delay; an idle connection starts its idle timeout.
+    fn drained(&mut self, now: Instant, env: Env) {
+        match self.phase {
+            Phase::SendingHead => {
+                self.phase = Phase::BodyDelaying;
+                self.until = now + env.policy.body_delay.unwrap_or_default();
+            }
+            Phase::Exchange if self.pending.is_empty() && self.session.between_requests() => {
+                self.read_deadline = (now + env.policy.idle_timeout, Timer::Idle);
+            }
+            _ => {}
+        }
+    }
+
+    /// After input: between requests with nothing kept, the idle timeout; a new head (its first bytes,
+    /// or what follows an answered request) starts the header timeout; more bytes of the same head do
+    /// not extend it; a body may pause for the header timeout.
+    fn refresh_read_deadline(&mut self, was_between: bool, answered: u64, now: Instant, env: Env) {
+        let p = env.policy;
+        if !self.session.between_requests() {
+            self.read_deadline = (now + p.header_timeout, Timer::Header);
+        } else if self.pending.is_empty() {
+            self.read_deadline = (now + p.idle_timeout, Timer::Idle);
+        } else if was_between || answered > 0 {
+            self.read_deadline = (now + p.header_timeout, Timer::Header);
+        }
+    }
+}

@@ -1,0 +1,541 @@
+//! The io_uring runtime: each worker is one thread, pinned to its CPU, driving its own ring with the
+//! `io-uring` crate directly — no async runtime in between. What to do with the bytes is the shared
+//! [`Connection`]'s decision; this file is the hot path that moves them.
+//!
+//! The only syscall in steady state is one `io_uring_enter` per loop iteration, which submits every
+//! queued operation and waits for at least one completion. Operations:
+//! - one **multishot accept** on the worker's listener, into the ring's table of direct descriptors;
+//! - one **multishot receive** per connection from a **provided-buffer ring** ([`buffers`]): the kernel
+//!   picks a buffer only when bytes arrive, so an idle connection holds no receive buffer; each buffer
+//!   goes back to the ring as soon as the connection has taken its bytes. The receive is cancelled
+//!   while the connection does not want input (its output is backed up, or a paced response is in
+//!   progress) and armed again when it does: backpressure, as tokio's `await` on a write gives;
+//! - one **send** of the connection's output at a time; responses produced meanwhile queue behind it
+//!   inside the connection and go out together with the next send;
+//! - a ring **timeout** every [`TICK`] that patches the `Date`, expires deadlines (idle, header, send,
+//!   linger), notices shutdown and retries a failed accept; a per-connection timeout only for the
+//!   `--delay` / `--body-delay` waits, which must be on time;
+//! - **shutdown** (write side, before a lingering close) and **shutdown + close** (linked) to end one.
+//!
+//! Memory the kernel reads or writes: receive buffers (see [`buffers`]); a connection's output, frozen
+//! by [`Connection::send_started`] until the send completes — if the connection closes first, it is
+//! kept as an orphan until then; timespecs, one boxed per slot for the worker's life. At exit every
+//! operation is cancelled and reaped before that memory is freed, and it is leaked if the kernel does
+//! not confirm in time.
+
+mod buffers;
+mod ring;
+mod slots;
+
+use std::os::fd::{IntoRawFd, RawFd};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use io_uring::{cqueue, opcode, squeue, types};
+use statico_common::Counter;
+
+use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
+use crate::connection::{Connection, Env, Status};
+use crate::meter::WorkerCounters;
+use crate::response::{DateClock, Response};
+use crate::shutdown;
+use buffers::{BufRing, BGID};
+use ring::{build_ring, token, untoken, Op, Ring};
+use slots::Slots;
+
+pub use ring::{check_available, direct_files, UringOptions};
+
+/// How often the worker wakes up to patch `Date`, expire deadlines and check for shutdown.
+const TICK: Duration = super::ACCEPT_RETRY;
+
+/// Builds an SQE on a connection's descriptor, which is a direct (registered) one when `$fixed`.
+macro_rules! on_fd {
+    ($fixed:expr, $fd:expr, |$t:ident| $build:expr) => {
+        if $fixed {
+            let $t = types::Fixed($fd as u32);
+            $build
+        } else {
+            let $t = types::Fd($fd);
+            $build
+        }
+    };
+}
+
+/// The state of a connection's multishot receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Recv {
+    Off,
+    On,
+    /// Cancelled; its last completion has not arrived yet (no new one may be armed before it does).
+    Cancelling,
+}
+
+/// One connection: its descriptor, its policy state, and what the ring is doing for it.
+struct Conn {
+    fd: RawFd,
+    gen: u32,
+    state: Connection,
+    /// A send of `state.output()` is in flight.
+    sending: bool,
+    recv: Recv,
+    /// The pacing deadline a timeout is armed for.
+    timer: Option<Instant>,
+}
+
+/// The worker's whole state.
+struct Worker<'a> {
+    ring: Ring,
+    bufs: BufRing,
+    settings: &'a Settings,
+    response: Response,
+    counters: &'a WorkerCounters,
+    listener: RawFd,
+    /// Connections are direct descriptors in the ring's registered file table.
+    fixed: bool,
+    accepting: bool,
+    accept_errors: AcceptErrors,
+    conns: Slots<Conn>,
+    /// One timespec per slot for the pacing timeouts, boxed so it never moves, kept for the worker's
+    /// life (the kernel copies it when the SQE is submitted, which may be after the connection closed).
+    #[allow(clippy::vec_box)] // boxed: a timespec must not move when the Vec grows
+    timespecs: Vec<Box<types::Timespec>>,
+    tick: Box<types::Timespec>,
+    /// Connections closed while a send was in flight, kept until its completion (the kernel may still
+    /// read their output), by the send's token.
+    orphans: Vec<(u64, Connection)>,
+    draining: Option<Instant>,
+    clock: DateClock,
+    /// The time of the completions being handled.
+    now: Instant,
+    cqes: Vec<(u64, i32, u32)>,
+}
+
+/// Runs one worker until shutdown. `ready` receives the outcome of start-up.
+pub fn run(setup: WorkerSetup, opts: UringOptions, ready: mpsc::Sender<Result<(), String>>) {
+    let settings = setup.settings.clone();
+    let mut w = match Worker::start(setup.id, setup.listener, &settings, &setup.counters, opts) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    w.serve(setup.id, &setup.shutdown);
+    w.finish();
+}
+
+impl<'a> Worker<'a> {
+    /// The ring, its receive buffers and direct descriptors, and the first accept and tick.
+    fn start(
+        id: usize,
+        listener: std::net::TcpListener,
+        settings: &'a Settings,
+        counters: &'a crate::meter::Counters,
+        opts: UringOptions,
+    ) -> Result<Self, String> {
+        let (ring, _flags) =
+            build_ring(opts).map_err(|e| format!("worker {id}: cannot create an io_uring: {e}"))?;
+        let bufs = BufRing::new(&ring).map_err(|e| format!(
+            "worker {id}: cannot register the receive buffer ring: {e}; io_uring needs Linux 6.0+, or run with --runtime tokio"
+        ))?;
+        // Direct descriptors where the kernel has them (5.19+); plain descriptors otherwise (the start-up
+        // line says which, from the same attempt in `check_available`).
+        let fixed = ring
+            .submitter()
+            .register_files_sparse(opts.direct_files)
+            .is_ok();
+        let mut w = Worker {
+            ring: Ring::new(ring),
+            bufs,
+            settings,
+            response: settings.response.clone(),
+            counters: counters.worker(id),
+            listener: listener.into_raw_fd(),
+            fixed,
+            accepting: false,
+            accept_errors: AcceptErrors::new(id),
+            conns: Slots::new(),
+            timespecs: Vec::new(),
+            tick: Box::new(types::Timespec::from(TICK)),
+            orphans: Vec::new(),
+            draining: None,
+            clock: DateClock::default(),
+            now: Instant::now(),
+            cqes: Vec::with_capacity(1024),
+        };
+        w.arm_accept();
+        w.arm_tick();
+        Ok(w)
+    }
+
+    /// The main loop: one `io_uring_enter`, then every completion, until drained or out of time.
+    fn serve(&mut self, id: usize, shutdown: &shutdown::Listener) {
+        loop {
+            if self.draining.is_none() && *shutdown.borrow() {
+                self.start_draining();
+            }
+            if let Some(since) = self.draining {
+                if self.conns.live() == 0 || since.elapsed() >= self.settings.shutdown_timeout {
+                    return;
+                }
+            }
+            if let Err(e) = self.ring.submit_and_wait() {
+                eprintln!("statico: worker {id}: io_uring_enter failed: {e}");
+                return;
+            }
+            self.reap();
+        }
+    }
+
+    /// Collects the completions and handles each.
+    fn reap(&mut self) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.clear();
+        cqes.extend(
+            self.ring
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
+        self.now = Instant::now();
+        for &(data, res, flags) in &cqes {
+            if !cqueue::more(flags) {
+                self.ring.inflight = self.ring.inflight.saturating_sub(1);
+            }
+            let (op, slot, gen) = untoken(data);
+            match op {
+                Some(Op::Accept) => self.on_accept(res, flags),
+                Some(Op::Recv) => self.on_recv(slot, gen, res, flags),
+                Some(Op::Send) => self.on_send(data, slot, gen, res),
+                Some(Op::Tick) => self.on_tick(),
+                Some(Op::Timer) => self.on_timer(slot, gen),
+                Some(Op::Close) | Some(Op::Cancel) | None => {}
+            }
+        }
+        self.cqes = cqes;
+    }
+
+    fn on_accept(&mut self, res: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.accepting = false;
+        }
+        if res < 0 {
+            let errno = -res;
+            let retry_now =
+                errno != libc::ECANCELED && self.accept_errors.failed(errno) == AcceptRetry::Now;
+            if retry_now && !self.accepting && self.draining.is_none() {
+                self.arm_accept();
+            } // otherwise the tick re-arms it
+            return;
+        }
+        self.accept_errors.succeeded();
+        if self.draining.is_some() {
+            self.close_fd(res, token(Op::Close, 0, 0));
+            return;
+        }
+        self.counters.add(Counter::ConnsAccepted, 1);
+        // TCP_NODELAY, when asked for, is inherited from the listener (set in `steering`).
+        let state = Connection::new(&self.settings.policy, self.now);
+        let slot = self.conns.insert(|_, gen| Conn {
+            fd: res,
+            gen,
+            state,
+            sending: false,
+            recv: Recv::Off,
+            timer: None,
+        });
+        if self.timespecs.len() < self.conns.capacity() {
+            self.timespecs.push(Box::new(types::Timespec::new()));
+        }
+        self.drive(slot);
+        if !self.accepting && self.draining.is_none() {
+            self.arm_accept();
+        }
+    }
+
+    fn on_recv(&mut self, slot: usize, gen: u32, res: i32, flags: u32) {
+        let bid = cqueue::buffer_select(flags);
+        if let Some(c) = self.conns.get_mut(slot, gen) {
+            if !cqueue::more(flags) {
+                c.recv = Recv::Off;
+            }
+            let env = Env {
+                policy: &self.settings.policy,
+                response: &self.response,
+                counters: self.counters,
+            };
+            match res {
+                n if n > 0 => {
+                    let bid = bid.expect("a receive with data names its buffer");
+                    c.state
+                        .receive(self.bufs.bytes(bid, n as usize), self.now, env);
+                }
+                0 => c.state.peer_closed(),
+                // Every buffer was in use for a moment (re-armed below), or we cancelled it.
+                r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
+                _ => c.state.peer_closed(),
+            }
+        }
+        if let Some(bid) = bid {
+            // The buffer goes back to the kernel whatever happened to the connection.
+            self.bufs.push(bid);
+            self.bufs.publish();
+        }
+        self.drive_if_live(slot, gen);
+    }
+
+    fn on_send(&mut self, token: u64, slot: usize, gen: u32, res: i32) {
+        let Some(c) = self.conns.get_mut(slot, gen) else {
+            // The connection closed while this send was in flight: its output can go now.
+            if let Some(i) = self.orphans.iter().position(|(t, _)| *t == token) {
+                self.orphans.swap_remove(i);
+            }
+            return;
+        };
+        c.sending = false;
+        let env = Env {
+            policy: &self.settings.policy,
+            response: &self.response,
+            counters: self.counters,
+        };
+        match usize::try_from(res) {
+            Ok(n) => c.state.sent(n, self.now, env),
+            Err(_) => c.state.peer_closed(),
+        }
+        self.drive(slot);
+    }
+
+    /// A pacing timeout fired.
+    fn on_timer(&mut self, slot: usize, gen: u32) {
+        let Some(c) = self.conns.get_mut(slot, gen) else {
+            return;
+        };
+        c.timer = None;
+        let env = Env {
+            policy: &self.settings.policy,
+            response: &self.response,
+            counters: self.counters,
+        };
+        c.state.on_deadline(self.now, env);
+        self.drive(slot);
+    }
+
+    /// Every [`TICK`]: `Date`, expired deadlines, idle connections while draining, a failed accept.
+    fn on_tick(&mut self) {
+        if let Some(date) = self.clock.tick(SystemTime::now()) {
+            self.response.set_date(&date);
+        }
+        for slot in 0..self.conns.capacity() {
+            let draining = self.draining.is_some();
+            let Some(c) = self.conns.at(slot) else {
+                continue;
+            };
+            if draining && c.state.is_idle() {
+                self.close(slot);
+                continue;
+            }
+            let (at, timer) = c.state.deadline();
+            if self.now >= at && !timer.is_pacing() {
+                let env = Env {
+                    policy: &self.settings.policy,
+                    response: &self.response,
+                    counters: self.counters,
+                };
+                c.state.on_deadline(self.now, env);
+                self.drive(slot);
+            }
+        }
+        if !self.accepting && self.draining.is_none() {
+            self.arm_accept();
+        }
+        self.arm_tick();
+    }
+
+    fn drive_if_live(&mut self, slot: usize, gen: u32) {
+        if self.conns.get_mut(slot, gen).is_some() {
+            self.drive(slot);
+        }
+    }
+
+    /// Does what the connection in `slot` needs now: send its output, shut down or close, start or
+    /// stop receiving, arm its pacing timer.
+    fn drive(&mut self, slot: usize) {
+        let Some(c) = self.conns.at(slot) else {
+            return;
+        };
+        if !c.sending && !c.state.output().is_empty() {
+            let out = c.state.output();
+            let e = on_fd!(self.fixed, c.fd, |fd| opcode::Send::new(
+                fd,
+                out.as_ptr(),
+                out.len() as u32
+            )
+            .flags(libc::MSG_NOSIGNAL)
+            .build())
+            .user_data(token(Op::Send, slot, c.gen));
+            c.state.send_started();
+            c.sending = true;
+            // SAFETY: `out` is the connection's output, frozen by `send_started` until `sent` reports
+            // this send's completion; if the connection closes first, `close` keeps it in `orphans`
+            // until that completion arrives.
+            unsafe { self.ring.push(e) };
+        }
+        match c.state.status() {
+            Status::Open => {}
+            Status::ShutdownWrite => {
+                let e = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(
+                    fd,
+                    libc::SHUT_WR
+                )
+                .build())
+                .user_data(token(Op::Close, slot, c.gen));
+                c.state.shut_down_write(self.now);
+                // SAFETY: a shutdown points at no memory.
+                unsafe { self.ring.push(e) };
+            }
+            // The io_uring runtime serves no HTTP/2 (`--http2` is refused with it).
+            Status::Close | Status::Upgrade => return self.close(slot),
+        }
+        self.steer_recv(slot);
+        self.arm_timer(slot);
+    }
+
+    /// Arms the multishot receive when the connection wants input, cancels it when it does not.
+    fn steer_recv(&mut self, slot: usize) {
+        let Some(c) = self.conns.at(slot) else {
+            return;
+        };
+        let e = match (c.state.wants_input(), c.recv) {
+            (true, Recv::Off) => {
+                c.recv = Recv::On;
+                on_fd!(self.fixed, c.fd, |fd| opcode::RecvMulti::new(fd, BGID)
+                    .build())
+                .user_data(token(Op::Recv, slot, c.gen))
+            }
+            (false, Recv::On) => {
+                c.recv = Recv::Cancelling;
+                opcode::AsyncCancel::new(token(Op::Recv, slot, c.gen))
+                    .build()
+                    .user_data(token(Op::Cancel, slot, c.gen))
+            }
+            _ => return,
+        };
+        // SAFETY: a receive from the provided-buffer ring (see `buffers`) or a cancel: no memory of ours.
+        unsafe { self.ring.push(e) };
+    }
+
+    /// For a `--delay` / `--body-delay` wait: a timeout at the connection's deadline.
+    fn arm_timer(&mut self, slot: usize) {
+        let Some(c) = self.conns.at(slot) else {
+            return;
+        };
+        let (at, timer) = c.state.deadline();
+        if !timer.is_pacing() || c.timer == Some(at) {
+            return;
+        }
+        c.timer = Some(at);
+        let ts = &mut self.timespecs[slot];
+        **ts = types::Timespec::from(at.saturating_duration_since(self.now));
+        let e = opcode::Timeout::new(&**ts as *const types::Timespec)
+            .build()
+            .user_data(token(Op::Timer, slot, c.gen));
+        // SAFETY: the timespec is boxed and kept for the worker's life (`timespecs`).
+        unsafe { self.ring.push(e) };
+    }
+
+    fn arm_accept(&mut self) {
+        self.accepting = true;
+        // A direct descriptor is not in the process's file table, so it has no close-on-exec flag (the
+        // kernel refuses SOCK_CLOEXEC with EINVAL there).
+        let flags = if self.fixed { 0 } else { libc::SOCK_CLOEXEC };
+        let e = opcode::AcceptMulti::new(types::Fd(self.listener))
+            .allocate_file_index(self.fixed)
+            .flags(flags)
+            .build()
+            .user_data(token(Op::Accept, 0, 0));
+        // SAFETY: an accept into the ring's table (or the process's): no memory of ours.
+        unsafe { self.ring.push(e) };
+    }
+
+    fn arm_tick(&mut self) {
+        let e = opcode::Timeout::new(&*self.tick as *const types::Timespec)
+            .build()
+            .user_data(token(Op::Tick, 0, 0));
+        // SAFETY: the tick's timespec is boxed and lives as long as the worker.
+        unsafe { self.ring.push(e) };
+    }
+
+    fn start_draining(&mut self) {
+        self.draining = Some(Instant::now());
+        // Stop accepting: cancel the multishot accept (the listener is closed at exit).
+        let e = opcode::AsyncCancel::new(token(Op::Accept, 0, 0))
+            .build()
+            .user_data(token(Op::Cancel, 0, 0));
+        // SAFETY: a cancel points at no memory.
+        unsafe { self.ring.push(e) };
+        // Idle connections close now; busy ones when their response is out (checked by the tick).
+        for slot in 0..self.conns.capacity() {
+            if self.conns.at(slot).is_some_and(|c| c.state.is_idle()) {
+                self.close(slot);
+            }
+        }
+    }
+
+    /// Ends a connection: shutdown (which also ends its multishot receive) linked to close.
+    fn close(&mut self, slot: usize) {
+        let Some((c, gen)) = self.conns.remove(slot) else {
+            return;
+        };
+        if c.sending {
+            self.orphans.push((token(Op::Send, slot, gen), c.state));
+        }
+        // Hard link: the close runs even if the shutdown fails (a peer that already reset).
+        let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(
+            fd,
+            libc::SHUT_RDWR
+        )
+        .build())
+        .flags(squeue::Flags::IO_HARDLINK)
+        .user_data(token(Op::Close, slot, gen));
+        // SAFETY: a shutdown points at no memory.
+        unsafe { self.ring.push(shutdown) };
+        self.close_fd(c.fd, token(Op::Close, slot, gen));
+        self.counters.add(Counter::ConnsClosed, 1);
+    }
+
+    fn close_fd(&mut self, fd: RawFd, user_data: u64) {
+        let e = on_fd!(self.fixed, fd, |fd| opcode::Close::new(fd).build()).user_data(user_data);
+        // SAFETY: a close points at no memory.
+        unsafe { self.ring.push(e) };
+    }
+
+    /// Cancels everything, waits (bounded) for the kernel to confirm, and only then frees the memory it
+    /// could still touch; if it does not confirm in time, that memory is leaked instead.
+    fn finish(mut self) {
+        for slot in 0..self.conns.capacity() {
+            self.close(slot);
+        }
+        let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(token(Op::Cancel, 0, 0));
+        // SAFETY: a cancel points at no memory.
+        unsafe { self.ring.push(cancel_all) };
+        // SAFETY: the listener fd is ours; the accept on it was cancelled.
+        unsafe { libc::close(self.listener) };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.ring.inflight > 0 && Instant::now() < deadline {
+            self.ring.submit_and_wait_for(Duration::from_millis(50));
+            for c in self.ring.ring.completion() {
+                if !cqueue::more(c.flags()) {
+                    self.ring.inflight = self.ring.inflight.saturating_sub(1);
+                }
+            }
+        }
+        if self.ring.inflight > 0 || !self.bufs.unregister(&self.ring.ring) {
+            // The kernel may still use the buffers: never free them.
+            std::mem::forget(std::mem::take(&mut self.orphans));
+            std::mem::forget(self.bufs);
+        }
+    }
+}
