@@ -78,6 +78,18 @@ impl Drop for Pins {
 struct Mapping {
     addr: usize,
     len: usize,
+    /// Worker records at the start of the mapping.
+    workers: usize,
+}
+
+impl crate::meter::CounterMemory for Mapping {
+    fn records(&self) -> &[WorkerCounters] {
+        // SAFETY: the mapping holds `workers` records of `WorkerRecord` layout (same size and alignment
+        // as `WorkerCounters`, which is `AtomicU64`s), page-aligned, zero-initialised by the kernel; it
+        // stays mapped while `self` lives, which the returned slice's lifetime is tied to. The kernel
+        // side (bpftool, BPF programs) only reads them, and all access is atomic.
+        unsafe { std::slice::from_raw_parts(self.addr as *const WorkerCounters, self.workers) }
+    }
 }
 
 impl Drop for Mapping {
@@ -282,16 +294,11 @@ fn map_workers(map: &Map, workers: usize) -> Result<Counters> {
             std::io::Error::last_os_error()
         );
     }
-    let mapping = Mapping {
+    Ok(Counters::mapped(Box::new(Mapping {
         addr: addr as usize,
         len,
-    };
-    // SAFETY: the mapping holds `workers` records of `WorkerRecord` layout (same size and alignment as
-    // `WorkerCounters`, which is `AtomicU64`s), page-aligned, zero-initialised by the kernel, and it
-    // stays mapped as long as the `Mapping` kept alongside the slice in `Counters`.
-    let records: &'static [WorkerCounters] =
-        unsafe { std::slice::from_raw_parts(addr as *const WorkerCounters, workers) };
-    Ok(Counters::mapped(records, Box::new(mapping)))
+        workers,
+    })))
 }
 
 fn page_size() -> usize {

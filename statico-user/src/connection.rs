@@ -541,3 +541,259 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meter::Counters;
+    use crate::response::ResponseSpec;
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    const SEC: Duration = Duration::from_secs(1);
+
+    /// A worker's worth of shared state for one test.
+    struct World {
+        policy: Policy,
+        response: Response,
+        counters: Counters,
+        t0: Instant,
+    }
+
+    impl World {
+        fn new(body: &[u8], delay: Option<Duration>, body_delay: Option<Duration>) -> World {
+            World {
+                policy: Policy {
+                    limits: Limits::default(),
+                    header_timeout: 10 * SEC,
+                    idle_timeout: 60 * SEC,
+                    delay,
+                    body_delay,
+                    verbose: 0,
+                    h2c: false,
+                },
+                response: Response::new(&ResponseSpec {
+                    status: 200,
+                    headers: vec![],
+                    body: body.to_vec(),
+                })
+                .unwrap(),
+                counters: Counters::new(1),
+                t0: Instant::now(),
+            }
+        }
+
+        fn env(&self) -> Env<'_> {
+            Env {
+                policy: &self.policy,
+                response: &self.response,
+                counters: self.counters.worker(0),
+            }
+        }
+
+        fn at(&self, ms: u64) -> Instant {
+            self.t0 + Duration::from_millis(ms)
+        }
+
+        fn conn(&self) -> Connection {
+            Connection::new(&self.policy, self.t0)
+        }
+
+        /// Sends everything the connection has, at `ms`, and returns it.
+        fn flush(&self, c: &mut Connection, ms: u64) -> Vec<u8> {
+            let out = c.output().to_vec();
+            c.sent(out.len(), self.at(ms), self.env());
+            out
+        }
+
+        fn total(&self, counter: Counter) -> u64 {
+            self.counters.worker(0).get(counter)
+        }
+    }
+
+    fn responses(out: &[u8]) -> usize {
+        out.windows(15).filter(|w| w == b"HTTP/1.1 200 OK").count()
+    }
+
+    #[test]
+    fn a_client_that_never_reads_fills_the_cap_and_then_is_not_read() {
+        let w = World::new(&[b'x'; 2000], None, None);
+        let mut c = w.conn();
+        let input = GET.repeat(64 * 1024 / GET.len());
+        c.receive(&input, w.at(0), w.env());
+        let one = w.response.full(crate::response::Framing::KeepAlive).len();
+        assert!(c.output().len() >= MAX_UNSENT && c.output().len() < MAX_UNSENT + one);
+        assert!(
+            !c.wants_input(),
+            "reading stops while the output is backed up"
+        );
+        c.receive(&input, w.at(1), w.env()); // what was in flight before the read stopped
+        assert!(
+            c.output().len() < MAX_UNSENT + one,
+            "nothing more is answered"
+        );
+        // Once the output is sent, the kept requests are answered, again up to the cap.
+        let first = w.flush(&mut c, 2);
+        assert!(c.output().len() >= MAX_UNSENT);
+        assert_eq!(responses(&first), first.len() / one);
+    }
+
+    #[test]
+    fn output_that_does_not_move_times_out_after_the_idle_timeout() {
+        let w = World::new(&[b'x'; 2000], None, None);
+        let mut c = w.conn();
+        c.receive(&GET.repeat(200), w.at(0), w.env());
+        let out = c.output().len();
+        c.sent(out / 2, w.at(500), w.env());
+        assert_eq!(c.deadline(), (w.at(500) + 60 * SEC, Timer::Send));
+        c.sent(0, w.at(900), w.env()); // nothing taken: no progress
+        assert_eq!(c.deadline().0, w.at(500) + 60 * SEC);
+        c.on_deadline(w.at(500) + 60 * SEC, w.env());
+        assert_eq!(c.status(), Status::Close);
+        assert_eq!(w.total(Counter::Timeouts), 1);
+    }
+
+    #[test]
+    fn a_trickled_head_keeps_the_deadline_of_its_first_byte() {
+        for delay in [None, Some(Duration::from_millis(100))] {
+            let w = World::new(b"ok", delay, None);
+            let mut c = w.conn();
+            assert_eq!(c.deadline(), (w.at(60_000), Timer::Idle));
+            for (i, b) in b"GET / HTTP/1.1\r\nX: y".iter().enumerate() {
+                c.receive(&[*b], w.at(400 * i as u64), w.env());
+                assert_eq!(c.deadline(), (w.at(10_000), Timer::Header), "{delay:?}");
+            }
+            c.on_deadline(w.at(9_999), w.env());
+            assert_eq!(c.status(), Status::Open, "not before the deadline");
+            c.on_deadline(w.at(10_000), w.env());
+            assert_eq!(c.status(), Status::Close);
+            assert_eq!(w.total(Counter::Timeouts), 1);
+        }
+    }
+
+    #[test]
+    fn a_body_may_pause_for_the_header_timeout_and_the_idle_timeout_follows_the_answer() {
+        let w = World::new(b"ok", None, None);
+        let mut c = w.conn();
+        c.receive(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab",
+            w.at(0),
+            w.env(),
+        );
+        assert_eq!(c.deadline(), (w.at(10_000), Timer::Header));
+        c.receive(b"c", w.at(5_000), w.env());
+        assert_eq!(c.deadline(), (w.at(15_000), Timer::Header));
+        c.receive(b"d", w.at(6_000), w.env());
+        assert_eq!(c.deadline(), (w.at(6_000) + 60 * SEC, Timer::Send));
+        w.flush(&mut c, 7_000);
+        assert_eq!(c.deadline(), (w.at(7_000) + 60 * SEC, Timer::Idle));
+        assert!(c.is_idle());
+    }
+
+    #[test]
+    fn delay_answers_pipelined_requests_one_at_a_time() {
+        let w = World::new(b"ok", Some(Duration::from_millis(100)), None);
+        let mut c = w.conn();
+        c.receive(&GET.repeat(2), w.at(0), w.env());
+        assert!(c.output().is_empty() && !c.wants_input());
+        assert_eq!(c.deadline(), (w.at(100), Timer::Delay));
+        c.on_deadline(w.at(99), w.env());
+        assert!(c.output().is_empty(), "not before the delay");
+        c.on_deadline(w.at(100), w.env());
+        assert_eq!(responses(&w.flush(&mut c, 100)), 1);
+        assert_eq!(c.deadline(), (w.at(200), Timer::Delay));
+        c.on_deadline(w.at(200), w.env());
+        assert_eq!(responses(&w.flush(&mut c, 200)), 1);
+        assert!(c.is_idle() && c.wants_input());
+    }
+
+    #[test]
+    fn body_delay_holds_the_body_until_the_head_is_sent_and_the_delay_passed() {
+        let w = World::new(b"tail", None, Some(Duration::from_millis(300)));
+        let mut c = w.conn();
+        c.receive(GET, w.at(0), w.env());
+        assert!(c.output().ends_with(b"\r\n\r\n"), "the head alone");
+        assert_eq!(c.deadline().1, Timer::Send);
+        w.flush(&mut c, 10);
+        assert_eq!(c.deadline(), (w.at(310), Timer::BodyDelay));
+        c.on_deadline(w.at(310), w.env());
+        assert_eq!(w.flush(&mut c, 310), b"tail");
+    }
+
+    #[test]
+    fn a_body_that_arrives_while_100_continue_is_in_flight_is_answered_after_the_delay() {
+        let w = World::new(b"ok", Some(Duration::from_millis(100)), None);
+        let mut c = w.conn();
+        let head =
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+        c.receive(head, w.at(0), w.env());
+        assert_eq!(c.output(), crate::session::CONTINUE);
+        c.send_started(); // io_uring: the kernel is sending it
+        c.receive(b"hi", w.at(1), w.env());
+        assert_eq!(c.deadline(), (w.at(101), Timer::Delay));
+        c.on_deadline(w.at(101), w.env());
+        assert_eq!(
+            c.output(),
+            crate::session::CONTINUE,
+            "the send in flight is not touched"
+        );
+        c.sent(crate::session::CONTINUE.len(), w.at(102), w.env());
+        assert_eq!(responses(c.output()), 1);
+    }
+
+    #[test]
+    fn a_bad_request_is_answered_then_the_connection_lingers_then_closes() {
+        let w = World::new(b"ok", None, None);
+        let mut c = w.conn();
+        c.receive(
+            b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            w.at(0),
+            w.env(),
+        );
+        assert!(c.output().starts_with(b"HTTP/1.1 400"));
+        assert_eq!(c.status(), Status::Open, "the answer goes out first");
+        w.flush(&mut c, 1);
+        assert_eq!(c.status(), Status::ShutdownWrite);
+        c.shut_down_write(w.at(1));
+        assert!(c.wants_input());
+        c.receive(&[b'z'; 1000], w.at(2), w.env());
+        assert!(c.output().is_empty(), "input after the answer is discarded");
+        assert_eq!(c.deadline(), (w.at(1) + LINGER_TIME, Timer::Linger));
+        c.on_deadline(w.at(1) + LINGER_TIME, w.env());
+        assert_eq!(c.status(), Status::Close);
+        assert_eq!(w.total(Counter::Timeouts), 0, "lingering is not a timeout");
+    }
+
+    #[test]
+    fn connection_close_closes_after_the_answer_without_lingering() {
+        let w = World::new(b"ok", None, None);
+        let mut c = w.conn();
+        c.receive(
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            w.at(0),
+            w.env(),
+        );
+        assert!(!c.wants_input());
+        w.flush(&mut c, 1);
+        assert_eq!(c.status(), Status::Close);
+    }
+
+    #[test]
+    fn with_h2c_the_first_bytes_choose_the_protocol() {
+        let mut w = World::new(b"ok", None, None);
+        w.policy.h2c = true;
+        let mut c = w.conn();
+        c.receive(&h2c::PREFACE[..10], w.at(0), w.env());
+        assert_eq!(c.status(), Status::Open);
+        c.receive(&[h2c::PREFACE, b"frames"].concat()[10..], w.at(1), w.env());
+        assert_eq!(c.status(), Status::Upgrade);
+        assert_eq!(c.into_h2(), ([h2c::PREFACE, b"frames"].concat(), None));
+
+        let mut c = w.conn();
+        c.receive(b"INVALID PREFACE\r\n\r\n", w.at(0), w.env());
+        assert_eq!(c.status(), Status::Close);
+
+        let mut c = w.conn();
+        c.receive(GET, w.at(0), w.env());
+        assert_eq!(responses(c.output()), 1);
+    }
+}

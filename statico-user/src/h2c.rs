@@ -47,12 +47,36 @@ pub struct H2Response {
     pub body: Bytes,
 }
 
+/// Whether a header field is connection-specific, which HTTP/2 forbids in a message (RFC 9113 §8.2.2;
+/// `h2` resets a stream that carries one): `Connection`, `Keep-Alive`, `Proxy-Connection`,
+/// `Transfer-Encoding`, `Upgrade`, and `TE` with any value but `trailers`.
+fn is_connection_specific(name: &str, value: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+    ) || (name == "te" && !value.trim().eq_ignore_ascii_case("trailers"))
+}
+
+/// The user's `-H` fields that HTTP/2 responses leave out (they stay in HTTP/1.1 responses), by name.
+pub fn left_out_fields(spec: &crate::response::ResponseSpec) -> Vec<String> {
+    spec.headers
+        .iter()
+        .filter(|(n, v)| is_connection_specific(n, v))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
 impl H2Response {
-    /// From the user's response spec; `date` is patched per second by the caller.
+    /// From the user's response spec, without its connection-specific fields (see
+    /// [`left_out_fields`]); `date` is patched per second by the caller.
     pub fn new(spec: &crate::response::ResponseSpec) -> anyhow::Result<Self> {
         let status = StatusCode::from_u16(spec.status)?;
         let mut headers = HeaderMap::new();
         for (name, value) in crate::response::header_fields(spec)? {
+            if is_connection_specific(&name, &value) {
+                continue;
+            }
             headers.append(
                 HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())?,
                 HeaderValue::from_str(&value)?,
@@ -94,10 +118,17 @@ pub struct H2Settings {
     pub body_delay: Option<std::time::Duration>,
     /// `--idle-timeout`: a connection with no open stream this long is closed with GOAWAY.
     pub idle_timeout: std::time::Duration,
+    /// `--header-timeout`: the handshake, and each pause in a request body, may take this long.
+    pub header_timeout: std::time::Duration,
 }
 
-/// Serves HTTP/2 on `io` until the client goes away or `drain` resolves (then GOAWAY is sent and the
-/// streams in flight finish).
+/// After GOAWAY, once no stream is open, how long the client has to close before statico does: `h2`'s
+/// graceful shutdown waits for the answer to a PING, which a silent client never sends.
+pub const GOAWAY_GRACE: std::time::Duration = crate::connection::LINGER_TIME;
+
+/// Serves HTTP/2 on `io` until the client goes away, or until GOAWAY (after `drain` resolves, or
+/// `--idle-timeout` without a stream) and the streams in flight have finished; a client that does not
+/// close then is closed [`GOAWAY_GRACE`] later.
 pub async fn serve<T>(
     io: T,
     settings: H2Settings,
@@ -108,36 +139,42 @@ pub async fn serve<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut conn = match h2::server::Builder::new()
+    let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_concurrent_streams)
-        .handshake::<_, Bytes>(io)
-        .await
-    {
-        Ok(c) => c,
-        Err(_) => return,
+        .handshake::<_, Bytes>(io);
+    let mut conn = match tokio::time::timeout(settings.header_timeout, handshake).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(_)) => return,
+        Err(_) => return counters.add(Counter::Timeouts, 1),
     };
     tokio::pin!(drain);
     let mut draining = false;
     let mut streams = futures_util::stream::FuturesUnordered::new();
-    // `--idle-timeout` applies to HTTP/2 too: a connection with no stream for that long gets GOAWAY.
-    let idle = tokio::time::sleep(settings.idle_timeout);
-    tokio::pin!(idle);
+    // One timer: the idle timeout while no stream is open, then, after GOAWAY, the grace period.
+    let timer = tokio::time::sleep(settings.idle_timeout);
+    tokio::pin!(timer);
     loop {
         tokio::select! {
             biased;
             () = &mut drain, if !draining => {
                 draining = true;
                 conn.graceful_shutdown();
+                timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
             }
             Some(()) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
                 if streams.is_empty() {
-                    idle.as_mut().reset(tokio::time::Instant::now() + settings.idle_timeout);
+                    let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
+                    timer.as_mut().reset(tokio::time::Instant::now() + wait);
                 }
             }
-            () = &mut idle, if !draining && streams.is_empty() => {
+            () = &mut timer, if streams.is_empty() => {
+                if draining {
+                    break; // the grace is over: dropping the connection closes it
+                }
                 draining = true;
                 counters.add(Counter::Timeouts, 1);
                 conn.graceful_shutdown();
+                timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
             }
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
@@ -147,8 +184,6 @@ pub async fn serve<T>(
             },
         }
     }
-    // Let streams already accepted finish.
-    while futures_util::StreamExt::next(&mut streams).await.is_some() {}
 }
 
 /// Reads one stream's request body to its end, then sends the response.
@@ -175,20 +210,8 @@ async fn answer(
         }
         print!("{s}");
     }
-    let mut body = request.into_body();
-    let mut received: u64 = 0;
-    while let Some(chunk) = body.data().await {
-        match chunk {
-            Ok(data) => {
-                received += data.len() as u64;
-                let _ = body.flow_control().release_capacity(data.len());
-                if received > settings.max_body {
-                    respond.send_reset(h2::Reason::REFUSED_STREAM);
-                    return;
-                }
-            }
-            Err(_) => return, // h2 already reset the stream (bad content-length, protocol error)
-        }
+    if !read_body(request.into_body(), &mut respond, settings, counters).await {
+        return;
     }
     counters.add(Counter::Requests, 1);
     if let Some(d) = settings.delay {
@@ -209,6 +232,38 @@ async fn answer(
             tokio::time::sleep(d).await;
         }
         let _ = stream.send_data(data, true);
+    }
+}
+
+/// Reads a stream's request body to its end, releasing flow-control capacity as it goes. A body over
+/// `--max-body-size` is refused, one that pauses longer than `--header-timeout` is cancelled (counted as
+/// a timeout); both reset the stream. Returns whether the body ended well.
+async fn read_body(
+    mut body: h2::RecvStream,
+    respond: &mut h2::server::SendResponse<Bytes>,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) -> bool {
+    let mut received: u64 = 0;
+    loop {
+        let chunk = match tokio::time::timeout(settings.header_timeout, body.data()).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return true,
+            Err(_) => {
+                counters.add(Counter::Timeouts, 1);
+                respond.send_reset(h2::Reason::CANCEL);
+                return false;
+            }
+        };
+        let Ok(data) = chunk else {
+            return false; // h2 already reset the stream (bad content-length, protocol error)
+        };
+        received += data.len() as u64;
+        let _ = body.flow_control().release_capacity(data.len());
+        if received > settings.max_body {
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            return false;
+        }
     }
 }
 
@@ -401,6 +456,35 @@ mod tests {
             Some(false)
         );
         assert_eq!(first_line_is_http1(&[b'a'; 300]), Some(true));
+    }
+
+    #[test]
+    fn connection_specific_fields_are_left_out_of_http2_responses() {
+        let spec = crate::response::ResponseSpec {
+            status: 200,
+            headers: [
+                ("Keep-Alive", "timeout=5"),
+                ("TE", "trailers"),
+                ("te", "gzip"),
+                ("Upgrade", "websocket"),
+                ("Proxy-Connection", "close"),
+                ("X-Kept", "yes"),
+            ]
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+            body: vec![],
+        };
+        assert_eq!(
+            left_out_fields(&spec),
+            ["Keep-Alive", "te", "Upgrade", "Proxy-Connection"]
+        );
+        let r = H2Response::new(&spec).unwrap();
+        assert_eq!(r.headers.get("x-kept").unwrap(), "yes");
+        assert_eq!(r.headers.get("te").unwrap(), "trailers");
+        for gone in ["keep-alive", "upgrade", "proxy-connection"] {
+            assert!(r.headers.get(gone).is_none(), "{gone}");
+        }
     }
 
     #[test]

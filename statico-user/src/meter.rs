@@ -51,11 +51,13 @@ pub struct Counters {
 #[derive(Debug)]
 enum Store {
     Heap(Box<[WorkerCounters]>),
-    /// Records living in memory owned by someone else (the mmap of a BPF array), kept alive by `_owner`.
-    Mapped {
-        records: &'static [WorkerCounters],
-        _owner: Box<dyn std::fmt::Debug + Send + Sync>,
-    },
+    /// Records in memory owned by someone else (the mmap of a BPF array), lent by their owner.
+    Mapped(Box<dyn CounterMemory>),
+}
+
+/// Memory that holds the workers' records and lends them for as long as it lives.
+pub trait CounterMemory: std::fmt::Debug + Send + Sync {
+    fn records(&self) -> &[WorkerCounters];
 }
 
 /// A sum over all workers at one instant.
@@ -79,23 +81,17 @@ impl Counters {
         }
     }
 
-    /// Counters in `records`, which stay valid as long as `owner` lives (it is kept with them).
-    pub fn mapped(
-        records: &'static [WorkerCounters],
-        owner: Box<dyn std::fmt::Debug + Send + Sync>,
-    ) -> Self {
+    /// Counters in the records `memory` lends.
+    pub fn mapped(memory: Box<dyn CounterMemory>) -> Self {
         Counters {
-            store: Arc::new(Store::Mapped {
-                records,
-                _owner: owner,
-            }),
+            store: Arc::new(Store::Mapped(memory)),
         }
     }
 
     fn records(&self) -> &[WorkerCounters] {
         match &*self.store {
             Store::Heap(r) => r,
-            Store::Mapped { records, .. } => records,
+            Store::Mapped(memory) => memory.records(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
 use std::thread;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::cli::{Cli, RuntimeKind};
 use crate::meter::{self, Counters};
@@ -57,40 +57,15 @@ fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
 
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
 pub fn run(cli: Cli) -> Result<(), StartError> {
-    let response = Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
-    let h2 = if cli.http2 {
-        if cli.runtime.kind != RuntimeKind::Tokio {
-            return Err(StartError::Usage(anyhow!(
-                "--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2"
-            )));
-        }
-        let settings = crate::h2c::H2Settings {
-            max_concurrent_streams: cli.max_concurrent_streams,
-            max_body: cli.max_body_size,
-            delay: cli.delay,
-            body_delay: cli.body_delay,
-            idle_timeout: cli.idle_timeout,
-        };
-        Some((
-            settings,
-            crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?,
-        ))
-    } else {
-        None
-    };
+    let settings = Arc::new(settings(&cli).map_err(StartError::Usage)?);
     let fd_limit = crate::sys::raise_fd_limit();
     let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)?;
-    let workers = cli.workers();
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let worker_cores: Vec<Option<core_affinity::CoreId>> = (0..workers)
-        .map(|id| (!cores.is_empty()).then(|| cores[id % cores.len()]))
-        .collect();
-    let worker_cpus: Vec<Option<usize>> = worker_cores.iter().map(|c| c.map(|c| c.id)).collect();
-    let addr = SocketAddr::new(cli.address, cli.port);
+    let cores = worker_cores(cli.workers());
+    let cpus: Vec<Option<usize>> = cores.iter().map(|c| c.map(|c| c.id)).collect();
     let listeners = steering::bind(
         cli.steering,
-        addr,
-        &worker_cpus,
+        SocketAddr::new(cli.address, cli.port),
+        &cpus,
         SocketOptions::from_cli(&cli),
         cli.xdp.as_deref(),
     )
@@ -106,27 +81,62 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     #[cfg(not(all(target_os = "linux", statico_bpf)))]
     let kernel: Option<Never> = None;
 
-    let main_rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the main tokio runtime")
-        .map_err(StartError::Runtime)?;
-    let signals = {
-        let _enter = main_rt.enter();
-        shutdown::Signals::install()
-            .context("cannot install SIGINT/SIGTERM handlers")
-            .map_err(StartError::Runtime)?
-    };
-
+    let (main_rt, signals) = signal_handlers().map_err(StartError::Runtime)?;
     // Workers write their counters into the BPF map when there is one, else into ordinary memory.
     let counters = kernel
         .as_ref()
-        .map_or_else(|| Counters::new(workers), kernel_counters);
+        .map_or_else(|| Counters::new(cli.workers()), kernel_counters);
     // Everything privileged is done: the workers start without capabilities (threads inherit them).
     let privileges =
         drop_privileges(kernel.as_ref(), cli.user.as_deref()).map_err(StartError::Runtime)?;
+    let uring = uring_options(&cli, fd_limit);
+    let workers = start_workers(&cli, settings, sockets, &counters, &cores, uring)?;
 
-    let settings = Arc::new(Settings {
+    // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
+    eprintln!("statico: steering: {} ({why})", rung.name());
+    if let Some(p) = privileges {
+        eprintln!("statico: {p}");
+    }
+    announce(&cli, local_addr, &runtime_line, &cpus);
+
+    let kernel_detail = || meter::KernelDetail {
+        steering: steering_counters(kernel.as_ref()),
+        xdp: xdp_counters(kernel.as_ref()),
+    };
+    let signal = wait_for_signal(&main_rt, signals, &cli, &counters, &kernel_detail);
+    eprintln!(
+        "statico: {signal}: stopped accepting; finishing in-flight responses (up to {})",
+        humantime::format_duration(cli.shutdown_timeout)
+    );
+    workers.stop();
+    print_totals(&counters, &cpus, &kernel_detail());
+    // Dropping the kernel state detaches the program, clears the socket slots, removes the pins.
+    #[cfg(all(target_os = "linux", statico_bpf))]
+    drop(kernel);
+    Ok(())
+}
+
+/// What every worker shares, from the flags: the response, each connection's policy, HTTP/2's
+/// settings and response. Any error is the user's (exit code 2).
+fn settings(cli: &Cli) -> Result<Settings> {
+    let response = Response::new(&cli.response_spec())?;
+    let h2 = if cli.http2 {
+        if cli.runtime.kind != RuntimeKind::Tokio {
+            bail!("--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2");
+        }
+        let settings = crate::h2c::H2Settings {
+            max_concurrent_streams: cli.max_concurrent_streams,
+            max_body: cli.max_body_size,
+            delay: cli.delay,
+            body_delay: cli.body_delay,
+            idle_timeout: cli.idle_timeout,
+            header_timeout: cli.header_timeout,
+        };
+        Some((settings, crate::h2c::H2Response::new(&cli.response_spec())?))
+    } else {
+        None
+    };
+    Ok(Settings {
         response,
         policy: crate::connection::Policy {
             limits: cli.limits(),
@@ -139,12 +149,81 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         },
         shutdown_timeout: cli.shutdown_timeout,
         h2,
-    });
+    })
+}
+
+/// The CPU each worker is pinned to: the CPUs this process may run on, in turn.
+fn worker_cores(workers: usize) -> Vec<Option<core_affinity::CoreId>> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    (0..workers)
+        .map(|id| (!cores.is_empty()).then(|| cores[id % cores.len()]))
+        .collect()
+}
+
+/// The main thread's runtime and the SIGINT/SIGTERM handlers, installed before anything listens for
+/// clients so that a signal at any time after the "listening" line leads to a clean drain.
+fn signal_handlers() -> Result<(tokio::runtime::Runtime, shutdown::Signals)> {
+    let main_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the main tokio runtime")?;
+    let signals = {
+        let _enter = main_rt.enter();
+        shutdown::Signals::install().context("cannot install SIGINT/SIGTERM handlers")?
+    };
+    Ok((main_rt, signals))
+}
+
+#[cfg(target_os = "linux")]
+type UringOptions = runtime::uring::UringOptions;
+/// Off Linux there is no io_uring runtime to configure.
+#[cfg(not(target_os = "linux"))]
+#[derive(Clone, Copy)]
+struct UringOptions;
+
+#[cfg(target_os = "linux")]
+fn uring_options(cli: &Cli, fd_limit: u64) -> UringOptions {
+    runtime::uring::UringOptions {
+        entries: cli.uring_entries,
+        sqpoll_idle_ms: cli.uring_sqpoll,
+        direct_files: runtime::uring::direct_files(fd_limit),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn uring_options(_: &Cli, _: u64) -> UringOptions {
+    UringOptions
+}
+
+/// The running workers, and the trigger that stops them.
+struct Workers {
+    trigger: shutdown::Trigger,
+    handles: Vec<thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Tells every worker to drain, and waits for them.
+    fn stop(self) {
+        let _ = self.trigger.send(true);
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Starts one pinned thread per listener and waits until each says it is ready (or why not).
+fn start_workers(
+    cli: &Cli,
+    settings: Arc<Settings>,
+    sockets: Vec<std::net::TcpListener>,
+    counters: &Counters,
+    cores: &[Option<core_affinity::CoreId>],
+    uring: UringOptions,
+) -> Result<Workers, StartError> {
     let (trigger, stop) = shutdown::channel();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let mut handles = Vec::with_capacity(workers);
+    let mut handles = Vec::with_capacity(sockets.len());
     for (id, listener) in sockets.into_iter().enumerate() {
-        let core = worker_cores[id];
         let setup = WorkerSetup {
             id,
             listener,
@@ -152,33 +231,20 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             counters: counters.clone(),
             shutdown: stop.clone(),
         };
-        let ready = ready_tx.clone();
-        let runtime_kind = cli.runtime.kind;
-        #[cfg(target_os = "linux")]
-        let uring = runtime::uring::UringOptions {
-            entries: cli.uring_entries,
-            sqpoll_idle_ms: cli.uring_sqpoll,
-            direct_files: runtime::uring::direct_files(fd_limit),
-        };
+        let (ready, core, kind) = (ready_tx.clone(), cores[id], cli.runtime.kind);
         let handle = thread::Builder::new()
             .name(format!("statico-w{id}"))
             .spawn(move || {
                 if let Some(c) = core {
                     core_affinity::set_for_current(c);
                 }
-                match runtime_kind {
-                    RuntimeKind::Tokio => runtime::tokio::run(setup, ready),
-                    #[cfg(target_os = "linux")]
-                    RuntimeKind::IoUring => runtime::uring::run(setup, uring, ready),
-                    #[cfg(not(target_os = "linux"))]
-                    RuntimeKind::IoUring => unreachable!("refused by runtime_available"),
-                }
+                run_worker(kind, setup, uring, ready);
             })
             .map_err(|e| StartError::Runtime(anyhow!("cannot start worker thread {id}: {e}")))?;
         handles.push(handle);
     }
     drop(ready_tx);
-    for _ in 0..workers {
+    for _ in 0..handles.len() {
         let outcome = ready_rx
             .recv()
             .unwrap_or_else(|_| Err("a worker thread exited during start-up".into()));
@@ -187,13 +253,38 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             return Err(StartError::Runtime(anyhow!(e)));
         }
     }
+    Ok(Workers { trigger, handles })
+}
 
-    // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
-    eprintln!("statico: steering: {} ({why})", rung.name());
-    if let Some(p) = privileges {
-        eprintln!("statico: {p}");
+fn run_worker(
+    kind: RuntimeKind,
+    setup: WorkerSetup,
+    uring: UringOptions,
+    ready: mpsc::Sender<Result<(), String>>,
+) {
+    match kind {
+        RuntimeKind::Tokio => runtime::tokio::run(setup, ready),
+        #[cfg(target_os = "linux")]
+        RuntimeKind::IoUring => runtime::uring::run(setup, uring, ready),
+        #[cfg(not(target_os = "linux"))]
+        RuntimeKind::IoUring => {
+            let _ = (uring, setup, ready);
+            unreachable!("refused by runtime_available")
+        }
     }
-    let pinned: Vec<String> = worker_cpus.iter().flatten().map(usize::to_string).collect();
+}
+
+/// The last start-up lines: what HTTP/2 leaves out, then "listening on", which scripts wait for.
+fn announce(cli: &Cli, local_addr: SocketAddr, runtime_line: &str, cpus: &[Option<usize>]) {
+    let left_out = crate::h2c::left_out_fields(&cli.response_spec());
+    if cli.http2 && !left_out.is_empty() {
+        eprintln!(
+            "statico: HTTP/2 responses leave out {}: connection-specific fields are forbidden there (RFC 9113 §8.2.2); HTTP/1.1 responses keep them",
+            left_out.join(", ")
+        );
+    }
+    let pinned: Vec<String> = cpus.iter().flatten().map(usize::to_string).collect();
+    let workers = cpus.len();
     eprintln!(
         "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: {runtime_line}{}, pinned to CPU {})",
         env!("CARGO_PKG_VERSION"),
@@ -201,15 +292,20 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         if cli.http2 { ", HTTP/1.1 and h2c" } else { "" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
     );
+}
 
-    let steering_source = || meter::KernelDetail {
-        steering: steering_counters(kernel.as_ref()),
-        xdp: xdp_counters(kernel.as_ref()),
-    };
-    let signal = main_rt.block_on(async {
+/// Runs the meter (with `-m`) until SIGINT or SIGTERM; returns the signal's name.
+fn wait_for_signal(
+    main_rt: &tokio::runtime::Runtime,
+    signals: shutdown::Signals,
+    cli: &Cli,
+    counters: &Counters,
+    kernel_detail: &dyn Fn() -> meter::KernelDetail,
+) -> &'static str {
+    main_rt.block_on(async {
         let meter = async {
             if cli.meter {
-                meter::run(counters.clone(), cli.meter_format, &steering_source).await;
+                meter::run(counters.clone(), cli.meter_format, kernel_detail).await;
             }
             std::future::pending::<()>().await;
         };
@@ -217,38 +313,30 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
             sig = signals.recv() => sig,
             () = meter => unreachable!("the meter runs until shutdown"),
         }
-    });
-    eprintln!(
-        "statico: {signal}: stopped accepting; finishing in-flight responses (up to {})",
-        humantime::format_duration(cli.shutdown_timeout)
-    );
-    let _ = trigger.send(true);
-    for h in handles {
-        let _ = h.join();
-    }
+    })
+}
+
+/// The totals line, one line per worker, and the per-CPU steering and XDP counters.
+fn print_totals(counters: &Counters, cpus: &[Option<usize>], kernel: &meter::KernelDetail) {
     eprintln!("{}", meter::format_totals(&counters.snapshot()));
-    for (w, cpu) in worker_cpus.iter().enumerate() {
+    for (w, cpu) in cpus.iter().enumerate() {
         eprintln!(
             "{}",
             meter::format_worker_totals(w, *cpu, &counters.worker_snapshot(w))
         );
     }
-    for (cpu, s) in steering_counters(kernel.as_ref()).iter().enumerate() {
+    for (cpu, s) in kernel.steering.iter().enumerate() {
         eprintln!(
             "statico: steering cpu {cpu}: runs={} steered={} fallbacks={}",
             s.runs, s.steered, s.fallbacks
         );
     }
-    for (cpu, x) in xdp_counters(kernel.as_ref()).iter().enumerate() {
+    for (cpu, x) in kernel.xdp.iter().enumerate() {
         eprintln!(
             "statico: xdp cpu {cpu}: packets={} bytes={}",
             x.packets, x.bytes
         );
     }
-    // Dropping the kernel state detaches the program, clears the socket slots, removes the pins.
-    #[cfg(all(target_os = "linux", statico_bpf))]
-    drop(kernel);
-    Ok(())
 }
 
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
