@@ -238,6 +238,14 @@ impl Connection {
         }
     }
 
+    /// Whether bytes received now would be kept for later (rather than answered or discarded): when
+    /// this is true and [`Connection::wants_input`] is false, a runtime whose receives run on their
+    /// own (io_uring's multishot) stops them, so that kept input stays bounded.
+    pub fn keeps_input(&self) -> bool {
+        !matches!(self.phase, Phase::Closed | Phase::Lingering { .. })
+            && !matches!(self.after, After::Close | After::Linger)
+    }
+
     /// The bytes to send now (empty: nothing to send).
     pub fn output(&self) -> &[u8] {
         &self.out[self.sent..]
@@ -772,7 +780,10 @@ mod tests {
             w.at(0),
             w.env(),
         );
-        assert!(!c.wants_input());
+        assert!(
+            !c.wants_input() && !c.keeps_input(),
+            "more input is discarded"
+        );
         w.flush(&mut c, 1);
         assert_eq!(c.status(), Status::Close);
     }

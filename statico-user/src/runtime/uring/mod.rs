@@ -401,19 +401,22 @@ impl<'a> Worker<'a> {
         self.arm_timer(slot);
     }
 
-    /// Arms the multishot receive when the connection wants input, cancels it when it does not.
+    /// Arms the multishot receive when the connection wants input; cancels it when the connection
+    /// would have to keep what arrives (output backed up, a paced response in progress). Input after a
+    /// closing response is discarded, so that receive is left to end with the close.
     fn steer_recv(&mut self, slot: usize) {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        let e = match (c.state.wants_input(), c.recv) {
-            (true, Recv::Off) => {
+        let pause = !c.state.wants_input() && c.state.keeps_input();
+        let e = match (c.state.wants_input(), pause, c.recv) {
+            (true, _, Recv::Off) => {
                 c.recv = Recv::On;
                 on_fd!(self.fixed, c.fd, |fd| opcode::RecvMulti::new(fd, BGID)
                     .build())
                 .user_data(token(Op::Recv, slot, c.gen))
             }
-            (false, Recv::On) => {
+            (false, true, Recv::On) => {
                 c.recv = Recv::Cancelling;
                 opcode::AsyncCancel::new(token(Op::Recv, slot, c.gen))
                     .build()
