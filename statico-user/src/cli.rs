@@ -123,11 +123,13 @@ pub struct Cli {
     #[arg(long, default_value = "16m", value_parser = parse_size, value_name = "BYTES")]
     pub max_body_size: u64,
 
-    /// Time a client has to send a whole request head, and the longest pause inside a body
+    /// Time a client has to send a whole request head (from its first byte), and the longest pause
+    /// inside a body; HTTP/2: the handshake, and each pause in a request body
     #[arg(long, default_value = "10s", value_parser = parse_timeout)]
     pub header_timeout: Duration,
 
-    /// Time a keep-alive connection may wait for its next request
+    /// Time a keep-alive connection may wait for its next request, and output the client does not
+    /// read may stall; HTTP/2: GOAWAY after this long without a stream
     #[arg(long, default_value = "60s", value_parser = parse_timeout)]
     pub idle_timeout: Duration,
 
