@@ -1,9 +1,10 @@
-//! One connection's HTTP exchange, shared by every runtime: input bytes in, response bytes out.
+//! One connection's HTTP exchange: input bytes in, response bytes out.
 //!
-//! A runtime reads bytes, hands them to [`Session::process`], writes what it appended to `out` in **one**
-//! write, and keeps the unconsumed input for the next read. Everything about HTTP — which response, which
+//! [`Connection`](crate::connection::Connection) hands it the bytes it has, [`Session::process`] appends
+//! the responses to `out` (pipelined requests together, so they leave in **one** write) and says how many
+//! bytes it consumed; the connection keeps the rest. Everything about HTTP — which response, which
 //! framing, 100 Continue, error responses, when to close, what to count and dump — is decided here,
-//! without I/O, so the tokio and io_uring loops differ only in how bytes move.
+//! without I/O; what to do about the socket (deadlines, backpressure, pacing) is the connection's.
 
 use crate::dump::Dumper;
 use crate::http::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};

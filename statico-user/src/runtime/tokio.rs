@@ -129,6 +129,16 @@ impl Worker {
     fn counters(&self) -> &WorkerCounters {
         self.counters.worker(self.id)
     }
+
+    /// Runs `f` with what a connection reads from its worker (the response borrowed only inside).
+    fn with_env<R>(&self, f: impl FnOnce(Env) -> R) -> R {
+        let response = self.response.borrow();
+        f(Env {
+            policy: &self.settings.policy,
+            response: &response,
+            counters: self.counters(),
+        })
+    }
 }
 
 /// Patches the worker's `Date` at every second boundary.
@@ -283,18 +293,12 @@ async fn serve_http1(
         let wake = wait(w, stream, &conn, timer.as_mut()).await;
         fired = matches!(wake, Wake::Timer);
         let now = std::time::Instant::now();
-        let response = w.response.borrow();
-        let env = Env {
-            policy,
-            response: &response,
-            counters: w.counters(),
-        };
-        match wake {
+        w.with_env(|env| match wake {
             Wake::Data(n) => conn.receive(&w.scratch.borrow()[..n], now, env),
             Wake::Writable => {}
             Wake::Closed => conn.peer_closed(),
             Wake::Timer => conn.on_deadline(now, env),
-        }
+        });
     }
 }
 
@@ -303,15 +307,7 @@ async fn serve_http1(
 fn flush(w: &Worker, stream: &TcpStream, conn: &mut Connection) -> Result<(), ()> {
     while !conn.output().is_empty() {
         match stream.try_write(conn.output()) {
-            Ok(n) => {
-                let response = w.response.borrow();
-                let env = Env {
-                    policy: &w.settings.policy,
-                    response: &response,
-                    counters: w.counters(),
-                };
-                conn.sent(n, std::time::Instant::now(), env);
-            }
+            Ok(n) => w.with_env(|env| conn.sent(n, std::time::Instant::now(), env)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(_) => return Err(()),
         }

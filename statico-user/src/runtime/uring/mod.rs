@@ -82,13 +82,29 @@ struct Conn {
     timer: Option<Instant>,
 }
 
+/// What every connection of the worker reads.
+struct Shared<'a> {
+    settings: &'a Settings,
+    /// This worker's copy of the response, its `Date` patched by the tick.
+    response: Response,
+    counters: &'a WorkerCounters,
+}
+
+impl Shared<'_> {
+    fn env(&self) -> Env<'_> {
+        Env {
+            policy: &self.settings.policy,
+            response: &self.response,
+            counters: self.counters,
+        }
+    }
+}
+
 /// The worker's whole state.
 struct Worker<'a> {
     ring: Ring,
     bufs: BufRing,
-    settings: &'a Settings,
-    response: Response,
-    counters: &'a WorkerCounters,
+    shared: Shared<'a>,
     listener: RawFd,
     /// Connections are direct descriptors in the ring's registered file table.
     fixed: bool,
@@ -148,9 +164,11 @@ impl<'a> Worker<'a> {
         let mut w = Worker {
             ring: Ring::new(ring),
             bufs,
-            settings,
-            response: settings.response.clone(),
-            counters: counters.worker(id),
+            shared: Shared {
+                settings,
+                response: settings.response.clone(),
+                counters: counters.worker(id),
+            },
             listener: listener.into_raw_fd(),
             fixed,
             accepting: false,
@@ -176,7 +194,9 @@ impl<'a> Worker<'a> {
                 self.start_draining();
             }
             if let Some(since) = self.draining {
-                if self.conns.live() == 0 || since.elapsed() >= self.settings.shutdown_timeout {
+                if self.conns.live() == 0
+                    || since.elapsed() >= self.shared.settings.shutdown_timeout
+                {
                     return;
                 }
             }
@@ -234,9 +254,9 @@ impl<'a> Worker<'a> {
             self.close_fd(res, token(Op::Close, 0, 0));
             return;
         }
-        self.counters.add(Counter::ConnsAccepted, 1);
+        self.shared.counters.add(Counter::ConnsAccepted, 1);
         // TCP_NODELAY, when asked for, is inherited from the listener (set in `steering`).
-        let state = Connection::new(&self.settings.policy, self.now);
+        let state = Connection::new(&self.shared.settings.policy, self.now);
         let slot = self.conns.insert(|_, gen| Conn {
             fd: res,
             gen,
@@ -260,11 +280,7 @@ impl<'a> Worker<'a> {
             if !cqueue::more(flags) {
                 c.recv = Recv::Off;
             }
-            let env = Env {
-                policy: &self.settings.policy,
-                response: &self.response,
-                counters: self.counters,
-            };
+            let env = self.shared.env();
             match res {
                 n if n > 0 => {
                     let bid = bid.expect("a receive with data names its buffer");
@@ -294,11 +310,7 @@ impl<'a> Worker<'a> {
             return;
         };
         c.sending = false;
-        let env = Env {
-            policy: &self.settings.policy,
-            response: &self.response,
-            counters: self.counters,
-        };
+        let env = self.shared.env();
         match usize::try_from(res) {
             Ok(n) => c.state.sent(n, self.now, env),
             Err(_) => c.state.peer_closed(),
@@ -312,11 +324,7 @@ impl<'a> Worker<'a> {
             return;
         };
         c.timer = None;
-        let env = Env {
-            policy: &self.settings.policy,
-            response: &self.response,
-            counters: self.counters,
-        };
+        let env = self.shared.env();
         c.state.on_deadline(self.now, env);
         self.drive(slot);
     }
@@ -324,7 +332,7 @@ impl<'a> Worker<'a> {
     /// Every [`TICK`]: `Date`, expired deadlines, idle connections while draining, a failed accept.
     fn on_tick(&mut self) {
         if let Some(date) = self.clock.tick(SystemTime::now()) {
-            self.response.set_date(&date);
+            self.shared.response.set_date(&date);
         }
         for slot in 0..self.conns.capacity() {
             let draining = self.draining.is_some();
@@ -337,11 +345,7 @@ impl<'a> Worker<'a> {
             }
             let (at, timer) = c.state.deadline();
             if self.now >= at && !timer.is_pacing() {
-                let env = Env {
-                    policy: &self.settings.policy,
-                    response: &self.response,
-                    counters: self.counters,
-                };
+                let env = self.shared.env();
                 c.state.on_deadline(self.now, env);
                 self.drive(slot);
             }
@@ -504,7 +508,7 @@ impl<'a> Worker<'a> {
         // SAFETY: a shutdown points at no memory.
         unsafe { self.ring.push(shutdown) };
         self.close_fd(c.fd, token(Op::Close, slot, gen));
-        self.counters.add(Counter::ConnsClosed, 1);
+        self.shared.counters.add(Counter::ConnsClosed, 1);
     }
 
     fn close_fd(&mut self, fd: RawFd, user_data: u64) {
