@@ -808,3 +808,100 @@ mod tests {
         assert_eq!(responses(c.output()), 1);
     }
 }
+
+#[cfg(test)]
+mod chunking {
+    //! However input arrives and however much each send takes, the client gets the same bytes, and
+    //! the connection never holds more than its bounds.
+    use super::*;
+    use crate::meter::Counters;
+    use crate::response::ResponseSpec;
+
+    /// A small deterministic generator (no dependency needed for a few thousand numbers).
+    struct Lcg(u64);
+    impl Lcg {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) as usize) % n.max(1)
+        }
+    }
+
+    fn serve(input: &[u8], response: &Response, seed: u64, in_flight: bool) -> Vec<u8> {
+        let policy = Policy {
+            limits: Limits::default(),
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            delay: None,
+            body_delay: None,
+            verbose: 0,
+            h2c: false,
+        };
+        let counters = Counters::new(1);
+        let env = Env {
+            policy: &policy,
+            response,
+            counters: counters.worker(0),
+        };
+        let now = Instant::now();
+        let mut c = Connection::new(&policy, now);
+        let mut rng = Lcg(seed);
+        let (mut at, mut got) = (0, Vec::new());
+        while at < input.len() || !c.output().is_empty() {
+            if c.wants_input() && at < input.len() {
+                let n = 1 + rng.below(3000.min(input.len() - at));
+                c.receive(&input[at..at + n], now, env);
+                at += n;
+            }
+            assert!(c.pending.len() <= 64 * 1024 + 3000, "kept input is bounded");
+            assert!(
+                c.unsent() <= MAX_UNSENT + response.full(crate::response::Framing::KeepAlive).len()
+            );
+            if !c.output().is_empty() {
+                let n = rng.below(c.output().len() + 1);
+                got.extend_from_slice(&c.output()[..n]);
+                if in_flight {
+                    c.send_started();
+                    if at < input.len() && rng.below(2) == 0 {
+                        let m = 1 + rng.below(500.min(input.len() - at));
+                        c.receive(&input[at..at + m], now, env); // arrives while the send is out
+                        at += m;
+                    }
+                }
+                c.sent(n, now, env);
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn any_chunking_of_input_and_sends_gives_the_same_bytes() {
+        let one = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
+        let input = one.repeat(800);
+        for body in [&b"ok"[..], &[b'x'; 3000][..]] {
+            // One response for every run: its `Date` is fixed when it is built.
+            let response = Response::new(&ResponseSpec {
+                status: 200,
+                headers: vec![],
+                body: body.to_vec(),
+            })
+            .unwrap();
+            let whole = serve(&input, &response, 0, false);
+            assert_eq!(
+                whole
+                    .windows(15)
+                    .filter(|w| w == b"HTTP/1.1 200 OK")
+                    .count(),
+                1600
+            );
+            for seed in 1..20 {
+                assert!(
+                    serve(&input, &response, seed, seed % 2 == 0) == whole,
+                    "seed {seed}"
+                );
+            }
+        }
+    }
+}
