@@ -96,20 +96,32 @@ fn error_after_good_pipelined_requests_answers_them_first() {
 
 #[test]
 fn endless_header_is_cut_at_the_limit_without_growing() {
-    let s = Server::start(&["--max-head-size", "4k"]);
-    let mut r = Reader::new(s.connect());
-    r.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-Endless: ");
-    // Keep sending; the server must answer 431 once 4 KiB arrived and close, whatever follows.
+    let s = Server::start(&["--max-head-size", "4k", "-t", "1"]);
+    let before = statico_tests::rss_kib(s.pid());
+    // 200 clients each send a header that never ends: 64 KiB each, 12.8 MiB in all. The server must
+    // answer 431 once 4 KiB arrived and close, holding no more than the limit for any of them.
+    let mut clients: Vec<Reader> = (0..200).map(|_| Reader::new(s.connect())).collect();
     let chunk = [b'a'; 1024];
-    for _ in 0..64 {
-        if std::io::Write::write_all(&mut r.stream, &chunk).is_err() {
-            break; // the server closed: fine, its 431 is already in our receive buffer
+    for r in &mut clients {
+        r.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-Endless: ");
+        for _ in 0..64 {
+            if std::io::Write::write_all(&mut r.stream, &chunk).is_err() {
+                break; // the server closed: fine, its 431 is already in our receive buffer
+            }
         }
     }
-    let resp = r.response(false);
-    assert_eq!(resp.status, 431);
-    r.stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    r.until_closed();
+    let during = statico_tests::rss_kib(s.pid());
+    assert!(
+        during < before + 16 * 1024,
+        "RSS grew from {before} KiB to {during} KiB for 200 endless heads"
+    );
+    for r in &mut clients {
+        assert_eq!(r.response(false).status, 431);
+        r.stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        r.until_closed();
+    }
+    let stopped = s.stop();
+    assert_eq!(stopped.total("status_431"), 200);
 }

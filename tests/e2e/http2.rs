@@ -2,8 +2,9 @@
 //! knowledge and the `Upgrade: h2c` handshake) and the `h2` crate's client (many concurrent streams,
 //! SETTINGS, GOAWAY at shutdown). HTTP/2 is served by the tokio runtime, so these tests ask for it.
 
+use std::io::ErrorKind;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use statico_tests::{get, run_client, Reader, Server};
 
@@ -275,4 +276,130 @@ fn idle_http2_connection_gets_goaway_after_the_idle_timeout() {
     });
     let stopped = s.stop();
     assert_eq!(stopped.total("timeouts"), 1);
+}
+
+/// Reads until the server closes (EOF or reset) or `limit` passes; returns when, after `since`.
+fn closed_within(stream: &mut std::net::TcpStream, since: Instant, limit: Duration) -> Duration {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return since.elapsed(),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return since.elapsed(),
+        }
+        assert!(since.elapsed() < limit, "still open after {limit:?}");
+    }
+}
+
+#[test]
+fn a_silent_client_after_the_preface_is_closed_after_goaway() {
+    use std::io::Write;
+    let s = start(&["--idle-timeout", "2s"]);
+    let mut c = s.connect();
+    let start = Instant::now();
+    // The preface and an empty SETTINGS frame; then never an ACK, never a PING answer.
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    let after = closed_within(&mut c, start, Duration::from_secs(8));
+    assert!(
+        after >= Duration::from_millis(1900) && after < Duration::from_secs(5),
+        "closed {after:?} after connecting (idle timeout 2 s, then a 2 s grace)"
+    );
+    assert_eq!(s.stop().total("timeouts"), 1);
+}
+
+#[test]
+fn a_request_body_that_never_ends_is_reset_at_the_header_timeout() {
+    let s = start(&["--header-timeout", "1s", "--idle-timeout", "30s"]);
+    let rt = runtime();
+    let addr = s.addr;
+    let waited = rt.block_on(async move {
+        let (client, _conn_task) = h2_connect(addr).await;
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let (resp, mut body) = client.send_request(req, false).unwrap();
+        body.send_data(bytes::Bytes::from_static(b"part"), false)
+            .unwrap();
+        let start = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(6), resp).await;
+        let err = answer
+            .expect("the stream is reset, not left open")
+            .expect_err("no response to an unfinished request");
+        assert_eq!(err.reason(), Some(h2::Reason::CANCEL), "{err}");
+        start.elapsed()
+    });
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "reset {waited:?} after the last DATA"
+    );
+    assert_eq!(s.stop().total("timeouts"), 1);
+}
+
+#[test]
+fn connection_specific_headers_stay_in_http1_and_are_left_out_of_http2() {
+    let forbidden = [
+        ("Keep-Alive", "timeout=5"),
+        ("Proxy-Connection", "keep-alive"),
+        ("Upgrade", "websocket"),
+        ("TE", "gzip"),
+    ];
+    let mut args = vec!["-b".to_string(), "ok".into()];
+    for (n, v) in forbidden.iter().chain([("X-Kept", "yes")].iter()) {
+        args.extend(["-H".into(), format!("{n}: {v}")]);
+    }
+    let s = start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let line = s
+        .stderr()
+        .lines()
+        .find(|l| l.contains("HTTP/2 responses leave out"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no start-up line about them:\n{}", s.stderr()));
+    let (ok, out, err) = run_client(
+        "curl",
+        &["-sS", "-i", "--http2-prior-knowledge", &s.url("/")],
+    );
+    assert!(ok, "curl over HTTP/2 failed: {err}");
+    assert!(
+        out.starts_with("HTTP/2 200") && out.contains("x-kept: yes"),
+        "{out}"
+    );
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/"));
+    let http1 = r.response(false);
+    for (name, value) in forbidden {
+        assert!(line.contains(name), "{name} not named in: {line}");
+        assert!(
+            !out.to_ascii_lowercase()
+                .contains(&format!("\n{}:", name.to_ascii_lowercase())),
+            "{name} in HTTP/2: {out}"
+        );
+        assert_eq!(
+            http1.header(name).as_deref(),
+            Some(value),
+            "{name} kept in HTTP/1.1"
+        );
+    }
+}
+
+#[test]
+fn each_connection_specific_header_alone_leaves_http2_working() {
+    for header in [
+        "Keep-Alive: timeout=5",
+        "Proxy-Connection: close",
+        "Upgrade: h2c",
+        "TE: deflate",
+    ] {
+        let s = start(&["-b", "ok", "-H", header]);
+        let (ok, out, err) = run_client("curl", &["-sS", "--http2-prior-knowledge", &s.url("/")]);
+        assert!(ok && out == "ok", "{header}: {err}");
+    }
 }

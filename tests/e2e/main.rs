@@ -3,6 +3,7 @@
 
 mod clients;
 mod errors;
+mod hostile_clients;
 mod http11;
 mod http2;
 mod operations;

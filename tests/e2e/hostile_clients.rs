@@ -1,0 +1,181 @@
+//! Hostile HTTP/1.1 clients, on the runtime under test: one that pipelines and never reads, one that
+//! trickles a head a byte at a time (with and without `-d`), one that sends its body right behind
+//! `Expect: 100-continue` (with `-d`). Each ends in an answer or a close, the server's memory is read
+//! from /proc/PID/status, and timeouts are checked from both sides: not before, not much after.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use statico_tests::{get, rss_kib, Reader, Server};
+
+/// Whether the server has closed the connection, probed without reading what it sent: a zero-length
+/// peek says nothing, but once the server closed with our requests unread it sent a reset, and a
+/// write then fails; while it is open, the full socket just would block.
+fn closed_by_server(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let closed = match (&*s).write(b"G") {
+        Ok(_) => false,
+        Err(e) => e.kind() != ErrorKind::WouldBlock,
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// Pipelines GETs without reading until the writes stop moving for `stall`; returns when they last
+/// moved, and the server's peak RSS meanwhile.
+fn pipeline_until_stalled(s: &mut TcpStream, pid: u32, stall: Duration) -> (Instant, u64) {
+    let batch = get("/").repeat(64 * 1024 / get("/").len());
+    s.set_write_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let start = Instant::now();
+    let (mut last_progress, mut peak) = (Instant::now(), 0);
+    while last_progress.elapsed() < stall && start.elapsed() < Duration::from_secs(8) {
+        match s.write(&batch) {
+            Ok(n) if n > 0 => last_progress = Instant::now(),
+            _ => {}
+        }
+        peak = peak.max(rss_kib(pid));
+    }
+    assert!(
+        last_progress.elapsed() >= stall,
+        "the server kept reading for 8 s"
+    );
+    (last_progress, peak)
+}
+
+fn never_reading_client_is_bounded_then_closed(extra: &[&str]) {
+    let body = "x".repeat(64 * 1024); // a large body fills the kernel's socket buffers at once
+    let args = [&["--idle-timeout", "2s", "-t", "1", "-b", &body], extra].concat();
+    let s = Server::start(&args);
+    let before = rss_kib(s.pid());
+    let mut c = s.connect();
+    let (stalled_at, peak) = pipeline_until_stalled(&mut c, s.pid(), Duration::from_millis(500));
+    assert!(
+        peak < before + 64 * 1024,
+        "RSS grew from {before} KiB to {peak} KiB for one client that does not read"
+    );
+    // Not before the idle timeout (2 s without progress)...
+    while stalled_at.elapsed() < Duration::from_millis(1500) {
+        assert!(
+            !closed_by_server(&c),
+            "closed after {:?}",
+            stalled_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // ...and not much after.
+    while !closed_by_server(&c) {
+        assert!(
+            stalled_at.elapsed() < Duration::from_secs(5),
+            "still open {:?} after the output stalled",
+            stalled_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = rss_kib(s.pid());
+    assert!(
+        after < before + 64 * 1024,
+        "RSS {after} KiB after the close"
+    );
+    let stopped = s.stop();
+    assert_eq!(stopped.total("timeouts"), 1);
+    assert_eq!(
+        stopped.total("conns_closed"),
+        stopped.total("conns_accepted")
+    );
+}
+
+#[test]
+fn a_client_that_never_reads_holds_bounded_memory_and_is_closed_after_the_idle_timeout() {
+    never_reading_client_is_bounded_then_closed(&[]);
+}
+
+#[test]
+fn a_client_that_never_reads_paced_responses_is_bounded_and_closed_too() {
+    never_reading_client_is_bounded_then_closed(&["-d", "1ms"]);
+}
+
+/// Sends a head that never completes, one byte every 100 ms, until the server closes; returns how
+/// long after the first byte that was.
+fn trickle_until_closed(s: &Server) -> Duration {
+    let mut c = s.connect();
+    c.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let head = b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: "
+        .iter()
+        .chain([b'a'; 200].iter());
+    let start = Instant::now();
+    for b in head {
+        if c.write_all(&[*b]).is_err() {
+            break;
+        }
+        let mut buf = [0u8; 64];
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => panic!("answered a partial head: {:?}", &buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    start.elapsed()
+}
+
+#[test]
+fn a_trickled_head_is_closed_at_the_header_timeout_with_and_without_delay() {
+    for extra in [&[][..], &["-d", "50ms"][..]] {
+        let args = [&["--header-timeout", "1s", "--idle-timeout", "30s"], extra].concat();
+        let s = Server::start(&args);
+        let after = trickle_until_closed(&s);
+        assert!(
+            after >= Duration::from_millis(900) && after < Duration::from_millis(2000),
+            "{extra:?}: closed {after:?} after the first byte"
+        );
+        assert_eq!(s.stop().total("timeouts"), 1, "{extra:?}");
+    }
+}
+
+const CONTINUE_HEAD: &[u8] =
+    b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+
+#[test]
+fn a_body_sent_right_behind_expect_100_continue_is_answered_with_delay() {
+    for extra in [&[][..], &["-d", "100ms"][..]] {
+        let s = Server::start(&[&["-b", "ok"], extra].concat());
+        let mut r = Reader::new(s.connect());
+        let start = Instant::now();
+        r.send(CONTINUE_HEAD);
+        r.send(b"hello");
+        let mut first = r.response(false);
+        if first.status == 100 {
+            first = r.response(false);
+        }
+        assert_eq!(
+            (first.status, &first.body[..]),
+            (200, &b"ok"[..]),
+            "{extra:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{extra:?}: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_polite_100_continue_client_gets_the_interim_then_the_answer_with_delay() {
+    for extra in [&[][..], &["-d", "100ms"][..]] {
+        let s = Server::start(&[&["-b", "ok"], extra].concat());
+        let mut r = Reader::new(s.connect());
+        r.send(CONTINUE_HEAD);
+        assert_eq!(r.response(false).status, 100, "{extra:?}");
+        r.send(b"hello");
+        let answer = r.response(false);
+        assert_eq!(
+            (answer.status, &answer.body[..]),
+            (200, &b"ok"[..]),
+            "{extra:?}"
+        );
+    }
+}
