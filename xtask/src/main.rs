@@ -5,16 +5,13 @@
 //! - `build`: release build of the `statico` binary.
 //! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it).
 //! - `test`: fmt check, clippy `-D warnings`, unit tests, end-to-end tests against the release binary.
-//! - `bench`: statico against nginx, pinned, measured in one run (see `bench.rs`).
+//! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`).
 //! - `fuzz`: runs the parser fuzz target for a while (nightly, cargo-fuzz).
 //!
 //! `run`, `test` and `bench` call `setup` first when something is missing.
 
 mod bench;
-mod http2_bench;
-mod profile_bench;
 mod setup;
-mod steering_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

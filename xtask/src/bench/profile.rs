@@ -24,7 +24,9 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::{measure, median, start_nginx, start_statico, ServerUnderTest, SCENARIOS};
+use super::measure::{measure, Scenario, Stat, SCENARIOS};
+use super::report::{work_dir, RunInfo};
+use super::servers::{start_nginx, statico_on, Nginx, ServerUnderTest};
 use crate::setup::which;
 
 /// The buckets, in report order.
@@ -81,7 +83,7 @@ struct Profiled {
 
 fn profile_round(
     s: &ServerUnderTest,
-    sc: crate::bench::Scenario,
+    sc: Scenario,
     client_cpus: &str,
     duration: u64,
     dir: &Path,
@@ -90,14 +92,21 @@ fn profile_round(
     let mut perf = Command::new("perf")
         .args(["record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-o"])
         .arg(&data)
-        .args(["-p", &s.child.id().to_string()])
+        .args(["-p", &s.pid().to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .context("start perf record")?;
     std::thread::sleep(std::time::Duration::from_millis(300));
     // Keep-alive scenarios only: wrk gets no pipelining script.
-    let measured = measure(s, sc, client_cpus, duration, &dir.join("unused.lua"));
+    let measured = measure(
+        s.pid(),
+        s.port,
+        sc,
+        client_cpus,
+        duration,
+        &dir.join("unused.lua"),
+    );
     // SIGINT makes perf write its data and exit (also when wrk failed: perf must not outlive this).
     Command::new("kill")
         .args(["-INT", &perf.id().to_string()])
@@ -141,22 +150,16 @@ fn profile_round(
     })
 }
 
-pub fn run(
-    root: &Path,
-    server_cpus: &str,
-    client_cpus: &str,
-    duration: u64,
-    rounds: usize,
-) -> Result<String> {
+pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
+    let (server_cpus, client_cpus) = (run.server_cpus, run.client_cpus);
+    let (duration, rounds) = (run.duration, run.rounds);
     which("perf").context("perf is not installed (cargo xtask setup installs linux-perf)")?;
-    let dir = root.join("target/bench/profile");
-    std::fs::create_dir_all(&dir)?;
-    let dir = dir.canonicalize()?;
+    let dir = work_dir(root, "profile")?;
     let mut servers = vec![
-        start_statico(root, server_cpus, "tokio")?,
-        start_statico(root, server_cpus, "io-uring")?,
+        statico_on(root, server_cpus, "tokio")?,
+        statico_on(root, server_cpus, "io-uring")?,
     ];
-    match start_nginx(&dir, server_cpus) {
+    match start_nginx(&dir, server_cpus, Nginx::Http1) {
         Ok(s) => servers.push(s),
         Err(e) => eprintln!("bench: nginx skipped: {e:#}"),
     }
@@ -186,16 +189,16 @@ pub fn run(
         let mut own = Vec::new();
         let mut totals = Vec::new();
         for (s, ps) in servers.iter().zip(&per_server) {
-            let total = median(ps.iter().map(|p| p.us_per_req).collect()).0;
+            let total = Stat::of(ps.iter().map(|p| p.us_per_req).collect()).median;
             let b: Vec<f64> = (0..4)
-                .map(|k| median(ps.iter().map(|p| p.buckets[k]).collect()).0)
+                .map(|k| Stat::of(ps.iter().map(|p| p.buckets[k]).collect()).median)
                 .collect();
-            let mine = median(ps.iter().map(|p| p.buckets[2] + p.buckets[3]).collect()).0;
+            let mine = Stat::of(ps.iter().map(|p| p.buckets[2] + p.buckets[3]).collect()).median;
             write!(
                 report,
                 "  {:<16} {:>9.0} {:>8.2}",
                 s.name,
-                median(ps.iter().map(|p| p.rps).collect()).0,
+                Stat::of(ps.iter().map(|p| p.rps).collect()).median,
                 total
             )?;
             for v in &b {

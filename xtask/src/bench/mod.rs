@@ -1,0 +1,123 @@
+//! `cargo xtask bench`: statico against its peers on this machine, in one run. This module holds the
+//! flags and picks the mode; the modes import the layers below them and nothing imports upward:
+//!
+//! ```text
+//! mod (flags, dispatch)
+//!  ├─ suite (default) · http2 · profile · steering     one file per mode
+//!  │    └─ report (table, results.json, chart)
+//!  │         └─ servers (statico, nginx, peers; one guard that stops them)
+//!  │              └─ measure (scenarios, wrk/h2load, CPU ticks, RSS, ports, Stat)
+//! ```
+
+mod http2;
+mod measure;
+mod profile;
+mod report;
+mod servers;
+mod steering;
+mod suite;
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+
+pub use report::validate;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct BenchArgs {
+    /// CPU list the servers are pinned to (taskset syntax) [default: the last CPU]
+    #[arg(long)]
+    pub server_cpus: Option<String>,
+    /// CPU list wrk is pinned to [default: every other CPU]
+    #[arg(long)]
+    pub client_cpus: Option<String>,
+    /// Seconds per measured round
+    #[arg(long, default_value_t = 6)]
+    pub duration: u64,
+    /// Rounds per server and scenario (median reported)
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// A sub-minute smoke run: 1 round of 2 s, 1000 idle connections, no optional peers
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write results.json, chart.svg and report.txt [default: target/bench/<timestamp>]
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Instead: compare the steering rungs on new connections (needs root for the ebpf rung)
+    #[arg(long)]
+    pub steering: bool,
+    /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
+    #[arg(long)]
+    pub http2: bool,
+    /// Instead: split each server's CPU per keep-alive request into TCP send, TCP receive, event
+    /// loop (kernel) and user space, from perf cpu-clock samples
+    #[arg(long)]
+    pub profile: bool,
+    /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
+    #[arg(long, value_name = "DIR")]
+    pub redraw: Option<PathBuf>,
+}
+
+/// Runs the mode `args` asks for.
+pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
+    if let Some(dir) = &args.redraw {
+        return report::redraw(dir);
+    }
+    if args.steering {
+        println!("{}", steering::run(root, args.duration, args.rounds)?);
+        return Ok(());
+    }
+    if args.quick {
+        args.duration = 2;
+        args.rounds = 1;
+    }
+    let (server_cpus, mut client_cpus) = placement(&args);
+    if (args.http2 || args.profile) && args.client_cpus.is_none() {
+        client_cpus = "0".into(); // h2load and the profiled wrk run one thread each
+    }
+    let run = report::RunInfo {
+        server_cpus: &server_cpus,
+        client_cpus: &client_cpus,
+        duration: args.duration,
+        rounds: args.rounds,
+        quick: args.quick,
+        idle_conns: if args.quick { 1_000 } else { 10_000 },
+    };
+    if args.http2 || args.profile {
+        let mode = if args.http2 { http2::run } else { profile::run };
+        println!("{}", mode(root, &run)?);
+        return Ok(());
+    }
+    suite::run(root, &out_dir(root, &args)?, &run)
+}
+
+/// Where servers and clients run: by default the servers on the last CPU, the clients on the others.
+fn placement(args: &BenchArgs) -> (String, String) {
+    let n = measure::cpu_count();
+    let server = args
+        .server_cpus
+        .clone()
+        .unwrap_or_else(|| (n - 1).to_string());
+    let client = args.client_cpus.clone().unwrap_or_else(|| {
+        if n > 1 {
+            format!("0-{}", n - 2)
+        } else {
+            "0".into()
+        }
+    });
+    (server, client)
+}
+
+/// `--out`, or `target/bench/<timestamp>`; created, and absolute (nginx resolves relative paths against
+/// its own prefix).
+fn out_dir(root: &Path, args: &BenchArgs) -> Result<PathBuf> {
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let dir = root.join(
+        args.out
+            .clone()
+            .unwrap_or_else(|| root.join("target/bench").join(stamp.to_string())),
+    );
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir.canonicalize()?)
+}

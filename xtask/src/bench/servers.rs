@@ -1,0 +1,251 @@
+//! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1 or h2c), and the peers
+//! under `bench/peers/`. Each runs behind one guard, [`ServerUnderTest`], which stops it by PID however
+//! the benchmark ends — an error return included — so no mode can leak a server.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use super::measure::{free_port, wait_port, BODY};
+use crate::setup::which;
+
+/// A running server, stopped (SIGTERM, then reaped) when dropped.
+pub struct ServerUnderTest {
+    pub name: String,
+    /// How it was started, for the report.
+    pub command: String,
+    pub child: Child,
+    pub port: u16,
+}
+
+impl ServerUnderTest {
+    /// Spawns `cmd` and waits until it accepts connections on `port`; if it does not, it is stopped.
+    fn spawn(name: &str, command: String, mut cmd: Command, port: u16) -> Result<Self> {
+        let child = cmd.spawn().with_context(|| format!("start {name}"))?;
+        let s = ServerUnderTest {
+            name: name.to_string(),
+            command,
+            child,
+            port,
+        };
+        wait_port(port)?;
+        Ok(s)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ServerUnderTest {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `taskset -c CPUS program`, or just `program` without CPUs.
+fn pinned(cpus: Option<&str>, program: &Path) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// statico (the release build) on a free loopback port with `args`, pinned to `cpus` if given. Waits
+/// for its "listening on" line; if it exits first, the error says what it printed.
+pub fn start_statico(
+    root: &Path,
+    name: &str,
+    cpus: Option<&str>,
+    args: &[&str],
+) -> Result<ServerUnderTest> {
+    let port = free_port()?;
+    let port_s = port.to_string();
+    let args: Vec<&str> = ["-a", "127.0.0.1", "-p", &port_s]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    let mut cmd = pinned(cpus, &root.join("target/release/statico"));
+    cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().context("start statico")?;
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let mut said = String::new();
+    while !said.contains("listening on") {
+        match lines.next() {
+            Some(line) => said.push_str(&(line? + "\n")),
+            None => {
+                let _ = child.wait();
+                bail!("{name} did not start: {said}");
+            }
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let prefix = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
+    let s = ServerUnderTest {
+        name: name.to_string(),
+        command: format!("{prefix}statico {}", args.join(" ")),
+        child,
+        port,
+    };
+    wait_port(port)?;
+    Ok(s)
+}
+
+/// The suite's statico flags: one worker on `runtime`, answering [`BODY`] as text/plain.
+pub fn statico_args(runtime: &str) -> [&str; 8] {
+    [
+        "-t",
+        "1",
+        "-b",
+        BODY,
+        "-H",
+        "Content-Type: text/plain",
+        "--runtime",
+        runtime,
+    ]
+}
+
+/// statico with [`statico_args`], pinned to `cpus`.
+pub fn statico_on(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderTest> {
+    let name = format!("statico-{runtime}");
+    start_statico(root, &name, Some(cpus), &statico_args(runtime))
+}
+
+/// How nginx listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nginx {
+    Http1,
+    /// Cleartext HTTP/2 (prior knowledge), for `--http2`.
+    H2c,
+}
+
+/// nginx from Debian as a fair peer: one worker, no master, access log off, `return 200` with the
+/// same body, keep-alive requests unlimited; its files under `dir/nginx`.
+pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx) -> Result<ServerUnderTest> {
+    let nginx = which("nginx").context("nginx is not installed (cargo xtask setup installs it)")?;
+    let port = free_port()?;
+    let ndir = dir.join("nginx");
+    std::fs::create_dir_all(&ndir)?;
+    let conf_path = ndir.join("nginx.conf");
+    std::fs::write(&conf_path, nginx_conf(&ndir, port, mode))?;
+    let mut cmd = pinned(Some(cpus), &nginx);
+    cmd.arg("-p")
+        .arg(&ndir)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-e")
+        .arg(ndir.join("error.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let (name, listen) = match mode {
+        Nginx::Http1 => ("nginx", ""),
+        Nginx::H2c => ("nginx http2", "; http2"),
+    };
+    let command = format!("taskset -c {cpus} nginx -c {} (worker_processes 1; master_process off; access_log off; keepalive_requests 100000000; return 200{listen})", conf_path.display());
+    ServerUnderTest::spawn(name, command, cmd, port)
+}
+
+fn nginx_conf(ndir: &Path, port: u16, mode: Nginx) -> String {
+    let d = ndir.display();
+    let (listen, h2) = match mode {
+        Nginx::Http1 => ("backlog=4096", ""),
+        Nginx::H2c => (
+            "http2",
+            "  http2_max_requests 100000000;\n  http2_max_concurrent_streams 256;\n",
+        ),
+    };
+    format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 20000; }}\n\
+         http {{\n  access_log off;\n  server_tokens off;\n  keepalive_requests 100000000;\n  keepalive_timeout 65;\n{h2}\
+         client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
+         uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+         server {{\n    listen 127.0.0.1:{port} {listen};\n    location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n}}\n"
+    )
+}
+
+/// An optional peer: a few-line server in `bench/peers/<dir>`.
+pub struct Peer {
+    pub name: &'static str,
+    dir: &'static str,
+    toolchain: &'static str,
+}
+
+pub const PEERS: [Peer; 3] = [
+    Peer {
+        name: "hyper",
+        dir: "hyper",
+        toolchain: "cargo",
+    },
+    Peer {
+        name: "actix-web",
+        dir: "actix",
+        toolchain: "cargo",
+    },
+    Peer {
+        name: "go-fasthttp",
+        dir: "fasthttp",
+        toolchain: "go",
+    },
+];
+
+/// Builds a peer from its registry packages into `target/peers`; returns the binary.
+pub fn build_peer(root: &Path, peer: &Peer) -> Result<PathBuf> {
+    let src = root.join("bench/peers").join(peer.dir);
+    let out = root.join("target/peers");
+    if peer.toolchain != "cargo" && which(peer.toolchain).is_none() {
+        bail!("{} is not installed", peer.toolchain);
+    }
+    eprintln!("bench: building peer {} in {}", peer.name, src.display());
+    let status = if peer.toolchain == "cargo" {
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--locked",
+                "--manifest-path",
+            ])
+            .arg(src.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&out)
+            .status()?
+    } else {
+        std::fs::create_dir_all(out.join("release"))?;
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(out.join("release").join("peer-fasthttp"))
+            .arg(".")
+            .current_dir(&src)
+            .status()?
+    };
+    if !status.success() {
+        bail!("building {} failed", peer.name);
+    }
+    let bin = match peer.dir {
+        "hyper" => "peer-hyper",
+        "actix" => "peer-actix",
+        _ => "peer-fasthttp",
+    };
+    Ok(out.join("release").join(bin))
+}
+
+/// A built peer on a free port, pinned to `cpus`.
+pub fn start_peer(peer: &Peer, bin: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let port = free_port()?;
+    let mut cmd = pinned(Some(cpus), bin);
+    cmd.arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let command = format!("taskset -c {cpus} {} {port}", bin.display());
+    ServerUnderTest::spawn(peer.name, command, cmd, port)
+}
