@@ -31,7 +31,7 @@ pub struct Batch {
     /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
     /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with
     /// the bytes after `consumed`. The request itself is answered on HTTP/2 stream 1.
-    pub upgrade: Option<crate::h2c::UpgradeRequest>,
+    pub upgrade: Option<Box<crate::h2c::UpgradeRequest>>,
 }
 
 impl Batch {
@@ -68,7 +68,8 @@ pub struct Session {
     /// `--http2`: honour `Upgrade: h2c`.
     h2c: bool,
     /// The request being received asked for the h2c upgrade.
-    upgrade: Option<crate::h2c::UpgradeRequest>,
+    /// (Boxed: rare, and kept out of every connection's size.)
+    upgrade: Option<Box<crate::h2c::UpgradeRequest>>,
 }
 
 /// The interim response that switches an upgraded connection to HTTP/2.
@@ -117,7 +118,7 @@ impl Session {
                     self.upgrade = (self.h2c
                         && info.upgrade_h2c
                         && info.body == crate::http::BodyFraming::None)
-                        .then(|| crate::h2c::UpgradeRequest::from_head(raw))
+                        .then(|| crate::h2c::UpgradeRequest::from_head(raw).map(Box::new))
                         .flatten();
                     // Ask for the body only if it has not started to arrive already.
                     if info.expect_continue && after == input.len() {
