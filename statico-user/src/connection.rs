@@ -47,6 +47,10 @@ pub const MAX_UNSENT: usize = 256 * 1024;
 /// and discard before closing.
 pub const LINGER_TIME: Duration = Duration::from_secs(2);
 pub const LINGER_BYTES: usize = 1 << 20;
+/// Most input kept while the connection does not want any: what a runtime that cannot stop its
+/// receives at once (io_uring's multishot) may still deliver. Past this the client is sending what
+/// statico never asked for, and is closed rather than buffered.
+pub const MAX_KEPT_INPUT: usize = 4 << 20;
 /// An output buffer that grew past this (a large body, pipelining) is freed once sent rather than kept.
 const KEEP_CAPACITY: usize = 64 * 1024;
 
@@ -221,6 +225,9 @@ impl Connection {
         }
         let answered = self.answer(fresh, now, env);
         self.refresh_read_deadline(was_between, answered, now, env);
+        if self.pending.len() > MAX_KEPT_INPUT {
+            self.phase = Phase::Closed;
+        }
     }
 
     /// The client closed its side (or the connection failed).
@@ -645,6 +652,19 @@ mod tests {
         let first = w.flush(&mut c, 2);
         assert!(c.output().len() >= MAX_UNSENT);
         assert_eq!(responses(&first), first.len() / one);
+    }
+
+    #[test]
+    fn input_that_keeps_coming_while_backed_up_is_closed_not_kept() {
+        let w = World::new(&[b'x'; 2000], None, None);
+        let mut c = w.conn();
+        c.receive(&GET.repeat(10_000), w.at(0), w.env());
+        assert!(!c.wants_input());
+        // A runtime whose receive could not be stopped in time delivers more; up to a bound it is kept.
+        c.receive(&GET.repeat(100_000), w.at(1), w.env());
+        assert_eq!(c.status(), Status::Open);
+        c.receive(&GET.repeat(100_000), w.at(2), w.env());
+        assert_eq!(c.status(), Status::Close, "past MAX_KEPT_INPUT");
     }
 
     #[test]

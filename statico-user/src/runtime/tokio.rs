@@ -252,8 +252,8 @@ async fn serve(guard: ConnGuard, mut stream: TcpStream, idle: Rc<Cell<bool>>) {
     let w = guard.worker.clone();
     if let Some((read, upgrade)) = serve_http1(&w, &mut stream, &idle).await {
         idle.set(false); // HTTP/2 drains by itself, with GOAWAY
-        // Boxed: HTTP/2's state is kilobytes, and inline it would make every connection's task that
-        // large, HTTP/1.1 ones included.
+                         // Boxed: HTTP/2's state is kilobytes, and inline it would make every connection's task that
+                         // large, HTTP/1.1 ones included.
         Box::pin(serve_h2(&w, stream, read, upgrade)).await;
     }
     drop(guard);

@@ -343,6 +343,14 @@ impl<'a> Worker<'a> {
                 self.close(slot);
                 continue;
             }
+            if c.recv == Recv::Cancelling {
+                // A cancel can miss a multishot receive caught between runs; ask again each tick.
+                let e = opcode::AsyncCancel::new(token(Op::Recv, slot, c.gen))
+                    .build()
+                    .user_data(token(Op::Cancel, slot, c.gen));
+                // SAFETY: a cancel points at no memory.
+                unsafe { self.ring.push(e) };
+            }
             let (at, timer) = c.state.deadline();
             if self.now >= at && !timer.is_pacing() {
                 let env = self.shared.env();
