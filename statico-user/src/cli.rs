@@ -53,6 +53,32 @@ pub struct Cli {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub body_delay: Option<Duration>,
 
+    /// HTTPS: PEM certificate chain; the port then serves TLS only (Linux builds, with --tls-key)
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        conflicts_with = "tls_self_signed"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// HTTPS: PEM private key (PKCS#8, SEC1 or PKCS#1) of --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// HTTPS with an ECDSA P-256 certificate for localhost, 127.0.0.1, ::1 and the listen address,
+    /// made at start-up (its SHA-256 fingerprint is printed)
+    #[arg(long)]
+    pub tls_self_signed: bool,
+
+    /// Also write cert.pem and key.pem into DIR, for curl --cacert (needs --tls-self-signed)
+    #[arg(long, value_name = "DIR", requires = "tls_self_signed")]
+    pub tls_self_signed_out: Option<std::path::PathBuf>,
+
+    /// HTTPS: oldest TLS version accepted
+    #[arg(long, default_value = "1.2", value_parser = ["1.2", "1.3"])]
+    pub tls_min: String,
+
     /// Print requests/s, responses/s and in/out Gbps every second
     #[arg(short, long)]
     pub meter: bool,
@@ -277,6 +303,11 @@ impl Cli {
             headers: self.headers.clone(),
             body: self.body.clone().map(|b| b.0).unwrap_or_default(),
         }
+    }
+
+    /// Whether the port serves HTTPS.
+    pub fn tls(&self) -> bool {
+        self.tls_cert.is_some() || self.tls_self_signed
     }
 
     pub fn limits(&self) -> Limits {

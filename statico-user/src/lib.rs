@@ -8,6 +8,7 @@
 //! - [`connection`]: one connection's policy, shared by every runtime: kept input, backpressure,
 //!   deadlines, pacing, closing;
 //! - [`h2c`]: `--http2`, cleartext HTTP/2 with the `h2` crate (tokio runtime);
+//! - [`layer`], `tls` (Linux): what sits between a socket and its connection — nothing, or rustls;
 //! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
 //! - `bpf` (Linux): the eBPF steering program, its maps and pins, loaded with aya;
 //! - [`runtime`]: the workers' I/O loops (`runtime::tokio` is the hot path);
@@ -24,6 +25,7 @@ pub mod connection;
 pub mod dump;
 pub mod h2c;
 pub mod http;
+pub mod layer;
 pub mod meter;
 pub mod response;
 pub mod runtime;
@@ -32,3 +34,5 @@ pub mod session;
 pub mod shutdown;
 pub mod steering;
 pub mod sys;
+#[cfg(target_os = "linux")]
+pub mod tls;

@@ -136,7 +136,11 @@ fn settings(cli: &Cli) -> Result<Settings> {
     } else {
         None
     };
+    if cli.tls() && cli.http2 {
+        bail!("--http2 over TLS (ALPN h2) is not served yet; use --http2 without --tls-* (h2c), or HTTPS with HTTP/1.1");
+    }
     Ok(Settings {
+        tls: tls_config(cli)?,
         response,
         policy: crate::connection::Policy {
             limits: cli.limits(),
@@ -150,6 +154,31 @@ fn settings(cli: &Cli) -> Result<Settings> {
         shutdown_timeout: cli.shutdown_timeout,
         h2,
     })
+}
+
+/// The TLS configuration `--tls-*` asks for; its description is printed at start-up.
+#[cfg(target_os = "linux")]
+fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
+    let opts = crate::tls::TlsOptions {
+        cert: cli.tls_cert.clone(),
+        key: cli.tls_key.clone(),
+        self_signed: cli.tls_self_signed,
+        self_signed_out: cli.tls_self_signed_out.clone(),
+        min: cli.tls_min.clone(),
+        address: Some(cli.address),
+    };
+    Ok(crate::tls::server_config(&opts)?.map(|(config, line)| {
+        eprintln!("statico: {line}");
+        config
+    }))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
+    if cli.tls() {
+        bail!("--tls-* needs a Linux build of statico (this one has no TLS)");
+    }
+    Ok(None)
 }
 
 /// The CPU each worker is pinned to: the CPUs this process may run on, in turn.
@@ -286,8 +315,9 @@ fn announce(cli: &Cli, local_addr: SocketAddr, runtime_line: &str, cpus: &[Optio
     let pinned: Vec<String> = cpus.iter().flatten().map(usize::to_string).collect();
     let workers = cpus.len();
     eprintln!(
-        "statico {}: listening on http://{local_addr} with {workers} worker{} (runtime: {runtime_line}{}, pinned to CPU {})",
+        "statico {}: listening on {}://{local_addr} with {workers} worker{} (runtime: {runtime_line}{}, pinned to CPU {})",
         env!("CARGO_PKG_VERSION"),
+        if cli.tls() { "https" } else { "http" },
         if workers == 1 { "" } else { "s" },
         if cli.http2 { ", HTTP/1.1 and h2c" } else { "" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },

@@ -11,3 +11,4 @@ mod scale;
 mod startup;
 mod steering;
 mod timeouts;
+mod tls;

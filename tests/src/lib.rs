@@ -132,7 +132,10 @@ impl Server {
                     b.push('\n');
                 }
                 // Announce readiness only once the line is in the buffer the test reads.
-                if let Some(rest) = line.split("listening on http://").nth(1) {
+                let after = |scheme: &str| line.split(scheme).nth(1).map(str::to_string);
+                if let Some(rest) =
+                    after("listening on http://").or_else(|| after("listening on https://"))
+                {
                     let addr = rest
                         .split_whitespace()
                         .next()

@@ -1,6 +1,6 @@
 //! `cargo xtask setup`: installs what a fresh machine lacks, and nothing twice.
 //!
-//! - Debian packages: `curl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
+//! - Debian packages: `curl` and `openssl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
 //!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
@@ -18,8 +18,9 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 8] = [
+const PACKAGES: [(&str, &str); 9] = [
     ("curl", "curl"),
+    ("openssl", "openssl"),
     ("wrk", "wrk"),
     ("nginx", "nginx-light"),
     ("bpftool", "bpftool"),
@@ -87,7 +88,7 @@ pub fn run(report: bool) -> Result<()> {
         });
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, wrk, nginx, bpftool, nghttp and h2load are installed");
+            eprintln!("setup: curl, openssl, wrk, nginx, bpftool, nghttp and h2load are installed");
         }
     } else {
         install_debian(&missing)?;

@@ -27,6 +27,8 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// `--http2` (tokio runtime only): h2c settings and the response for HTTP/2 streams.
     pub h2: Option<(crate::h2c::H2Settings, crate::h2c::H2Response)>,
+    /// `--tls-*`: every connection speaks TLS.
+    pub tls: Option<crate::layer::TlsConfig>,
 }
 
 /// Everything one worker owns or shares.

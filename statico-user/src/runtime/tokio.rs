@@ -35,6 +35,7 @@ use tokio::time::{sleep, sleep_until, timeout, Instant, Sleep};
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
 use crate::connection::{Connection, Env, Status};
 use crate::h2c::{self, H2Response, UpgradeRequest};
+use crate::layer::Layer;
 use crate::meter::WorkerCounters;
 use crate::response::{DateClock, Response};
 use crate::shutdown;
@@ -267,13 +268,15 @@ async fn serve_http1(
     idle: &Cell<bool>,
 ) -> Option<(Vec<u8>, Option<UpgradeRequest>)> {
     let policy = &w.settings.policy;
-    let mut conn = Connection::new(policy, std::time::Instant::now());
-    let timer = sleep_until(Instant::from_std(conn.deadline().0));
+    let start = std::time::Instant::now();
+    let mut conn = Connection::new(policy, start);
+    let mut layer = Layer::new(w.settings.tls.as_ref(), start, policy.header_timeout);
+    let timer = sleep_until(Instant::from_std(layer.deadline(&conn).0));
     tokio::pin!(timer);
     let mut fired = false;
     loop {
-        flush(w, stream, &mut conn).ok()?;
-        match conn.status() {
+        flush(w, stream, &mut conn, &mut layer).ok()?;
+        match layer.status(&conn) {
             Status::Open => {}
             Status::ShutdownWrite => {
                 stream.shutdown().await.ok()?;
@@ -288,28 +291,33 @@ async fn serve_http1(
         }
         // The timer follows the connection's deadline lazily: re-armed when it has fired (early or
         // not) or when the deadline moved earlier, not each time it moves later.
-        let deadline = Instant::from_std(conn.deadline().0);
+        let deadline = Instant::from_std(layer.deadline(&conn).0);
         if fired || deadline < timer.deadline() {
             timer.as_mut().reset(deadline);
         }
-        let wake = wait(w, stream, &conn, timer.as_mut()).await;
+        let wake = wait(w, stream, &conn, &layer, timer.as_mut()).await;
         fired = matches!(wake, Wake::Timer);
         let now = std::time::Instant::now();
         w.with_env(|env| match wake {
-            Wake::Data(n) => conn.receive(&w.scratch.borrow()[..n], now, env),
+            Wake::Data(n) => layer.receive(&mut conn, &w.scratch.borrow()[..n], now, env),
             Wake::Writable => {}
             Wake::Closed => conn.peer_closed(),
-            Wake::Timer => conn.on_deadline(now, env),
+            Wake::Timer => layer.on_deadline(&mut conn, now, env),
         });
     }
 }
 
 /// Writes the connection's output until it is all sent or the socket is full (`try_write`: one
 /// `write` per batch in the common case). An error means the connection is gone.
-fn flush(w: &Worker, stream: &TcpStream, conn: &mut Connection) -> Result<(), ()> {
-    while !conn.output().is_empty() {
-        match stream.try_write(conn.output()) {
-            Ok(n) => w.with_env(|env| conn.sent(n, std::time::Instant::now(), env)),
+fn flush(
+    w: &Worker,
+    stream: &TcpStream,
+    conn: &mut Connection,
+    layer: &mut Layer,
+) -> Result<(), ()> {
+    while !layer.output(conn).is_empty() {
+        match stream.try_write(layer.output(conn)) {
+            Ok(n) => w.with_env(|env| layer.sent(conn, n, std::time::Instant::now(), env)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(_) => return Err(()),
         }
@@ -323,13 +331,14 @@ async fn wait(
     w: &Worker,
     stream: &mut TcpStream,
     conn: &Connection,
+    layer: &Layer,
     mut timer: Pin<&mut Sleep>,
 ) -> Wake {
     poll_fn(|cx| {
-        if !conn.output().is_empty() && stream.poll_write_ready(cx).is_ready() {
+        if !layer.output(conn).is_empty() && stream.poll_write_ready(cx).is_ready() {
             return Poll::Ready(Wake::Writable);
         }
-        if conn.wants_input() {
+        if layer.wants_input(conn) {
             let mut scratch = w.scratch.borrow_mut();
             let mut buf = ReadBuf::new(&mut scratch);
             match Pin::new(&mut *stream).poll_read(cx, &mut buf) {

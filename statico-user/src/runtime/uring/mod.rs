@@ -36,6 +36,7 @@ use statico_common::Counter;
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
 use crate::connection::{Connection, Env, Status};
+use crate::layer::Layer;
 use crate::meter::WorkerCounters;
 use crate::response::{DateClock, Response};
 use crate::shutdown;
@@ -75,7 +76,9 @@ struct Conn {
     fd: RawFd,
     gen: u32,
     state: Connection,
-    /// A send of `state.output()` is in flight.
+    /// Nothing, or TLS, between the socket and `state`.
+    layer: Layer,
+    /// A send of `layer.output(&state)` is in flight.
     sending: bool,
     recv: Recv,
     /// The pacing deadline a timeout is armed for.
@@ -118,7 +121,7 @@ struct Worker<'a> {
     tick: Box<types::Timespec>,
     /// Connections closed while a send was in flight, kept until its completion (the kernel may still
     /// read their output), by the send's token.
-    orphans: Vec<(u64, Connection)>,
+    orphans: Vec<(u64, (Connection, Layer))>,
     draining: Option<Instant>,
     clock: DateClock,
     /// The time of the completions being handled.
@@ -256,11 +259,18 @@ impl<'a> Worker<'a> {
         }
         self.shared.counters.add(Counter::ConnsAccepted, 1);
         // TCP_NODELAY, when asked for, is inherited from the listener (set in `steering`).
-        let state = Connection::new(&self.shared.settings.policy, self.now);
+        let settings = self.shared.settings;
+        let state = Connection::new(&settings.policy, self.now);
+        let layer = Layer::new(
+            settings.tls.as_ref(),
+            self.now,
+            settings.policy.header_timeout,
+        );
         let slot = self.conns.insert(|_, gen| Conn {
             fd: res,
             gen,
             state,
+            layer,
             sending: false,
             recv: Recv::Off,
             timer: None,
@@ -284,8 +294,8 @@ impl<'a> Worker<'a> {
             match res {
                 n if n > 0 => {
                     let bid = bid.expect("a receive with data names its buffer");
-                    c.state
-                        .receive(self.bufs.bytes(bid, n as usize), self.now, env);
+                    let data = self.bufs.bytes(bid, n as usize);
+                    c.layer.receive(&mut c.state, data, self.now, env);
                 }
                 0 => c.state.peer_closed(),
                 // Every buffer was in use for a moment (re-armed below), or we cancelled it.
@@ -312,7 +322,7 @@ impl<'a> Worker<'a> {
         c.sending = false;
         let env = self.shared.env();
         match usize::try_from(res) {
-            Ok(n) => c.state.sent(n, self.now, env),
+            Ok(n) => c.layer.sent(&mut c.state, n, self.now, env),
             Err(_) => c.state.peer_closed(),
         }
         self.drive(slot);
@@ -325,7 +335,7 @@ impl<'a> Worker<'a> {
         };
         c.timer = None;
         let env = self.shared.env();
-        c.state.on_deadline(self.now, env);
+        c.layer.on_deadline(&mut c.state, self.now, env);
         self.drive(slot);
     }
 
@@ -351,10 +361,10 @@ impl<'a> Worker<'a> {
                 // SAFETY: a cancel points at no memory.
                 unsafe { self.ring.push(e) };
             }
-            let (at, timer) = c.state.deadline();
+            let (at, timer) = c.layer.deadline(&c.state);
             if self.now >= at && !timer.is_pacing() {
                 let env = self.shared.env();
-                c.state.on_deadline(self.now, env);
+                c.layer.on_deadline(&mut c.state, self.now, env);
                 self.drive(slot);
             }
         }
@@ -376,8 +386,8 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        if !c.sending && !c.state.output().is_empty() {
-            let out = c.state.output();
+        if !c.sending && !c.layer.output(&c.state).is_empty() {
+            let out = c.layer.output(&c.state);
             let e = on_fd!(self.fixed, c.fd, |fd| opcode::Send::new(
                 fd,
                 out.as_ptr(),
@@ -386,14 +396,14 @@ impl<'a> Worker<'a> {
             .flags(libc::MSG_NOSIGNAL)
             .build())
             .user_data(token(Op::Send, slot, c.gen));
-            c.state.send_started();
+            c.layer.send_started(&mut c.state);
             c.sending = true;
-            // SAFETY: `out` is the connection's output, frozen by `send_started` until `sent` reports
-            // this send's completion; if the connection closes first, `close` keeps it in `orphans`
-            // until that completion arrives.
+            // SAFETY: `out` is the connection's output (or its TLS records), frozen by `send_started`
+            // until `sent` reports this send's completion; if the connection closes first, `close`
+            // keeps it in `orphans` until that completion arrives.
             unsafe { self.ring.push(e) };
         }
-        match c.state.status() {
+        match c.layer.status(&c.state) {
             Status::Open => {}
             Status::ShutdownWrite => {
                 let e = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(
@@ -420,8 +430,9 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        let pause = !c.state.wants_input() && c.state.keeps_input();
-        let e = match (c.state.wants_input(), pause, c.recv) {
+        let wants = c.layer.wants_input(&c.state);
+        let pause = !wants && c.layer.keeps_input(&c.state);
+        let e = match (wants, pause, c.recv) {
             (true, _, Recv::Off) => {
                 c.recv = Recv::On;
                 on_fd!(self.fixed, c.fd, |fd| opcode::RecvMulti::new(fd, BGID)
@@ -445,7 +456,7 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        let (at, timer) = c.state.deadline();
+        let (at, timer) = c.layer.deadline(&c.state);
         if !timer.is_pacing() || c.timer == Some(at) {
             return;
         }
@@ -503,7 +514,8 @@ impl<'a> Worker<'a> {
             return;
         };
         if c.sending {
-            self.orphans.push((token(Op::Send, slot, gen), c.state));
+            self.orphans
+                .push((token(Op::Send, slot, gen), (c.state, c.layer)));
         }
         // Hard link: the close runs even if the shutdown fails (a peer that already reset).
         let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(

@@ -1,0 +1,110 @@
+//! What sits between a runtime's socket and its [`Connection`]: nothing, or TLS ([`crate::tls`], Linux
+//! builds). Runtimes call these instead of the connection's methods of the same names, so the TLS
+//! decision is made once, per connection, here.
+
+use std::time::{Duration, Instant};
+
+use crate::connection::{Connection, Env, Status, Timer};
+
+/// The server's TLS configuration, if it serves HTTPS.
+#[cfg(target_os = "linux")]
+pub type TlsConfig = std::sync::Arc<rustls::ServerConfig>;
+/// Off Linux statico is built without TLS.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Clone)]
+pub enum TlsConfig {}
+
+pub enum Layer {
+    Plain,
+    #[cfg(target_os = "linux")]
+    Tls(Box<crate::tls::TlsSession>),
+}
+
+impl Layer {
+    /// The layer for a new connection: TLS when the server has a configuration.
+    pub fn new(tls: Option<&TlsConfig>, now: Instant, header_timeout: Duration) -> Layer {
+        #[cfg(target_os = "linux")]
+        if let Some(session) =
+            tls.and_then(|c| crate::tls::TlsSession::start(c, now, header_timeout))
+        {
+            return Layer::Tls(Box::new(session));
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (tls, now, header_timeout);
+        Layer::Plain
+    }
+
+    pub fn receive(&mut self, conn: &mut Connection, data: &[u8], now: Instant, env: Env) {
+        match self {
+            Layer::Plain => conn.receive(data, now, env),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.on_receive(conn, data, now, env),
+        }
+    }
+
+    /// The bytes to send now.
+    pub fn output<'a>(&'a self, conn: &'a Connection) -> &'a [u8] {
+        match self {
+            Layer::Plain => conn.output(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.output(),
+        }
+    }
+
+    /// A send of [`Layer::output`] is in flight: those bytes stay put until [`Layer::sent`].
+    pub fn send_started(&mut self, conn: &mut Connection) {
+        match self {
+            Layer::Plain => conn.send_started(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.send_started(),
+        }
+    }
+
+    pub fn sent(&mut self, conn: &mut Connection, n: usize, now: Instant, env: Env) {
+        match self {
+            Layer::Plain => conn.sent(n, now, env),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.on_sent(conn, n, now, env),
+        }
+    }
+
+    pub fn wants_input(&self, conn: &Connection) -> bool {
+        match self {
+            Layer::Plain => conn.wants_input(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.wants_input(conn),
+        }
+    }
+
+    pub fn keeps_input(&self, conn: &Connection) -> bool {
+        match self {
+            Layer::Plain => conn.keeps_input(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.keeps_input(conn),
+        }
+    }
+
+    pub fn status(&self, conn: &Connection) -> Status {
+        match self {
+            Layer::Plain => conn.status(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.status(conn),
+        }
+    }
+
+    pub fn deadline(&self, conn: &Connection) -> (Instant, Timer) {
+        match self {
+            Layer::Plain => conn.deadline(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.deadline(conn),
+        }
+    }
+
+    pub fn on_deadline(&mut self, conn: &mut Connection, now: Instant, env: Env) {
+        match self {
+            Layer::Plain => conn.on_deadline(now, env),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.on_deadline(conn, now, env),
+        }
+    }
+}

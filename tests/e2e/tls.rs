@@ -1,0 +1,225 @@
+//! HTTPS (`--tls-*`) on the runtime under test: curl trusting the self-signed certificate statico
+//! saved, openssl s_client for versions and ALPN, plain HTTP on the TLS port, a client that never
+//! finishes its handshake, garbage instead of a ClientHello, and start-up errors that name the flag.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use statico_tests::{run_client, run_to_exit, Server};
+
+/// A fresh directory for this test's certificate files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("statico-tls-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// statico with a self-signed certificate saved in `dir`.
+fn start(dir: &std::path::Path, extra: &[&str]) -> Server {
+    let out = dir.to_str().unwrap();
+    Server::start(&[&["--tls-self-signed", "--tls-self-signed-out", out], extra].concat())
+}
+
+fn https(s: &Server, path: &str) -> String {
+    format!("https://localhost:{}{path}", s.addr.port())
+}
+
+#[test]
+fn curl_trusts_the_saved_self_signed_certificate_and_keeps_the_connection() {
+    let dir = scratch("curl");
+    let s = start(&dir, &["-b", "secret", "-H", "X-Mock: yes"]);
+    assert!(s.stderr().contains("SHA-256 fingerprint"), "{}", s.stderr());
+    assert!(
+        s.stderr().contains("listening on https://"),
+        "{}",
+        s.stderr()
+    );
+    let cacert = dir.join("cert.pem");
+    let (ok, out, err) = run_client(
+        "curl",
+        &[
+            "-sS",
+            "-i",
+            "--cacert",
+            cacert.to_str().unwrap(),
+            &https(&s, "/a"),
+            &https(&s, "/b"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
+    assert!(
+        out.contains("x-mock: yes") || out.contains("X-Mock: yes"),
+        "{out}"
+    );
+    assert!(out.ends_with("secret"), "{out}");
+    let stopped = s.stop();
+    assert_eq!(stopped.total("requests"), 2);
+    assert_eq!(
+        stopped.total("conns_accepted"),
+        1,
+        "two requests, one connection"
+    );
+}
+
+/// `openssl s_client` against the server with `args`; returns its output.
+fn s_client(s: &Server, args: &[&str]) -> String {
+    let mut child = Command::new("openssl")
+        .args([
+            "s_client",
+            "-ign_eof", // read the answer after stdin ends, until the server closes
+            "-connect",
+            &s.addr.to_string(),
+            "-servername",
+            "localhost",
+        ])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl (cargo xtask setup installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn openssl_sees_tls13_and_12_with_alpn_http11_and_tls_min_refuses_12() {
+    let dir = scratch("openssl");
+    let s = start(&dir, &["-b", "ok"]);
+    let out = s_client(&s, &["-tls1_3", "-alpn", "http/1.1"]);
+    assert!(
+        out.contains("TLSv1.3") && out.contains("ALPN protocol: http/1.1"),
+        "{out}"
+    );
+    assert!(out.contains("HTTP/1.1 200 OK"), "{out}");
+    let out = s_client(&s, &["-tls1_2"]);
+    assert!(
+        out.contains("TLSv1.2") && out.contains("HTTP/1.1 200 OK"),
+        "{out}"
+    );
+    drop(s);
+    let s = start(&dir, &["--tls-min", "1.3"]);
+    let out = s_client(&s, &["-tls1_2"]);
+    assert!(
+        !out.contains("HTTP/1.1 200 OK") && out.contains("alert"),
+        "{out}"
+    );
+}
+
+#[test]
+fn plain_http_on_the_tls_port_gets_a_400_that_says_so() {
+    let dir = scratch("plain");
+    let s = start(&dir, &[]);
+    let (ok, out, err) = run_client("curl", &["-sS", "-i", &s.url("/")]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("HTTP/1.1 400") && out.contains("HTTPS port"),
+        "{out}"
+    );
+    assert_eq!(s.stop().total("status_400"), 1);
+}
+
+#[test]
+fn a_handshake_that_never_finishes_is_closed_at_the_header_timeout() {
+    let dir = scratch("slow");
+    let s = start(&dir, &["--header-timeout", "1s", "--idle-timeout", "30s"]);
+    let mut c = s.connect();
+    // The first bytes of a ClientHello record, then nothing.
+    c.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 1024];
+    while matches!(c.read(&mut buf), Ok(n) if n > 0) {}
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(2500),
+        "closed {waited:?} into the handshake"
+    );
+    assert_eq!(s.stop().total("timeouts"), 1);
+}
+
+#[test]
+fn garbage_instead_of_a_client_hello_is_closed_and_the_server_goes_on() {
+    let dir = scratch("garbage");
+    let s = start(&dir, &["-b", "fine"]);
+    let mut c = s.connect();
+    c.write_all(&[0x16, 0x03, 0x03, 0x00, 0x05, 0xde, 0xad, 0xbe, 0xef, 0x00])
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(got.len() < 64, "an alert at most: {got:?}");
+    let (ok, out, err) = run_client(
+        "curl",
+        &[
+            "-sS",
+            "--cacert",
+            dir.join("cert.pem").to_str().unwrap(),
+            &https(&s, "/"),
+        ],
+    );
+    assert!(ok && out == "fine", "{err}");
+}
+
+#[test]
+fn bad_tls_flags_are_refused_with_the_flag_and_the_fix() {
+    let dir = scratch("flags");
+    let missing = dir.join("missing.pem");
+    let missing = missing.to_str().unwrap();
+    let (code, err) = run_to_exit(&["--tls-cert", missing, "--tls-key", missing]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--tls-cert") && err.contains("cannot read"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--tls-cert", missing]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--tls-key"), "{err}");
+    let (code, err) = run_to_exit(&[
+        "--tls-self-signed",
+        "--tls-cert",
+        missing,
+        "--tls-key",
+        missing,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    // Two self-signed pairs: the key of one does not fit the certificate of the other.
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for d in [&a, &b] {
+        drop(start(d, &[]));
+    }
+    let (cert, key) = (a.join("cert.pem"), b.join("key.pem"));
+    let (code, err) = run_to_exit(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--tls-key does not fit --tls-cert"), "{err}");
+    // A certificate file that holds no certificate.
+    let (code, err) = run_to_exit(&[
+        "--tls-cert",
+        key.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no certificate"), "{err}");
+    // The pair that fits starts.
+    let s = Server::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        a.join("key.pem").to_str().unwrap(),
+    ]);
+    assert!(s.stderr().contains("listening on https://"));
+}
