@@ -75,6 +75,10 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", requires = "tls_self_signed")]
     pub tls_self_signed_out: Option<std::path::PathBuf>,
 
+    /// HTTPS: session tickets sent after each full TLS 1.3 handshake; 0 turns resumption off
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=16))]
+    pub tls_tickets: u16,
+
     /// HTTPS: oldest TLS version accepted
     #[arg(long, default_value = "1.2", value_parser = ["1.2", "1.3"])]
     pub tls_min: String,

@@ -166,6 +166,7 @@ fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
         self_signed_out: cli.tls_self_signed_out.clone(),
         min: cli.tls_min.clone(),
         address: Some(cli.address),
+        tickets: usize::from(cli.tls_tickets),
     };
     Ok(crate::tls::server_config(&opts)?.map(|(config, line)| {
         eprintln!("statico: {line}");

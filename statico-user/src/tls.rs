@@ -37,6 +37,9 @@ pub struct TlsOptions {
     pub min: String,
     /// The listen address, named in a self-signed certificate too.
     pub address: Option<std::net::IpAddr>,
+    /// `--tls-tickets`: TLS 1.3 tickets sent after each full handshake; 0 turns resumption off
+    /// (tickets and TLS 1.2 session IDs alike).
+    pub tickets: usize,
 }
 
 /// The server's TLS configuration and the start-up line that describes it.
@@ -64,11 +67,26 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
         .with_single_cert(certs, key)
         .map_err(|e| anyhow::anyhow!("--tls-key does not fit --tls-cert ({e}): give the key the certificate was made for"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    resumption(&mut config, opts.tickets)?;
     let line = format!(
         "TLS {}+ with {what}, SHA-256 fingerprint {fingerprint}",
         opts.min
     );
     Ok(Some((Arc::new(config), line)))
+}
+
+/// Session resumption: stateless tickets (rotating keys, aws-lc-rs) for TLS 1.3 and 1.2, and a
+/// 1.2 session-ID cache, or none of it with `--tls-tickets 0`.
+fn resumption(config: &mut ServerConfig, tickets: usize) -> Result<()> {
+    config.send_tls13_tickets = tickets;
+    if tickets == 0 {
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        return Ok(());
+    }
+    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
+        .map_err(|e| anyhow::anyhow!("cannot make session-ticket keys: {e}"))?;
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
+    Ok(())
 }
 
 /// A PEM chain and key from files, with an error that names the flag and the fix.

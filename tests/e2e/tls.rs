@@ -223,3 +223,22 @@ fn bad_tls_flags_are_refused_with_the_flag_and_the_fix() {
     ]);
     assert!(s.stderr().contains("listening on https://"));
 }
+
+#[test]
+fn sessions_resume_with_tickets_and_not_with_tls_tickets_0() {
+    let dir = scratch("resume");
+    let sess = dir.join("session.pem");
+    let sess = sess.to_str().unwrap();
+    for (tickets, version) in [("2", "-tls1_3"), ("2", "-tls1_2"), ("0", "-tls1_3")] {
+        let s = start(&dir, &["--tls-tickets", tickets]);
+        let first = s_client(&s, &[version, "-sess_out", sess]);
+        assert!(first.contains("HTTP/1.1 200 OK"), "{first}");
+        let again = s_client(&s, &[version, "-sess_in", sess]);
+        let reused = again.contains("Reused, TLS");
+        assert_eq!(
+            reused,
+            tickets != "0",
+            "--tls-tickets {tickets} {version}:\n{again}"
+        );
+    }
+}
