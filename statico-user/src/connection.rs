@@ -198,6 +198,15 @@ impl Connection {
         }
     }
 
+    /// A connection under TLS: HTTP/2 comes by ALPN and its preface, never by `Upgrade: h2c`, which is
+    /// for cleartext only (RFC 9113 §3.1).
+    pub fn new_tls(policy: &Policy, now: Instant) -> Self {
+        Connection {
+            session: Session::with_h2c(policy.limits, false),
+            ..Connection::new(policy, now)
+        }
+    }
+
     /// Bytes the client sent. They are answered now where possible, kept otherwise.
     pub fn receive(&mut self, data: &[u8], now: Instant, env: Env) {
         env.counters.add(Counter::BytesIn, data.len() as u64);

@@ -34,6 +34,20 @@ impl Layer {
         Layer::Plain
     }
 
+    /// The TLS session, if any, once the connection moves on to HTTP/2.
+    #[cfg(target_os = "linux")]
+    pub fn into_tls(self) -> Option<Box<rustls::ServerConnection>> {
+        match self {
+            Layer::Plain => None,
+            Layer::Tls(t) => Some(Box::new(t.into_session())),
+        }
+    }
+
+    /// Whether this is a TLS connection.
+    pub fn is_tls(&self) -> bool {
+        !matches!(self, Layer::Plain)
+    }
+
     pub fn receive(&mut self, conn: &mut Connection, data: &[u8], now: Instant, env: Env) {
         match self {
             Layer::Plain => conn.receive(data, now, env),

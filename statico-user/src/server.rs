@@ -136,9 +136,6 @@ fn settings(cli: &Cli) -> Result<Settings> {
     } else {
         None
     };
-    if cli.tls() && cli.http2 {
-        bail!("--http2 over TLS (ALPN h2) is not served yet; use --http2 without --tls-* (h2c), or HTTPS with HTTP/1.1");
-    }
     Ok(Settings {
         tls: tls_config(cli)?,
         response,
@@ -167,6 +164,7 @@ fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
         min: cli.tls_min.clone(),
         address: Some(cli.address),
         tickets: usize::from(cli.tls_tickets),
+        h2: cli.http2,
     };
     Ok(crate::tls::server_config(&opts)?.map(|(config, line)| {
         eprintln!("statico: {line}");

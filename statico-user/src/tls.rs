@@ -11,7 +11,9 @@
 //!
 //! Configuration: `--tls-cert`/`--tls-key` (PEM), or `--tls-self-signed` (ECDSA P-256, made at start-up,
 //! optionally saved with `--tls-self-signed-out`); TLS 1.3 and 1.2 (`--tls-min`), rustls's forward-secret
-//! AEAD suites with the aws-lc-rs provider, ALPN `http/1.1`.
+//! AEAD suites with the aws-lc-rs provider, ALPN `http/1.1` (and `h2` first with `--http2`: the
+//! connection then recognises HTTP/2's preface as it does on a cleartext port, and the tokio runtime
+//! carries the session on as a stream for the `h2` crate).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -37,6 +39,8 @@ pub struct TlsOptions {
     pub min: String,
     /// The listen address, named in a self-signed certificate too.
     pub address: Option<std::net::IpAddr>,
+    /// `--http2`: ALPN offers `h2` first (tokio runtime).
+    pub h2: bool,
     /// `--tls-tickets`: TLS 1.3 tickets sent after each full handshake; 0 turns resumption off
     /// (tickets and TLS 1.2 session IDs alike).
     pub tickets: usize,
@@ -66,7 +70,11 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| anyhow::anyhow!("--tls-key does not fit --tls-cert ({e}): give the key the certificate was made for"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = if opts.h2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     resumption(&mut config, opts.tickets)?;
     let line = format!(
         "TLS {}+ with {what}, SHA-256 fingerprint {fingerprint}",
@@ -331,8 +339,8 @@ impl TlsSession {
             // Lingering under TLS would need the close_notify exchange; close once it is sent.
             Status::ShutdownWrite if records_out => Status::Close,
             Status::ShutdownWrite => Status::Open,
-            // HTTP/2 over TLS is not served yet (ALPN offers http/1.1 only).
-            Status::Upgrade => Status::Close,
+            // HTTP/2 (after ALPN h2, the client's preface): once every record is out.
+            Status::Upgrade if !records_out => Status::Open,
             s => s,
         }
     }
@@ -344,6 +352,11 @@ impl TlsSession {
         } else {
             conn.deadline()
         }
+    }
+
+    /// The established session, for a runtime that carries on with HTTP/2 over it.
+    pub fn into_session(self) -> rustls::ServerConnection {
+        self.tls
     }
 
     pub fn on_deadline(&mut self, conn: &mut Connection, now: Instant, env: Env) {

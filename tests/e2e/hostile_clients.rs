@@ -114,7 +114,11 @@ fn trickle_until_closed(s: &Server) -> Duration {
         match c.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => panic!("answered a partial head: {:?}", &buf[..n]),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(_) => break,
         }
     }

@@ -289,7 +289,11 @@ fn closed_within(stream: &mut std::net::TcpStream, since: Instant, limit: Durati
         match stream.read(&mut buf) {
             Ok(0) => return since.elapsed(),
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(_) => return since.elapsed(),
         }
         assert!(since.elapsed() < limit, "still open after {limit:?}");

@@ -5,6 +5,8 @@
 //! shared `connection` module's, so runtimes differ only in the I/O they perform. The few things both
 //! loops need besides — how to treat a failed accept — live here, once.
 
+#[cfg(target_os = "linux")]
+mod tls_stream;
 pub mod tokio;
 #[cfg(target_os = "linux")]
 pub mod uring;

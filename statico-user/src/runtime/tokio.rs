@@ -27,7 +27,7 @@ use std::time::SystemTime;
 
 use slab::Slab;
 use statico_common::Counter;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant, Sleep};
@@ -251,26 +251,44 @@ enum Wake {
 /// Serves one connection until it closes, on HTTP/1.1 and, if it switches, on HTTP/2.
 async fn serve(guard: ConnGuard, mut stream: TcpStream, idle: Rc<Cell<bool>>) {
     let w = guard.worker.clone();
-    if let Some((read, upgrade)) = serve_http1(&w, &mut stream, &idle).await {
+    if let Some(h2) = serve_http1(&w, &mut stream, &idle).await {
         idle.set(false); // HTTP/2 drains by itself, with GOAWAY
                          // Boxed: HTTP/2's state is kilobytes, and inline it would make every connection's task that
                          // large, HTTP/1.1 ones included.
-        Box::pin(serve_h2(&w, stream, read, upgrade)).await;
+        match h2.tls {
+            #[cfg(target_os = "linux")]
+            Some(session) => {
+                let stream = super::tls_stream::TlsStream::new(stream, *session);
+                Box::pin(serve_h2(&w, stream, h2.read, h2.upgrade)).await;
+            }
+            _ => Box::pin(serve_h2(&w, stream, h2.read, h2.upgrade)).await,
+        }
     }
     drop(guard);
 }
 
+/// A connection that moves on to HTTP/2: the bytes read so far, the request of an `Upgrade: h2c`, and
+/// (after ALPN h2) its TLS session.
+struct ToH2 {
+    read: Vec<u8>,
+    upgrade: Option<UpgradeRequest>,
+    #[cfg(target_os = "linux")]
+    tls: Option<Box<rustls::ServerConnection>>,
+    #[cfg(not(target_os = "linux"))]
+    tls: Option<std::convert::Infallible>,
+}
+
 /// The HTTP/1.1 loop: send what the connection has, act on its status, wait for what it waits for.
-/// Returns the connection's bytes if it switches to HTTP/2.
-async fn serve_http1(
-    w: &Worker,
-    stream: &mut TcpStream,
-    idle: &Cell<bool>,
-) -> Option<(Vec<u8>, Option<UpgradeRequest>)> {
+/// Returns the connection if it switches to HTTP/2.
+async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> Option<ToH2> {
     let policy = &w.settings.policy;
     let start = std::time::Instant::now();
-    let mut conn = Connection::new(policy, start);
     let mut layer = Layer::new(w.settings.tls.as_ref(), start, policy.header_timeout);
+    let mut conn = if layer.is_tls() {
+        Connection::new_tls(policy, start)
+    } else {
+        Connection::new(policy, start)
+    };
     let timer = sleep_until(Instant::from_std(layer.deadline(&conn).0));
     tokio::pin!(timer);
     let mut fired = false;
@@ -283,7 +301,14 @@ async fn serve_http1(
                 conn.shut_down_write(std::time::Instant::now());
             }
             Status::Close => return None,
-            Status::Upgrade => return Some(conn.into_h2()),
+            Status::Upgrade => {
+                let (read, upgrade) = conn.into_h2();
+                #[cfg(target_os = "linux")]
+                let tls = layer.into_tls();
+                #[cfg(not(target_os = "linux"))]
+                let tls = None;
+                return Some(ToH2 { read, upgrade, tls });
+            }
         }
         idle.set(conn.is_idle());
         if conn.is_idle() && w.draining.get() {
@@ -355,9 +380,9 @@ async fn wait(
 
 /// Hands a connection to the HTTP/2 server (`h2c`), after collecting, for an upgrade, the client's
 /// preface and first SETTINGS frame.
-async fn serve_h2(
+async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     w: &Worker,
-    mut stream: TcpStream,
+    mut stream: T,
     mut read: Vec<u8>,
     upgrade: Option<UpgradeRequest>,
 ) {
