@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use crate::connection::{Connection, Env, Status, Timer};
 
 /// The server's TLS configuration, if it serves HTTPS.
+/// Swapped whole on SIGHUP; each new connection takes the one in force.
 #[cfg(target_os = "linux")]
-pub type TlsConfig = std::sync::Arc<rustls::ServerConfig>;
+pub type TlsConfig = std::sync::Arc<arc_swap::ArcSwap<rustls::ServerConfig>>;
 /// Off Linux statico is built without TLS.
 #[cfg(not(target_os = "linux"))]
 #[derive(Debug, Clone)]
@@ -25,7 +26,7 @@ impl Layer {
     pub fn new(tls: Option<&TlsConfig>, now: Instant, header_timeout: Duration) -> Layer {
         #[cfg(target_os = "linux")]
         if let Some(session) =
-            tls.and_then(|c| crate::tls::TlsSession::start(c, now, header_timeout))
+            tls.and_then(|c| crate::tls::TlsSession::start(&c.load_full(), now, header_timeout))
         {
             return Layer::Tls(Box::new(session));
         }

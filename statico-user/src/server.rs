@@ -90,7 +90,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let privileges =
         drop_privileges(kernel.as_ref(), cli.user.as_deref()).map_err(StartError::Runtime)?;
     let uring = uring_options(&cli, fd_limit);
-    let workers = start_workers(&cli, settings, sockets, &counters, &cores, uring)?;
+    let workers = start_workers(&cli, settings.clone(), sockets, &counters, &cores, uring)?;
 
     // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
     eprintln!("statico: steering: {} ({why})", rung.name());
@@ -103,7 +103,14 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         steering: steering_counters(kernel.as_ref()),
         xdp: xdp_counters(kernel.as_ref()),
     };
-    let signal = wait_for_signal(&main_rt, signals, &cli, &counters, &kernel_detail);
+    let signal = wait_for_signal(
+        &main_rt,
+        signals,
+        &cli,
+        &settings,
+        &counters,
+        &kernel_detail,
+    );
     eprintln!(
         "statico: {signal}: stopped accepting; finishing in-flight responses (up to {})",
         humantime::format_duration(cli.shutdown_timeout)
@@ -156,7 +163,17 @@ fn settings(cli: &Cli) -> Result<Settings> {
 /// The TLS configuration `--tls-*` asks for; its description is printed at start-up.
 #[cfg(target_os = "linux")]
 fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
-    let opts = crate::tls::TlsOptions {
+    Ok(
+        crate::tls::server_config(&tls_options(cli))?.map(|(config, line)| {
+            eprintln!("statico: {line}");
+            Arc::new(arc_swap::ArcSwap::new(config))
+        }),
+    )
+}
+
+#[cfg(target_os = "linux")]
+fn tls_options(cli: &Cli) -> crate::tls::TlsOptions {
+    crate::tls::TlsOptions {
         cert: cli.tls_cert.clone(),
         key: cli.tls_key.clone(),
         self_signed: cli.tls_self_signed,
@@ -165,11 +182,7 @@ fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
         address: Some(cli.address),
         tickets: usize::from(cli.tls_tickets),
         h2: cli.http2,
-    };
-    Ok(crate::tls::server_config(&opts)?.map(|(config, line)| {
-        eprintln!("statico: {line}");
-        config
-    }))
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -324,10 +337,12 @@ fn announce(cli: &Cli, local_addr: SocketAddr, runtime_line: &str, cpus: &[Optio
 }
 
 /// Runs the meter (with `-m`) until SIGINT or SIGTERM; returns the signal's name.
+/// SIGHUP reloads the TLS certificate (see [`reload_tls`]) and the wait goes on.
 fn wait_for_signal(
     main_rt: &tokio::runtime::Runtime,
-    signals: shutdown::Signals,
+    mut signals: shutdown::Signals,
     cli: &Cli,
+    settings: &Settings,
     counters: &Counters,
     kernel_detail: &dyn Fn() -> meter::KernelDetail,
 ) -> &'static str {
@@ -338,11 +353,42 @@ fn wait_for_signal(
             }
             std::future::pending::<()>().await;
         };
-        tokio::select! {
-            sig = signals.recv() => sig,
-            () = meter => unreachable!("the meter runs until shutdown"),
+        tokio::pin!(meter);
+        loop {
+            tokio::select! {
+                sig = signals.recv() => match sig {
+                    shutdown::Signal::Stop(name) => return name,
+                    shutdown::Signal::Reload => eprintln!("statico: SIGHUP: {}", reload_tls(cli, settings)),
+                },
+                () = &mut meter => unreachable!("the meter runs until shutdown"),
+            }
         }
     })
+}
+
+/// Loads `--tls-cert`/`--tls-key` again and, if they are good, serves new connections with them;
+/// connections already open keep theirs. A bad new pair keeps the old one. Says what happened.
+#[cfg(target_os = "linux")]
+fn reload_tls(cli: &Cli, settings: &Settings) -> String {
+    let Some(current) = &settings.tls else {
+        return "nothing to reload (no --tls-cert)".into();
+    };
+    if cli.tls_self_signed {
+        return "nothing to reload (--tls-self-signed makes its certificate once)".into();
+    }
+    match crate::tls::server_config(&tls_options(cli)) {
+        Ok(Some((config, line))) => {
+            current.store(config);
+            format!("reloaded: {line}")
+        }
+        Ok(None) => "nothing to reload".into(),
+        Err(e) => format!("kept the certificate in use: {e:#}"),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn reload_tls(_: &Cli, _: &Settings) -> String {
+    "nothing to reload".into()
 }
 
 /// The totals line, one line per worker, and the per-CPU steering and XDP counters.

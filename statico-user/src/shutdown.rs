@@ -22,6 +22,18 @@ pub struct Signals {
     term: tokio::signal::unix::Signal,
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,
+    /// SIGHUP: reload what can be reloaded (the TLS certificate).
+    #[cfg(unix)]
+    hup: tokio::signal::unix::Signal,
+}
+
+/// What a signal asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGINT or SIGTERM (named): drain and exit.
+    Stop(&'static str),
+    /// SIGHUP: reload, keep serving.
+    Reload,
 }
 
 impl Signals {
@@ -32,25 +44,27 @@ impl Signals {
             Ok(Signals {
                 term: signal(SignalKind::terminate())?,
                 int: signal(SignalKind::interrupt())?,
+                hup: signal(SignalKind::hangup())?,
             })
         }
         #[cfg(not(unix))]
         Ok(Signals {})
     }
 
-    /// Waits for the first signal and returns its name.
-    pub async fn recv(mut self) -> &'static str {
+    /// Waits for the next signal.
+    pub async fn recv(&mut self) -> Signal {
         #[cfg(unix)]
         {
             tokio::select! {
-                _ = self.term.recv() => "SIGTERM",
-                _ = self.int.recv() => "SIGINT",
+                _ = self.term.recv() => Signal::Stop("SIGTERM"),
+                _ = self.int.recv() => Signal::Stop("SIGINT"),
+                _ = self.hup.recv() => Signal::Reload,
             }
         }
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
+            Signal::Stop("Ctrl-C")
         }
     }
 }

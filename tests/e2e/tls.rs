@@ -293,3 +293,125 @@ fn http2_over_tls_by_alpn_passes_h2spec_and_curl() {
         "h2spec over TLS: {summary}\n{text}"
     );
 }
+
+/// An open TLS connection through `openssl s_client`: send requests, wait for answers.
+struct OpenTls {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl OpenTls {
+    fn connect(s: &Server) -> OpenTls {
+        let mut child = Command::new("openssl")
+            .args([
+                "s_client",
+                "-quiet",
+                "-ign_eof",
+                "-connect",
+                &s.addr.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl (cargo xtask setup installs it)");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        OpenTls { child, lines }
+    }
+
+    /// Sends a GET and waits for a 200 status line.
+    fn get_ok(&mut self) -> bool {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        stdin.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                // (The body has no newline: the next status line follows it on one line.)
+                Ok(line) if line.contains("HTTP/1.1 200") => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
+
+impl Drop for OpenTls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sighup_reloads_the_certificate_for_new_clients_and_keeps_open_connections() {
+    let dir = scratch("reload");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for d in [&a, &b] {
+        drop(start(d, &[]));
+    }
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::copy(a.join("cert.pem"), &cert).unwrap();
+    std::fs::copy(a.join("key.pem"), &key).unwrap();
+    let s = Server::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "-b",
+        "ok",
+    ]);
+    let trusts = |ca: &std::path::Path| {
+        run_client(
+            "curl",
+            &[
+                "-sS",
+                "--cacert",
+                ca.join("cert.pem").to_str().unwrap(),
+                &https(&s, "/"),
+            ],
+        )
+        .0
+    };
+    assert!(trusts(&a) && !trusts(&b), "pair A in use");
+    let mut open = OpenTls::connect(&s);
+    assert!(open.get_ok(), "a request on the open connection");
+
+    std::fs::copy(b.join("cert.pem"), &cert).unwrap();
+    std::fs::copy(b.join("key.pem"), &key).unwrap();
+    statico_tests::signal(s.pid(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.stderr().contains("SIGHUP: reloaded") {
+        assert!(Instant::now() < deadline, "no reload line:\n{}", s.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(trusts(&b) && !trusts(&a), "new clients get pair B");
+    assert!(
+        open.get_ok(),
+        "the connection opened before the reload still works"
+    );
+
+    // A bad new pair (A's certificate with B's key) keeps B, and says why.
+    std::fs::copy(a.join("cert.pem"), &cert).unwrap();
+    statico_tests::signal(s.pid(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.stderr().contains("SIGHUP: kept the certificate in use") {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal line:\n{}",
+            s.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(trusts(&b), "still pair B");
+}

@@ -264,6 +264,7 @@ pub fn signal(pid: u32, name: &str) {
         let sig = match name {
             "TERM" => libc::SIGTERM,
             "INT" => libc::SIGINT,
+            "HUP" => libc::SIGHUP,
             "KILL" => libc::SIGKILL,
             other => panic!("unknown signal {other}"),
         };
