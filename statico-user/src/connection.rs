@@ -319,6 +319,12 @@ impl Connection {
         }
     }
 
+    /// The connection is over (the peer went away, a timeout, a failed send): close now, whatever is
+    /// still unsent — in a layer under the connection too.
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
     /// Our sending side is shut down: linger, reading and discarding.
     pub fn shut_down_write(&mut self, now: Instant) {
         self.phase = Phase::Lingering { discarded: 0 };

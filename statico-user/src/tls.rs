@@ -331,6 +331,9 @@ impl TlsSession {
     /// The connection's status, held open while records (a response, an alert, close_notify) are
     /// still to be sent.
     pub fn status(&self, conn: &Connection) -> Status {
+        if conn.is_closed() {
+            return Status::Close; // the peer is gone or timed out: records left unsent stay so
+        }
         let records_out = self.out.len() == self.sent && !self.in_flight;
         match conn.status() {
             Status::Close if !records_out => Status::Open,

@@ -415,3 +415,47 @@ fn sighup_reloads_the_certificate_for_new_clients_and_keeps_open_connections() {
     }
     assert!(trusts(&b), "still pair B");
 }
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn many_handshakes_then_hang_ups_leave_the_server_idle_and_every_connection_closed() {
+    let dir = scratch("hangups");
+    let s = start(&dir, &[]);
+    // s_time: a full handshake per connection, then the client hangs up (no request).
+    let out = Command::new("openssl")
+        .args([
+            "s_time",
+            "-new",
+            "-time",
+            "1",
+            "-connect",
+            &s.addr.to_string(),
+        ])
+        .output()
+        .expect("openssl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("connections in"), "{text}");
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_seconds(s.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let spent = cpu_seconds(s.pid()) - before;
+    assert!(
+        spent < 0.1,
+        "the server spent {spent:.2} s of CPU in 1 s with no client"
+    );
+    let stopped = s.stop();
+    assert!(stopped.total("conns_accepted") > 10, "{}", stopped.stderr);
+    assert_eq!(
+        stopped.total("conns_closed"),
+        stopped.total("conns_accepted")
+    );
+}

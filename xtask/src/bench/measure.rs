@@ -159,15 +159,14 @@ pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .ok()
 }
 
-/// The wrk command for a scenario against 127.0.0.1:`port`, pinned to `client_cpus`.
+/// The wrk command for a scenario against `url`, pinned to `client_cpus`.
 pub fn wrk_command(
     sc: Scenario,
     client_cpus: &str,
     duration: u64,
     lua: &Path,
-    port: u16,
+    url: &str,
 ) -> Command {
-    let url = format!("http://127.0.0.1:{port}/");
     let mut cmd = Command::new("taskset");
     cmd.args(["-c", client_cpus, "wrk", "-t1", "--latency"])
         .arg(format!("-c{}", sc.connections))
@@ -178,26 +177,26 @@ pub fn wrk_command(
     if sc.pipeline > 1 {
         cmd.arg("-s")
             .arg(lua)
-            .arg(&url)
+            .arg(url)
             .arg("--")
             .arg(sc.pipeline.to_string());
     } else {
-        cmd.arg(&url);
+        cmd.arg(url);
     }
     cmd
 }
 
-/// One round of `sc` against the server `pid` listening on `port`: wrk's figures and the server's
-/// CPU per request over the same window.
+/// One round of `sc` against the server `pid` at `url`: wrk's figures and the server's CPU per
+/// request over the same window.
 pub fn measure(
     pid: u32,
-    port: u16,
+    url: &str,
     sc: Scenario,
     client_cpus: &str,
     duration: u64,
     lua: &Path,
 ) -> Result<Round> {
-    let mut cmd = wrk_command(sc, client_cpus, duration, lua, port);
+    let mut cmd = wrk_command(sc, client_cpus, duration, lua, url);
     let (out, cpu_us) = server_cpu_us(pid, || cmd.output().context("run wrk"))?;
     if !out.status.success() {
         bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! mod (flags, dispatch)
-//!  ├─ suite (default) · http2 · profile · steering     one file per mode
+//!  ├─ suite (default) · http2 · tls · profile · steering   one file per mode
 //!  │    └─ report (table, results.json, chart)
 //!  │         └─ servers (statico, nginx, peers; one guard that stops them)
 //!  │              └─ measure (scenarios, wrk/h2load, CPU ticks, RSS, ports, Stat)
@@ -16,6 +16,7 @@ mod report;
 mod servers;
 mod steering;
 mod suite;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -50,6 +51,10 @@ pub struct BenchArgs {
     /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
     #[arg(long)]
     pub http2: bool,
+    /// Instead: statico over HTTPS (both runtimes) against nginx with TLS: keep-alive, pipelined,
+    /// full and resumed handshakes (openssl s_time), HTTP/2 over TLS (h2load)
+    #[arg(long)]
+    pub tls: bool,
     /// Instead: split each server's CPU per keep-alive request into TCP send, TCP receive, event
     /// loop (kernel) and user space, from perf cpu-clock samples
     #[arg(long)]
@@ -73,7 +78,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         args.rounds = 1;
     }
     let (server_cpus, mut client_cpus) = placement(&args);
-    if (args.http2 || args.profile) && args.client_cpus.is_none() {
+    if (args.http2 || args.profile || args.tls) && args.client_cpus.is_none() {
         client_cpus = "0".into(); // h2load and the profiled wrk run one thread each
     }
     let run = report::RunInfo {
@@ -84,8 +89,12 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         quick: args.quick,
         idle_conns: if args.quick { 1_000 } else { 10_000 },
     };
-    if args.http2 || args.profile {
-        let mode = if args.http2 { http2::run } else { profile::run };
+    if args.http2 || args.profile || args.tls {
+        let mode = match (args.http2, args.tls) {
+            (true, _) => http2::run,
+            (_, true) => tls::run,
+            _ => profile::run,
+        };
         println!("{}", mode(root, &run)?);
         return Ok(());
     }

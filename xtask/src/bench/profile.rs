@@ -101,7 +101,7 @@ fn profile_round(
     // Keep-alive scenarios only: wrk gets no pipelining script.
     let measured = measure(
         s.pid(),
-        s.port,
+        &s.url(),
         sc,
         client_cpus,
         duration,

@@ -206,7 +206,7 @@ pub fn to_json(
         run.client_cpus,
         run.duration,
         Path::new("pipeline.lua"),
-        8080,
+        "http://127.0.0.1:8080/",
     );
     let wrk_example = std::iter::once(example.get_program())
         .chain(example.get_args())

@@ -18,6 +18,8 @@ pub struct ServerUnderTest {
     pub command: String,
     pub child: Child,
     pub port: u16,
+    /// It serves HTTPS.
+    pub tls: bool,
 }
 
 impl ServerUnderTest {
@@ -29,6 +31,7 @@ impl ServerUnderTest {
             command,
             child,
             port,
+            tls: false,
         };
         wait_port(port)?;
         Ok(s)
@@ -36,6 +39,12 @@ impl ServerUnderTest {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// `http://127.0.0.1:PORT/`, or https for a TLS server.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 }
 
@@ -93,6 +102,7 @@ pub fn start_statico(
     let s = ServerUnderTest {
         name: name.to_string(),
         command: format!("{prefix}statico {}", args.join(" ")),
+        tls: args.iter().any(|a| a.starts_with("--tls")),
         child,
         port,
     };
@@ -122,15 +132,21 @@ pub fn statico_on(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderT
 
 /// How nginx listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Nginx {
+pub enum Nginx<'a> {
     Http1,
     /// Cleartext HTTP/2 (prior knowledge), for `--http2`.
     H2c,
+    /// HTTPS with this certificate and key (PEM), TLS 1.3, session cache and tickets, and HTTP/2 by
+    /// ALPN.
+    Tls {
+        cert: &'a Path,
+        key: &'a Path,
+    },
 }
 
 /// nginx from Debian as a fair peer: one worker, no master, access log off, `return 200` with the
 /// same body, keep-alive requests unlimited; its files under `dir/nginx`.
-pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx) -> Result<ServerUnderTest> {
+pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnderTest> {
     let nginx = which("nginx").context("nginx is not installed (cargo xtask setup installs it)")?;
     let port = free_port()?;
     let ndir = dir.join("nginx");
@@ -149,19 +165,32 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx) -> Result<ServerUnderTes
     let (name, listen) = match mode {
         Nginx::Http1 => ("nginx", ""),
         Nginx::H2c => ("nginx http2", "; http2"),
+        Nginx::Tls { .. } => (
+            "nginx https",
+            "; ssl http2; TLSv1.3; ssl_session_cache; tickets",
+        ),
     };
     let command = format!("taskset -c {cpus} nginx -c {} (worker_processes 1; master_process off; access_log off; keepalive_requests 100000000; return 200{listen})", conf_path.display());
-    ServerUnderTest::spawn(name, command, cmd, port)
+    let mut s = ServerUnderTest::spawn(name, command, cmd, port)?;
+    s.tls = matches!(mode, Nginx::Tls { .. });
+    Ok(s)
 }
 
-fn nginx_conf(ndir: &Path, port: u16, mode: Nginx) -> String {
+fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     let d = ndir.display();
+    let h2 = "  http2_max_requests 100000000;\n  http2_max_concurrent_streams 256;\n";
+    let tls;
     let (listen, h2) = match mode {
         Nginx::Http1 => ("backlog=4096", ""),
-        Nginx::H2c => (
-            "http2",
-            "  http2_max_requests 100000000;\n  http2_max_concurrent_streams 256;\n",
-        ),
+        Nginx::H2c => ("http2", h2),
+        Nginx::Tls { cert, key } => {
+            tls = format!(
+                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.3;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
+                cert.display(),
+                key.display()
+            );
+            ("ssl http2 backlog=4096", tls.as_str())
+        }
     };
     format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\

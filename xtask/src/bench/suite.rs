@@ -89,7 +89,7 @@ fn measure_scenarios(servers: &[ServerUnderTest], run: &RunInfo, lua: &Path) -> 
         let mut per_server: Vec<Vec<Round>> = vec![Vec::new(); servers.len()];
         for _ in 0..run.rounds {
             for (i, s) in servers.iter().enumerate() {
-                let r = measure(s.pid(), s.port, sc, run.client_cpus, run.duration, lua)?;
+                let r = measure(s.pid(), &s.url(), sc, run.client_cpus, run.duration, lua)?;
                 let errors = if r.errors > 0 {
                     format!("  ({} errors)", r.errors)
                 } else {

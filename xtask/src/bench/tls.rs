@@ -1,0 +1,270 @@
+//! `cargo xtask bench --tls`: statico over HTTPS (both runtimes) against nginx with TLS, in one run.
+//!
+//! Same certificate for every server (ECDSA P-256, made with openssl for the run), TLS 1.3, nginx with
+//! its session cache and tickets on, access log off, one worker; every server pinned to the server CPUs
+//! and the clients to the client CPUs, interleaved over rounds, medians. Measured:
+//! - keep-alive c50 and c256 and pipelined ×16 c256 with wrk over https (server CPU per request);
+//! - new connections with `openssl s_time -new` (a full handshake each) and `-reuse` (resumed
+//!   sessions): server CPU per connection;
+//! - HTTP/2 over TLS with h2load `-c 50 -m 16` (statico on tokio with `--http2`, nginx `http2 on`).
+//!
+//! The cipher is the client's first choice (both servers follow the client's order): AES-256-GCM with
+//! OpenSSL's defaults.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use super::measure::{
+    measure, parse_h2load, server_cpu_us, Scenario, Stat, PIPELINE_LUA, SCENARIOS,
+};
+use super::report::{work_dir, RunInfo};
+use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
+
+/// Seconds of `s_time` per handshake round (it counts connections in that time).
+const S_TIME_SECONDS: u64 = 3;
+
+pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
+    let dir = work_dir(root, "tls")?;
+    let (cert, key) = certificate(&dir)?;
+    let lua = dir.join("pipeline.lua");
+    std::fs::write(&lua, PIPELINE_LUA)?;
+    let servers = start_servers(root, &dir, run.server_cpus, &cert, &key)?;
+    let mut report = format!(
+        "HTTPS (TLS 1.3, ECDSA P-256), servers on CPU {}, clients on CPU {}, {} round(s) of {} s, medians (min-max)\n",
+        run.server_cpus, run.client_cpus, run.rounds, run.duration
+    );
+    for sc in SCENARIOS.iter().filter(|s| !s.close) {
+        let rows = interleave(&servers, run.rounds, |s| wrk_round(s, *sc, run, &lua))?;
+        table(
+            &mut report,
+            &format!("{} (wrk over https)", sc.name),
+            "req/s",
+            "µs CPU/req",
+            &servers,
+            &rows,
+        );
+    }
+    for (name, reuse) in [
+        ("full handshakes (s_time -new)", false),
+        ("resumed (s_time -reuse)", true),
+    ] {
+        let rows = interleave(&servers, run.rounds, |s| {
+            s_time_round(s, run.client_cpus, reuse)
+        })?;
+        table(&mut report, name, "conn/s", "µs CPU/conn", &servers, &rows);
+    }
+    drop(servers);
+    let h2 = start_h2_servers(root, &dir, run.server_cpus, &cert, &key)?;
+    let rows = interleave(&h2, run.rounds, |s| h2load_round(s, run))?;
+    table(
+        &mut report,
+        "HTTP/2 over TLS (h2load -c 50 -m 16)",
+        "req/s",
+        "µs CPU/req",
+        &h2,
+        &rows,
+    );
+    std::fs::write(dir.join("report.txt"), &report)?;
+    Ok(report)
+}
+
+/// An ECDSA P-256 certificate for localhost and 127.0.0.1, made with openssl.
+fn certificate(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .args(["-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .context("run openssl (cargo xtask setup installs it)")?;
+    if !status.status.success() {
+        bail!(
+            "openssl req failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    }
+    Ok((cert, key))
+}
+
+fn tls_args<'a>(cert: &'a Path, key: &'a Path) -> [&'a str; 6] {
+    let path = |p: &'a Path| p.to_str().unwrap_or_default();
+    [
+        "--tls-cert",
+        path(cert),
+        "--tls-key",
+        path(key),
+        "--tls-min",
+        "1.3",
+    ]
+}
+
+fn start_servers(
+    root: &Path,
+    dir: &Path,
+    cpus: &str,
+    cert: &Path,
+    key: &Path,
+) -> Result<Vec<ServerUnderTest>> {
+    let mut servers = Vec::new();
+    for runtime in ["tokio", "io-uring"] {
+        let args: Vec<&str> = statico_args(runtime)
+            .into_iter()
+            .chain(tls_args(cert, key))
+            .collect();
+        servers.push(start_statico(
+            root,
+            &format!("statico-{runtime}"),
+            Some(cpus),
+            &args,
+        )?);
+    }
+    servers.push(start_nginx(dir, cpus, Nginx::Tls { cert, key })?);
+    Ok(servers)
+}
+
+fn start_h2_servers(
+    root: &Path,
+    dir: &Path,
+    cpus: &str,
+    cert: &Path,
+    key: &Path,
+) -> Result<Vec<ServerUnderTest>> {
+    let args: Vec<&str> = ["--http2"]
+        .into_iter()
+        .chain(statico_args("tokio"))
+        .chain(tls_args(cert, key))
+        .collect();
+    Ok(vec![
+        start_statico(root, "statico --http2", Some(cpus), &args)?,
+        start_nginx(dir, cpus, Nginx::Tls { cert, key })?,
+    ])
+}
+
+/// Every server once per round, in turn; (rate, server CPU µs per unit) per server.
+fn interleave(
+    servers: &[ServerUnderTest],
+    rounds: usize,
+    mut round: impl FnMut(&ServerUnderTest) -> Result<(f64, f64)>,
+) -> Result<Vec<Vec<(f64, f64)>>> {
+    let mut rows = vec![Vec::new(); servers.len()];
+    for _ in 0..rounds {
+        for (i, s) in servers.iter().enumerate() {
+            let (rate, cpu) = round(s)?;
+            eprintln!("  {:<17} {rate:>10.0}/s {cpu:>8.2} µs", s.name);
+            rows[i].push((rate, cpu));
+        }
+    }
+    Ok(rows)
+}
+
+fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Result<(f64, f64)> {
+    let r = measure(s.pid(), &s.url(), sc, run.client_cpus, run.duration, lua)?;
+    if r.requests == 0 || r.errors > 0 {
+        bail!(
+            "wrk over https against {}: {} requests, {} errors",
+            s.name,
+            r.requests,
+            r.errors
+        );
+    }
+    Ok((r.rps, r.cpu_us_per_req))
+}
+
+/// `openssl s_time` for a few seconds: (connections/s, server CPU µs per connection).
+fn s_time_round(s: &ServerUnderTest, client_cpus: &str, reuse: bool) -> Result<(f64, f64)> {
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", client_cpus, "openssl", "s_time", "-connect"])
+        .arg(format!("127.0.0.1:{}", s.port))
+        .args([
+            if reuse { "-reuse" } else { "-new" },
+            "-time",
+            &S_TIME_SECONDS.to_string(),
+        ]);
+    let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run openssl s_time"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "1234 connections in 3.01s; 410.0 connections/user sec, bytes read 0"
+    let line = text
+        .lines()
+        .find(|l| l.contains("connections in") && !l.contains("real seconds"))
+        .with_context(|| format!("no s_time summary for {}:\n{text}", s.name))?;
+    let conns: f64 = line
+        .split_whitespace()
+        .next()
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or(0.0);
+    if conns == 0.0 {
+        bail!("s_time made no connection to {}:\n{text}", s.name);
+    }
+    Ok((conns / S_TIME_SECONDS as f64, cpu_us / conns))
+}
+
+fn h2load_round(s: &ServerUnderTest, run: &RunInfo) -> Result<(f64, f64)> {
+    let mut cmd = Command::new("taskset");
+    cmd.args([
+        "-c",
+        run.client_cpus,
+        "h2load",
+        "-c",
+        "50",
+        "-m",
+        "16",
+        "-t",
+        "1",
+    ])
+    .args(["-D", &run.duration.to_string()])
+    .arg(s.url());
+    let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run h2load"))?;
+    let (done, rps) = parse_h2load(&String::from_utf8_lossy(&out.stdout));
+    if done == 0.0 {
+        bail!("h2load over TLS got no answer from {}", s.name);
+    }
+    Ok((rps, cpu_us / done))
+}
+
+/// One scenario's lines: rate and CPU per unit, medians with min–max, and the ratio to nginx.
+fn table(
+    out: &mut String,
+    scenario: &str,
+    rate: &str,
+    cpu: &str,
+    servers: &[ServerUnderTest],
+    rows: &[Vec<(f64, f64)>],
+) {
+    let _ = writeln!(
+        out,
+        "\n{scenario}\n  {:<17} {:>24} {:>24} {:>10}",
+        "server", rate, cpu, "vs nginx"
+    );
+    let cpu_of = |r: &Vec<(f64, f64)>| Stat::of(r.iter().map(|x| x.1).collect());
+    let nginx = servers
+        .iter()
+        .zip(rows)
+        .find(|(s, _)| s.name.starts_with("nginx"))
+        .map(|(_, r)| cpu_of(r).median);
+    for (s, r) in servers.iter().zip(rows) {
+        let rate = Stat::of(r.iter().map(|x| x.0).collect());
+        let c = cpu_of(r);
+        let ratio = nginx.map_or("-".into(), |n| format!("{:.2}x", c.median / n));
+        let _ = writeln!(
+            out,
+            "  {:<17} {:>10.0} ({:.0}-{:.0}) {:>10.2} ({:.2}-{:.2}) {ratio:>10}",
+            s.name, rate.median, rate.min, rate.max, c.median, c.min, c.max
+        );
+    }
+}
