@@ -167,6 +167,9 @@ fn sha256_hex(der: &[u8]) -> String {
         .join(":")
 }
 
+/// A record or plaintext buffer larger than this is freed once empty rather than kept.
+const KEEP_CAPACITY: usize = 2048;
+
 /// What nginx answers plain HTTP sent to its TLS port with, in plain HTTP, before closing.
 const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 50\r\nConnection: close\r\n\r\nThis is an HTTPS port: the request was plain HTTP.\n";
 
@@ -237,6 +240,9 @@ impl TlsSession {
         if !self.plain.is_empty() {
             conn.receive(&self.plain, now, env);
         }
+        if self.plain.capacity() > KEEP_CAPACITY {
+            self.plain = Vec::new();
+        }
     }
 
     /// Moves the connection's output into records, while the records waiting are few and no send of
@@ -273,6 +279,9 @@ impl TlsSession {
         if self.sent == self.out.len() {
             self.out.clear();
             self.sent = 0;
+            if self.out.capacity() > KEEP_CAPACITY {
+                self.out = Vec::new(); // the handshake's flight, a large body: not kept while idle
+            }
         }
         self.pump(conn, now, env);
     }
