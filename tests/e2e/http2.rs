@@ -3,7 +3,6 @@
 //! SETTINGS, GOAWAY at shutdown). HTTP/2 is served by the tokio runtime, so these tests ask for it.
 
 use std::io::ErrorKind;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use statico_tests::{get, run_client, Reader, Server};
@@ -31,43 +30,10 @@ async fn h2_connect(
     (client, tokio::spawn(conn))
 }
 
-fn h2spec() -> std::path::PathBuf {
-    let home = std::env::var_os("HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_default();
-    std::env::var_os("GOBIN")
-        .map(std::path::PathBuf::from)
-        .into_iter()
-        .chain([home.join("go/bin")])
-        .map(|d| d.join("h2spec"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| "h2spec".into())
-}
-
 #[test]
 fn h2spec_passes_every_case() {
     let s = start(&["-b", "Hello, World!"]);
-    let out = Command::new(h2spec())
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &s.addr.port().to_string(),
-            "--timeout",
-            "5",
-        ])
-        .output()
-        .expect("h2spec (installed by cargo xtask setup)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let summary = text
-        .lines()
-        .rev()
-        .find(|l| l.contains("tests,"))
-        .unwrap_or_default();
-    assert!(
-        out.status.success() && summary.contains(" 0 failed"),
-        "h2spec: {summary}\n{text}"
-    );
+    statico_tests::h2spec_passes(s.addr.port(), false);
 }
 
 #[test]

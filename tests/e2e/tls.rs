@@ -275,23 +275,7 @@ fn http2_over_tls_by_alpn_passes_h2spec_and_curl() {
         ],
     );
     assert!(ok && out.starts_with("HTTP/1.1 200"), "{out}{err}");
-    let home = std::env::var("HOME").unwrap_or_default();
-    let h2spec = std::path::Path::new(&home).join("go/bin/h2spec");
-    let port = s.addr.port().to_string();
-    let out = Command::new(&h2spec)
-        .args(["-t", "-k", "-h", "127.0.0.1", "-p", &port, "--timeout", "5"])
-        .output()
-        .expect("h2spec (installed by cargo xtask setup)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let summary = text
-        .lines()
-        .rev()
-        .find(|l| l.contains("tests,"))
-        .unwrap_or_default();
-    assert!(
-        out.status.success() && summary.contains(" 0 failed"),
-        "h2spec over TLS: {summary}\n{text}"
-    );
+    statico_tests::h2spec_passes(s.addr.port(), true);
 }
 
 /// An open TLS connection through `openssl s_client`: send requests, wait for answers.

@@ -463,6 +463,40 @@ pub fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
+/// Runs h2spec (every case, `-t -k` over TLS) against 127.0.0.1:`port` and fails the test unless all
+/// pass. h2spec is installed by `cargo xtask setup` with `go install` (into $GOBIN or ~/go/bin).
+pub fn h2spec_passes(port: u16, tls: bool) {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let h2spec = std::env::var_os("GOBIN")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([home.join("go/bin")])
+        .map(|d| d.join("h2spec"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| "h2spec".into());
+    let mut cmd = Command::new(h2spec);
+    if tls {
+        cmd.args(["-t", "-k"]);
+    }
+    let out = cmd
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--timeout", "5"])
+        .output()
+        .expect("h2spec (installed by cargo xtask setup)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("tests,"))
+        .unwrap_or_default();
+    assert!(
+        out.status.success() && summary.contains(" 0 failed"),
+        "h2spec{}: {summary}\n{text}",
+        if tls { " over TLS" } else { "" }
+    );
+}
+
 /// A GET request for `path` with a Host header.
 pub fn get(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()

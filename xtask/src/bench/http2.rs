@@ -7,13 +7,12 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use super::measure::{parse_h2load, server_cpu_us, Stat};
+use super::measure::{h2load_round, Stat};
 use super::report::{work_dir, RunInfo};
-use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
+use super::servers::{start_nginx, start_statico, statico_args, Nginx};
 
 pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     let (server_cpus, client_cpus) = (run.server_cpus, run.client_cpus);
@@ -30,7 +29,7 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     let mut rows: Vec<Vec<(f64, f64)>> = vec![Vec::new(); servers.len()];
     for _ in 0..rounds {
         for (i, s) in servers.iter().enumerate() {
-            let (rps, cpu) = h2load_round(s, client_cpus, duration)?;
+            let (rps, cpu) = h2load_round(s.pid(), &s.url(), client_cpus, duration)?;
             eprintln!("  {:<16} {rps:>10.0} req/s {cpu:>7.2} µs/req", s.name);
             rows[i].push((rps, cpu));
         }
@@ -45,28 +44,4 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         let _ = writeln!(s, "{:<16} {rps:>12.0} {cpu:>14.2}", server.name);
     }
     Ok(s)
-}
-
-/// One h2load round: (req/s, server CPU µs per request).
-fn h2load_round(s: &ServerUnderTest, client_cpus: &str, duration: u64) -> Result<(f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args([
-        "-c",
-        client_cpus,
-        "h2load",
-        "-c",
-        "50",
-        "-m",
-        "16",
-        "-t",
-        "1",
-    ])
-    .args(["-D", &duration.to_string()])
-    .arg(format!("http://127.0.0.1:{}/", s.port));
-    let (out, cpu_us) = server_cpu_us(s.pid(), || {
-        cmd.output()
-            .context("run h2load (cargo xtask setup installs nghttp2-client)")
-    })?;
-    let (done, rps) = parse_h2load(&String::from_utf8_lossy(&out.stdout));
-    Ok((rps, cpu_us / done.max(1.0)))
 }

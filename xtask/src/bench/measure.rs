@@ -243,6 +243,34 @@ pub fn parse_wrk(text: &str) -> Round {
     r
 }
 
+/// One h2load round (`-c 50 -m 16`, one thread) against the server `pid` at `url`: (req/s, server
+/// CPU µs per request).
+pub fn h2load_round(pid: u32, url: &str, client_cpus: &str, duration: u64) -> Result<(f64, f64)> {
+    let mut cmd = Command::new("taskset");
+    cmd.args([
+        "-c",
+        client_cpus,
+        "h2load",
+        "-c",
+        "50",
+        "-m",
+        "16",
+        "-t",
+        "1",
+    ])
+    .args(["-D", &duration.to_string()])
+    .arg(url);
+    let (out, cpu_us) = server_cpu_us(pid, || {
+        cmd.output()
+            .context("run h2load (cargo xtask setup installs nghttp2-client)")
+    })?;
+    let (done, rps) = parse_h2load(&String::from_utf8_lossy(&out.stdout));
+    if done == 0.0 {
+        bail!("h2load got no answer from {url}");
+    }
+    Ok((rps, cpu_us / done))
+}
+
 /// h2load's report: (requests succeeded, req/s).
 pub fn parse_h2load(text: &str) -> (f64, f64) {
     let done: f64 = text

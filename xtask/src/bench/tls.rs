@@ -18,7 +18,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use super::measure::{
-    measure, parse_h2load, server_cpu_us, Scenario, Stat, PIPELINE_LUA, SCENARIOS,
+    h2load_round, measure, server_cpu_us, Scenario, Stat, PIPELINE_LUA, SCENARIOS,
 };
 use super::report::{work_dir, RunInfo};
 use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
@@ -58,7 +58,9 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     }
     drop(servers);
     let h2 = start_h2_servers(root, &dir, run.server_cpus, &cert, &key)?;
-    let rows = interleave(&h2, run.rounds, |s| h2load_round(s, run))?;
+    let rows = interleave(&h2, run.rounds, |s| {
+        h2load_round(s.pid(), &s.url(), run.client_cpus, run.duration)
+    })?;
     table(
         &mut report,
         "HTTP/2 over TLS (h2load -c 50 -m 16)",
@@ -212,29 +214,6 @@ fn s_time_round(s: &ServerUnderTest, client_cpus: &str, reuse: bool) -> Result<(
         bail!("s_time made no connection to {}:\n{text}", s.name);
     }
     Ok((conns / S_TIME_SECONDS as f64, cpu_us / conns))
-}
-
-fn h2load_round(s: &ServerUnderTest, run: &RunInfo) -> Result<(f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args([
-        "-c",
-        run.client_cpus,
-        "h2load",
-        "-c",
-        "50",
-        "-m",
-        "16",
-        "-t",
-        "1",
-    ])
-    .args(["-D", &run.duration.to_string()])
-    .arg(s.url());
-    let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run h2load"))?;
-    let (done, rps) = parse_h2load(&String::from_utf8_lossy(&out.stdout));
-    if done == 0.0 {
-        bail!("h2load over TLS got no answer from {}", s.name);
-    }
-    Ok((rps, cpu_us / done))
 }
 
 /// One scenario's lines: rate and CPU per unit, medians with min–max, and the ratio to nginx.
