@@ -39,6 +39,13 @@ impl Dumper {
         Dumper::new(0)
     }
 
+    /// `-v`: what a TLS handshake agreed on (version, cipher suite, ALPN, resumed or not).
+    pub fn tls(&self, summary: &str) {
+        if self.level > 0 {
+            emit(&format!("↔ TLS: {summary}\n"));
+        }
+    }
+
     pub fn request_head(&mut self, raw: &[u8]) {
         if self.level == 0 {
             return;

@@ -189,6 +189,8 @@ pub struct TlsSession {
     /// The session failed (bad records, an alert sent): close once the records are out.
     failed: bool,
     close_notify_sent: bool,
+    /// The handshake's outcome has been reported (`-v`).
+    reported: bool,
 }
 
 impl TlsSession {
@@ -203,6 +205,7 @@ impl TlsSession {
             handshake_by,
             failed: false,
             close_notify_sent: false,
+            reported: false,
         })
     }
 
@@ -222,6 +225,7 @@ impl TlsSession {
             match self.tls.process_new_packets() {
                 Ok(state) => {
                     let closed = state.peer_has_closed();
+                    self.report_handshake(env);
                     self.deliver(conn, now, env);
                     if closed {
                         conn.peer_closed();
@@ -231,6 +235,34 @@ impl TlsSession {
             }
         }
         self.pump(conn, now, env);
+    }
+
+    /// With `-v`, once per connection: the version, suite and ALPN the handshake agreed on.
+    fn report_handshake(&mut self, env: Env) {
+        if self.reported || self.tls.is_handshaking() || env.policy.verbose == 0 {
+            return;
+        }
+        self.reported = true;
+        let version = self.tls.protocol_version().map(|v| format!("{v:?}"));
+        let suite = self
+            .tls
+            .negotiated_cipher_suite()
+            .map(|s| format!("{:?}", s.suite()));
+        let alpn = self
+            .tls
+            .alpn_protocol()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
+        let resumed = matches!(
+            self.tls.handshake_kind(),
+            Some(rustls::HandshakeKind::Resumed)
+        );
+        crate::dump::Dumper::new(env.policy.verbose).tls(&format!(
+            "{} {} ALPN {}{}",
+            version.unwrap_or_default(),
+            suite.unwrap_or_default(),
+            alpn.as_deref().unwrap_or("none"),
+            if resumed { ", resumed" } else { "" }
+        ));
     }
 
     /// Hands the decrypted bytes to the connection.

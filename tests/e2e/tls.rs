@@ -443,3 +443,27 @@ fn many_handshakes_then_hang_ups_leave_the_server_idle_and_every_connection_clos
         stopped.total("conns_accepted")
     );
 }
+
+#[test]
+fn verbose_says_what_each_handshake_agreed_on() {
+    let dir = scratch("verbose");
+    let s = start(&dir, &["-v"]);
+    let cacert = dir.join("cert.pem");
+    let (ok, _, err) = run_client(
+        "curl",
+        &[
+            "-sS",
+            "--tlsv1.3",
+            "--cacert",
+            cacert.to_str().unwrap(),
+            &https(&s, "/"),
+        ],
+    );
+    assert!(ok, "{err}");
+    let out = s.wait_stdout("↔ TLS:");
+    let line = out.lines().find(|l| l.contains("↔ TLS:")).unwrap();
+    assert!(
+        line.contains("TLSv1_3") && line.contains("TLS13_") && line.contains("ALPN http/1.1"),
+        "{line}"
+    );
+}
