@@ -31,11 +31,12 @@ pub struct WorkerRecord {
     pub status_505: u64,
     pub reads: u64,
     pub writes: u64,
-    /// Room to grow without changing the record's size.
-    pub reserved: [u64; 2],
+    pub tls_handshakes: u64,
+    pub tls_failures: u64,
 }
 
-/// Number of `u64` slots in a [`WorkerRecord`] (two cache lines, room to grow without a layout change).
+/// Number of `u64` slots in a [`WorkerRecord`] (two cache lines; every slot is in use: another counter
+/// means a third line).
 pub const COUNTERS: usize = 16;
 
 /// The counters a worker keeps, by slot index in [`WorkerRecord::values`].
@@ -70,11 +71,16 @@ pub enum Counter {
     Reads = 12,
     /// `write`/`send` calls that wrote response bytes: one per batch when pipelining works.
     Writes = 13,
+    /// TLS handshakes completed (full or resumed).
+    TlsHandshakes = 14,
+    /// TLS connections that failed before or in the handshake: bad records or no common version or
+    /// cipher (an alert was sent), plain HTTP on the TLS port, a handshake past `--header-timeout`.
+    TlsFailures = 15,
 }
 
 impl Counter {
     /// Every counter, in slot order, with the name used by the meter's JSON and by BPF map dumps.
-    pub const ALL: [(Counter, &'static str); 14] = [
+    pub const ALL: [(Counter, &'static str); 16] = [
         (Counter::Requests, "requests"),
         (Counter::Responses, "responses"),
         (Counter::BytesIn, "bytes_in"),
@@ -89,6 +95,8 @@ impl Counter {
         (Counter::Status505, "status_505"),
         (Counter::Reads, "reads"),
         (Counter::Writes, "writes"),
+        (Counter::TlsHandshakes, "tls_handshakes"),
+        (Counter::TlsFailures, "tls_failures"),
     ];
 
     /// The counter that records an error response with this status, if statico sends that status.
@@ -187,6 +195,11 @@ mod tests {
             (offset_of!(WorkerRecord, status_505), Counter::Status505),
             (offset_of!(WorkerRecord, reads), Counter::Reads),
             (offset_of!(WorkerRecord, writes), Counter::Writes),
+            (
+                offset_of!(WorkerRecord, tls_handshakes),
+                Counter::TlsHandshakes,
+            ),
+            (offset_of!(WorkerRecord, tls_failures), Counter::TlsFailures),
         ];
         for (offset, counter) in slots {
             assert_eq!(offset, counter as usize * 8, "{counter:?}");

@@ -214,6 +214,7 @@ impl TlsSession {
             self.out.extend_from_slice(PLAIN_HTTP_ON_TLS);
             self.failed = true;
             env.counters.add(Counter::Status400, 1);
+            env.counters.add(Counter::TlsFailures, 1);
             return;
         }
         let mut rest = data;
@@ -231,18 +232,26 @@ impl TlsSession {
                         conn.peer_closed();
                     }
                 }
-                Err(_) => self.failed = true, // an alert is queued: `pump` sends it
+                Err(_) => {
+                    self.failed = true; // an alert is queued: `pump` sends it
+                    env.counters.add(Counter::TlsFailures, 1);
+                }
             }
         }
         self.pump(conn, now, env);
     }
 
-    /// With `-v`, once per connection: the version, suite and ALPN the handshake agreed on.
+    /// Once per connection, when the handshake is done: counted, and with `-v` the version, suite and
+    /// ALPN it agreed on.
     fn report_handshake(&mut self, env: Env) {
-        if self.reported || self.tls.is_handshaking() || env.policy.verbose == 0 {
+        if self.reported || self.tls.is_handshaking() {
             return;
         }
         self.reported = true;
+        env.counters.add(Counter::TlsHandshakes, 1);
+        if env.policy.verbose == 0 {
+            return;
+        }
         let version = self.tls.protocol_version().map(|v| format!("{v:?}"));
         let suite = self
             .tls
@@ -407,6 +416,7 @@ impl TlsSession {
         if self.tls.is_handshaking() {
             if now >= self.handshake_by {
                 env.counters.add(Counter::Timeouts, 1);
+                env.counters.add(Counter::TlsFailures, 1);
                 conn.peer_closed();
             }
             return;

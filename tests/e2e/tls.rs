@@ -58,6 +58,8 @@ fn curl_trusts_the_saved_self_signed_certificate_and_keeps_the_connection() {
     assert!(out.ends_with("secret"), "{out}");
     let stopped = s.stop();
     assert_eq!(stopped.total("requests"), 2);
+    assert_eq!(stopped.total("tls_handshakes"), 1);
+    assert_eq!(stopped.total("tls_failures"), 0);
     assert_eq!(
         stopped.total("conns_accepted"),
         1,
@@ -151,7 +153,9 @@ fn a_handshake_that_never_finishes_is_closed_at_the_header_timeout() {
         waited >= Duration::from_millis(900) && waited < Duration::from_millis(2500),
         "closed {waited:?} into the handshake"
     );
-    assert_eq!(s.stop().total("timeouts"), 1);
+    let stopped = s.stop();
+    assert_eq!(stopped.total("timeouts"), 1);
+    assert_eq!(stopped.total("tls_failures"), 1);
 }
 
 #[test]
@@ -174,6 +178,9 @@ fn garbage_instead_of_a_client_hello_is_closed_and_the_server_goes_on() {
         ],
     );
     assert!(ok && out == "fine", "{err}");
+    let stopped = s.stop();
+    assert_eq!(stopped.total("tls_failures"), 1);
+    assert_eq!(stopped.total("tls_handshakes"), 1);
 }
 
 #[test]
