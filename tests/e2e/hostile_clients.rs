@@ -1,7 +1,8 @@
 //! Hostile HTTP/1.1 clients, on the runtime under test: one that pipelines and never reads, one that
 //! trickles a head a byte at a time (with and without `-d`), one that sends its body right behind
-//! `Expect: 100-continue` (with `-d`). Each ends in an answer or a close, the server's memory is read
-//! from /proc/PID/status, and timeouts are checked from both sides: not before, not much after.
+//! `Expect: 100-continue` (with `-d`), ones that send garbage after a good request or reset mid-request.
+//! Each ends in an answer or a close, the server's memory is read from /proc/PID/status, timeouts are
+//! checked from both sides (not before, not much after), and the counters must balance at the end.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -97,8 +98,8 @@ fn a_client_that_never_reads_paced_responses_is_bounded_and_closed_too() {
 }
 
 /// Sends a head that never completes, one byte every 100 ms, until the server closes; returns how
-/// long after the first byte that was.
-fn trickle_until_closed(s: &Server) -> Duration {
+/// long after the first byte that was, or `None` if it was still open after `give_up`.
+fn trickle_until_closed(s: &Server, give_up: Duration) -> Option<Duration> {
     let mut c = s.connect();
     c.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
@@ -107,6 +108,9 @@ fn trickle_until_closed(s: &Server) -> Duration {
         .chain([b'a'; 200].iter());
     let start = Instant::now();
     for b in head {
+        if start.elapsed() > give_up {
+            return None;
+        }
         if c.write_all(&[*b]).is_err() {
             break;
         }
@@ -122,7 +126,7 @@ fn trickle_until_closed(s: &Server) -> Duration {
             Err(_) => break,
         }
     }
-    start.elapsed()
+    Some(start.elapsed())
 }
 
 #[test]
@@ -130,7 +134,9 @@ fn a_trickled_head_is_closed_at_the_header_timeout_with_and_without_delay() {
     for extra in [&[][..], &["-d", "50ms"][..]] {
         let args = [&["--header-timeout", "1s", "--idle-timeout", "30s"], extra].concat();
         let s = Server::start(&args);
-        let after = trickle_until_closed(&s);
+        let after = trickle_until_closed(&s, Duration::from_secs(3)).unwrap_or_else(|| {
+            panic!("{extra:?}: still open 3 s after the first byte (--header-timeout 1s)")
+        });
         assert!(
             after >= Duration::from_millis(900) && after < Duration::from_millis(2000),
             "{extra:?}: closed {after:?} after the first byte"
@@ -146,24 +152,31 @@ const CONTINUE_HEAD: &[u8] =
 fn a_body_sent_right_behind_expect_100_continue_is_answered_with_delay() {
     for extra in [&[][..], &["-d", "100ms"][..]] {
         let s = Server::start(&[&["-b", "ok"], extra].concat());
-        let mut r = Reader::new(s.connect());
-        let start = Instant::now();
-        r.send(CONTINUE_HEAD);
-        r.send(b"hello");
-        let mut first = r.response(false);
-        if first.status == 100 {
-            first = r.response(false);
+        // The body in the same write as the head, and in a write of its own right after it.
+        for same_write in [true, false] {
+            let mut r = Reader::new(s.connect());
+            let start = Instant::now();
+            if same_write {
+                r.send(&[CONTINUE_HEAD, b"hello"].concat());
+            } else {
+                r.send(CONTINUE_HEAD);
+                r.send(b"hello");
+            }
+            let mut first = r.response(false);
+            if first.status == 100 {
+                first = r.response(false);
+            }
+            assert_eq!(
+                (first.status, &first.body[..]),
+                (200, &b"ok"[..]),
+                "{extra:?}, same write: {same_write}"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "{extra:?}, same write: {same_write}: answered after {:?}",
+                start.elapsed()
+            );
         }
-        assert_eq!(
-            (first.status, &first.body[..]),
-            (200, &b"ok"[..]),
-            "{extra:?}"
-        );
-        assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "{extra:?}: {:?}",
-            start.elapsed()
-        );
     }
 }
 
@@ -172,6 +185,7 @@ fn a_polite_100_continue_client_gets_the_interim_then_the_answer_with_delay() {
     for extra in [&[][..], &["-d", "100ms"][..]] {
         let s = Server::start(&[&["-b", "ok"], extra].concat());
         let mut r = Reader::new(s.connect());
+        let start = Instant::now();
         r.send(CONTINUE_HEAD);
         assert_eq!(r.response(false).status, 100, "{extra:?}");
         r.send(b"hello");
@@ -180,6 +194,11 @@ fn a_polite_100_continue_client_gets_the_interim_then_the_answer_with_delay() {
             (answer.status, &answer.body[..]),
             (200, &b"ok"[..]),
             "{extra:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{extra:?}: answered after {:?}",
+            start.elapsed()
         );
     }
 }
@@ -223,6 +242,70 @@ fn clients_that_reset_mid_request_leave_nothing_behind() {
     drop(r);
     let stopped = s.stop();
     assert_eq!(stopped.total("conns_accepted"), 1001);
+    assert_eq!(stopped.total("conns_closed"), 1001);
+}
+
+#[test]
+fn garbage_after_a_good_request_is_answered_then_closed_and_the_server_keeps_serving() {
+    let args = ["-t", "1", "-b", "ok", "-m", "--meter-format", "json"];
+    let s = Server::start(&args);
+    let before = rss_kib(s.pid());
+    // A good request and garbage (a TLS ClientHello's start, binary, a bare line) in one write.
+    let bytes = [
+        &get("/")[..],
+        b"\x16\x03\x01\x02\x00\x01\x00\xff\xfe garbage\r\n\r\n",
+    ]
+    .concat();
+    for i in 0..200 {
+        let mut r = Reader::new(s.connect());
+        r.send(&bytes);
+        match i % 3 {
+            // Reads the answer, the 400, then the close.
+            0 => {
+                let ok = r.response(false);
+                assert_eq!((ok.status, &ok.body[..]), (200, &b"ok"[..]), "client {i}");
+                let bad = r.response(false);
+                assert_eq!(bad.status, 400, "client {i}");
+                assert_eq!(bad.header("connection").as_deref(), Some("close"));
+                r.stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                assert!(
+                    r.until_closed().is_empty(),
+                    "client {i}: bytes after the 400"
+                );
+            }
+            // Goes away without reading.
+            1 => drop(r),
+            // Resets without reading.
+            _ => {
+                socket2::SockRef::from(&r.stream)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+                drop(r);
+            }
+        }
+    }
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/"));
+    assert_eq!(r.response(false).status, 200, "still serving");
+    // Lingering reads end within 2 s: then only this connection is open.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !last_meter_line(&s).contains("\"open_conns\":1,") {
+        assert!(
+            Instant::now() < deadline,
+            "garbage connections kept: {}",
+            last_meter_line(&s)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = rss_kib(s.pid());
+    assert!(after < before + 8 * 1024, "RSS {before} KiB → {after} KiB");
+    drop(r);
+    let stopped = s.stop();
+    assert_eq!(stopped.total("conns_accepted"), 201);
+    assert_eq!(stopped.total("conns_closed"), 201);
+    assert!(stopped.total("status_400") >= 67, "{}", stopped.stderr);
 }
 
 fn last_meter_line(s: &Server) -> String {

@@ -373,3 +373,19 @@ fn each_connection_specific_header_alone_leaves_http2_working() {
         assert!(ok && out == "ok", "{header}: {err}");
     }
 }
+
+#[test]
+fn connection_and_transfer_encoding_cannot_be_given_with_or_without_http2() {
+    for header in ["Connection: close", "Transfer-Encoding: chunked"] {
+        for http2 in [&["--http2", "--runtime", "tokio"][..], &[][..]] {
+            let args = [&["-a", "127.0.0.1", "-p", "0", "-H", header][..], http2].concat();
+            let (code, err) = statico_tests::run_to_exit(&args);
+            let name = header.split(':').next().unwrap();
+            assert_eq!(code, Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(name) && err.contains("-H"),
+                "{args:?} should name {name} and -H: {err}"
+            );
+        }
+    }
+}

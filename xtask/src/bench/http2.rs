@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::measure::{h2load_round, Stat};
+use super::measure::{h2load_round, interleave, Stat};
 use super::report::{work_dir, RunInfo};
 use super::servers::{start_nginx, start_statico, statico_args, Nginx};
 
@@ -26,21 +26,18 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         start_statico(root, "statico --http2", Some(server_cpus), &args)?,
         start_nginx(&dir, server_cpus, Nginx::H2c)?,
     ];
-    let mut rows: Vec<Vec<(f64, f64)>> = vec![Vec::new(); servers.len()];
-    for _ in 0..rounds {
-        for (i, s) in servers.iter().enumerate() {
-            let (rps, cpu) = h2load_round(s.pid(), &s.url(), client_cpus, duration)?;
-            eprintln!("  {:<16} {rps:>10.0} req/s {cpu:>7.2} µs/req", s.name);
-            rows[i].push((rps, cpu));
-        }
-    }
+    let rows = interleave(&servers, rounds, |s| {
+        let (rps, cpu) = h2load_round(s.pid(), &s.url(), client_cpus, duration)?;
+        eprintln!("  {:<16} {rps:>10.0} req/s {cpu:>7.2} µs/req", s.name);
+        Ok((rps, cpu))
+    })?;
     let mut s = format!(
         "\nHTTP/2 (h2c prior knowledge), h2load -c 50 -m 16 -t 1 -D {duration} pinned to CPU {client_cpus}, one server worker on CPU {server_cpus}, {rounds} round(s), medians\n{:<16} {:>12} {:>14}\n",
         "server", "req/s", "µs CPU/req"
     );
     for (server, r) in servers.iter().zip(&rows) {
-        let rps = Stat::of(r.iter().map(|x| x.0).collect()).median;
-        let cpu = Stat::of(r.iter().map(|x| x.1).collect()).median;
+        let rps = Stat::of(r.iter().map(|x| x.0)).median;
+        let cpu = Stat::of(r.iter().map(|x| x.1)).median;
         let _ = writeln!(s, "{:<16} {rps:>12.0} {cpu:>14.2}", server.name);
     }
     Ok(s)

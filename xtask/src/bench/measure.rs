@@ -1,6 +1,7 @@
 //! The bottom layer of every benchmark mode: what a load looks like (scenarios), how it is driven (wrk,
 //! h2load), and how a server is measured — CPU ticks from /proc over the measured window, RSS from
-//! /proc/PID/status, ports, and medians with their min–max. It knows nothing of which servers run.
+//! /proc/PID/status, ports, rounds taken in turn, and medians with their min–max. It knows nothing of
+//! which servers run.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -82,8 +83,9 @@ pub struct Stat {
 }
 
 impl Stat {
-    /// The median (the upper one of an even count), min and max of `v`; zeros when empty.
-    pub fn of(mut v: Vec<f64>) -> Stat {
+    /// The median (the upper one of an even count), min and max of `values`; zeros when empty.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Stat {
+        let mut v: Vec<f64> = values.into_iter().collect();
         if v.is_empty() {
             return Stat::default();
         }
@@ -94,6 +96,22 @@ impl Stat {
             max: v[v.len() - 1],
         }
     }
+}
+
+/// Runs `round` on every item once per round, in turn (A B C A B C …), so that drift in the machine
+/// spreads over all of them; the results per item, in round order.
+pub fn interleave<S, R>(
+    items: &[S],
+    rounds: usize,
+    mut round: impl FnMut(&S) -> Result<R>,
+) -> Result<Vec<Vec<R>>> {
+    let mut results: Vec<Vec<R>> = items.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (item, results) in items.iter().zip(results.iter_mut()) {
+            results.push(round(item)?);
+        }
+    }
+    Ok(results)
 }
 
 pub fn cpu_count() -> usize {
@@ -349,6 +367,25 @@ mod tests {
             }
         );
         assert_eq!(Stat::of(vec![]), Stat::default());
+        let even = Stat::of([4.0, 1.0, 3.0, 2.0]);
+        assert_eq!((even.median, even.min, even.max), (3.0, 1.0, 4.0));
+    }
+
+    #[test]
+    fn interleave_takes_turns_and_stops_at_the_first_error() {
+        let mut order = Vec::new();
+        let rows = interleave(&["a", "b"], 2, |s| {
+            order.push(*s);
+            Ok(s.len())
+        })
+        .unwrap();
+        assert_eq!(order, ["a", "b", "a", "b"]);
+        assert_eq!(rows, [[1, 1], [1, 1]]);
+        let failed = interleave(&["a", "b"], 2, |s| match *s {
+            "b" => anyhow::bail!("b failed"),
+            _ => Ok(()),
+        });
+        assert!(failed.is_err());
     }
 
     #[test]

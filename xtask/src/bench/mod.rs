@@ -3,11 +3,14 @@
 //!
 //! ```text
 //! mod (flags, dispatch)
-//!  ├─ suite (default) · http2 · tls · profile · steering   one file per mode
-//!  │    └─ report (table, results.json, chart)
-//!  │         └─ servers (statico, nginx, peers; one guard that stops them)
-//!  │              └─ measure (scenarios, wrk/h2load, CPU ticks, RSS, ports, Stat)
+//!  └─ suite (default) · http2 · tls · profile · steering      one file per mode
+//!       ├─ report   (table, results.json, chart)               ─┐ both on measure,
+//!       ├─ servers  (statico, nginx, peers; one guard)         ─┘ not on each other
+//!       └─ measure  (scenarios, wrk/h2load, CPU ticks, RSS, ports, Stat, interleave)
 //! ```
+//!
+//! A report names servers by `report::Started` (name, command), so it is written and tested without
+//! running one.
 
 mod http2;
 mod measure;
@@ -69,13 +72,13 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if let Some(dir) = &args.redraw {
         return report::redraw(dir);
     }
-    if args.steering {
-        println!("{}", steering::run(root, args.duration, args.rounds)?);
-        return Ok(());
-    }
     if args.quick {
         args.duration = 2;
         args.rounds = 1;
+    }
+    if args.steering {
+        println!("{}", steering::run(root, args.duration, args.rounds)?);
+        return Ok(());
     }
     let (server_cpus, mut client_cpus) = placement(&args);
     if (args.http2 || args.profile || args.tls) && args.client_cpus.is_none() {

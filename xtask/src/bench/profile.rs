@@ -19,12 +19,14 @@
 //! `kernel.perf_event_paranoid` ≤ 1); uses software `cpu-clock` events, so it works in VMs without PMU.
 
 use std::fmt::Write as _;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::measure::{measure, Scenario, Stat, SCENARIOS};
+use super::measure::{interleave, measure, Scenario, Stat, SCENARIOS};
 use super::report::{work_dir, RunInfo};
 use super::servers::{start_nginx, statico_on, Nginx, ServerUnderTest};
 use crate::setup::which;
@@ -81,6 +83,7 @@ struct Profiled {
     buckets: [f64; 4],
 }
 
+/// One round of `sc` against `s` with perf sampling the server; perf is stopped whatever wrk did.
 fn profile_round(
     s: &ServerUnderTest,
     sc: Scenario,
@@ -89,134 +92,153 @@ fn profile_round(
     dir: &Path,
 ) -> Result<Profiled> {
     let data = dir.join(format!("{}-{}.data", s.name, sc.connections));
-    let mut perf = Command::new("perf")
+    let perf = start_perf(s.pid(), &data)?;
+    // Keep-alive scenarios only: wrk gets no pipelining script.
+    let lua = dir.join("unused.lua");
+    let measured = measure(s.pid(), &s.url(), sc, client_cpus, duration, &lua);
+    stop_perf(perf)?;
+    let r = measured?;
+    if r.requests == 0 {
+        bail!("wrk got no answers from {}", s.name);
+    }
+    let counts = sample_buckets(&data, &s.name)?;
+    let total: u64 = counts.iter().sum();
+    Ok(Profiled {
+        rps: r.rps,
+        us_per_req: r.cpu_us_per_req,
+        buckets: counts.map(|c| c as f64 / total as f64 * r.cpu_us_per_req),
+    })
+}
+
+/// `perf record` of process `pid`'s stacks into `data`, given a moment to attach.
+fn start_perf(pid: u32, data: &Path) -> Result<Child> {
+    let perf = Command::new("perf")
         .args(["record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-o"])
-        .arg(&data)
-        .args(["-p", &s.pid().to_string()])
+        .arg(data)
+        .args(["-p", &pid.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .context("start perf record")?;
     std::thread::sleep(std::time::Duration::from_millis(300));
-    // Keep-alive scenarios only: wrk gets no pipelining script.
-    let measured = measure(
-        s.pid(),
-        &s.url(),
-        sc,
-        client_cpus,
-        duration,
-        &dir.join("unused.lua"),
-    );
-    // SIGINT makes perf write its data and exit (also when wrk failed: perf must not outlive this).
-    Command::new("kill")
+    Ok(perf)
+}
+
+/// SIGINT makes perf write its data and exit (it then ends by that SIGINT); if it cannot be
+/// signalled it is killed, so it never outlives the round.
+fn stop_perf(mut perf: Child) -> Result<()> {
+    let sent = Command::new("kill")
         .args(["-INT", &perf.id().to_string()])
-        .status()
-        .context("signal perf")?;
+        .status();
+    if !sent.as_ref().is_ok_and(|s| s.success()) {
+        let _ = perf.kill();
+        let _ = perf.wait();
+        bail!("could not signal perf record: {sent:?}");
+    }
     let status = perf.wait()?;
-    // After writing its data, perf ends by that SIGINT.
-    if !status.success() && std::os::unix::process::ExitStatusExt::signal(&status) != Some(2) {
-        let mut err = String::new();
-        if let Some(mut e) = perf.stderr.take() {
-            use std::io::Read;
-            let _ = e.read_to_string(&mut err);
-        }
-        bail!("perf record failed ({status}): {}", err.trim());
+    if status.success() || status.signal() == Some(2) {
+        return Ok(());
     }
-    let r = measured?;
-    if r.requests == 0 {
-        bail!("wrk got no answers from {}", s.name);
+    let mut err = String::new();
+    if let Some(mut e) = perf.stderr.take() {
+        let _ = e.read_to_string(&mut err);
     }
+    bail!("perf record failed ({status}): {}", err.trim())
+}
+
+/// Sample counts per bucket from perf's `data` (removed once read), checked to be usable.
+fn sample_buckets(data: &Path, server: &str) -> Result<[u64; 4]> {
     let script = Command::new("perf")
         .args(["script", "-F", "ip,sym", "-i"])
-        .arg(&data)
+        .arg(data)
         .stderr(Stdio::null())
         .output()
         .context("run perf script")?;
-    let _ = std::fs::remove_file(&data);
+    let _ = std::fs::remove_file(data);
     let counts = count_buckets(&String::from_utf8_lossy(&script.stdout));
-    let total: u64 = counts.iter().sum();
-    if total == 0 {
-        bail!("perf recorded no samples of {}", s.name);
+    if counts.iter().sum::<u64>() == 0 {
+        bail!("perf recorded no samples of {server}");
     }
     if counts[0] == 0 {
         // Every server sends: no sample under tcp_sendmsg means kernel symbols were not resolved.
         bail!("perf resolved no kernel symbols (no sample under tcp_sendmsg); run as root or set kernel.kptr_restrict=0 and kernel.perf_event_paranoid=1");
     }
-    let us_per_req = r.cpu_us_per_req;
-    Ok(Profiled {
-        rps: r.rps,
-        us_per_req,
-        buckets: counts.map(|c| c as f64 / total as f64 * us_per_req),
-    })
+    Ok(counts)
 }
 
 pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
-    let (server_cpus, client_cpus) = (run.server_cpus, run.client_cpus);
-    let (duration, rounds) = (run.duration, run.rounds);
     which("perf").context("perf is not installed (cargo xtask setup installs linux-perf)")?;
     let dir = work_dir(root, "profile")?;
-    let mut servers = vec![
-        statico_on(root, server_cpus, "tokio")?,
-        statico_on(root, server_cpus, "io-uring")?,
-    ];
-    match start_nginx(&dir, server_cpus, Nginx::Http1) {
-        Ok(s) => servers.push(s),
-        Err(e) => eprintln!("bench: nginx skipped: {e:#}"),
-    }
-    let mut report = String::new();
-    writeln!(
-        report,
-        "Where server CPU goes per keep-alive request (µs, medians of {rounds} round(s) of {duration} s; servers on CPU {server_cpus}, wrk -t1 on CPU {client_cpus}; perf cpu-clock samples of the server process)"
-    )?;
+    let servers = start_servers(root, &dir, run.server_cpus)?;
+    let mut report = format!(
+        "Where server CPU goes per keep-alive request (µs, medians of {} round(s) of {} s; servers on CPU {}, wrk -t1 on CPU {}; perf cpu-clock samples of the server process)\n",
+        run.rounds, run.duration, run.server_cpus, run.client_cpus
+    );
     for sc in SCENARIOS.iter().filter(|s| s.pipeline == 1 && !s.close) {
-        let mut per_server: Vec<Vec<Profiled>> = servers.iter().map(|_| Vec::new()).collect();
-        for _ in 0..rounds {
-            for (i, s) in servers.iter().enumerate() {
-                let p = profile_round(s, *sc, client_cpus, duration, &dir)?;
-                eprintln!(
-                    "  {:<17} {:<16} {:>8.0} req/s {:>6.2} µs/req",
-                    s.name, sc.name, p.rps, p.us_per_req
-                );
-                per_server[i].push(p);
-            }
-        }
-        writeln!(report, "\n{}", sc.name)?;
-        write!(report, "  {:<16} {:>9} {:>8}", "server", "req/s", "total")?;
-        for b in BUCKETS {
-            write!(report, " {b:>19}")?;
-        }
-        writeln!(report, " {:>19}", "event loop + user")?;
-        let mut own = Vec::new();
-        let mut totals = Vec::new();
-        for (s, ps) in servers.iter().zip(&per_server) {
-            let total = Stat::of(ps.iter().map(|p| p.us_per_req).collect()).median;
-            let b: Vec<f64> = (0..4)
-                .map(|k| Stat::of(ps.iter().map(|p| p.buckets[k]).collect()).median)
-                .collect();
-            let mine = Stat::of(ps.iter().map(|p| p.buckets[2] + p.buckets[3]).collect()).median;
-            write!(
-                report,
-                "  {:<16} {:>9.0} {:>8.2}",
-                s.name,
-                Stat::of(ps.iter().map(|p| p.rps).collect()).median,
-                total
-            )?;
-            for v in &b {
-                write!(report, " {v:>19.2}")?;
-            }
-            writeln!(report, " {mine:>19.2}")?;
-            own.push(mine);
-            totals.push(total);
-        }
-        writeln!(
-            report,
-            "  io-uring / tokio: total {:.2}×, event loop + user {:.2}×",
-            totals[1] / totals[0],
-            own[1] / own[0]
-        )?;
+        let per_server = interleave(&servers, run.rounds, |s| {
+            let p = profile_round(s, *sc, run.client_cpus, run.duration, &dir)?;
+            eprintln!(
+                "  {:<17} {:<16} {:>8.0} req/s {:>6.2} µs/req",
+                s.name, sc.name, p.rps, p.us_per_req
+            );
+            Ok(p)
+        })?;
+        scenario_table(&mut report, sc.name, &servers, &per_server);
     }
     std::fs::write(dir.join("report.txt"), &report)?;
     Ok(report)
+}
+
+/// statico on each runtime, and nginx unless it cannot start.
+fn start_servers(root: &Path, dir: &Path, cpus: &str) -> Result<Vec<ServerUnderTest>> {
+    let mut servers = vec![
+        statico_on(root, cpus, "tokio")?,
+        statico_on(root, cpus, "io-uring")?,
+    ];
+    match start_nginx(dir, cpus, Nginx::Http1) {
+        Ok(s) => servers.push(s),
+        Err(e) => eprintln!("bench: nginx skipped: {e:#}"),
+    }
+    Ok(servers)
+}
+
+/// One scenario's table: per server req/s, total and per-bucket µs per request, what its design
+/// controls (event loop + user), medians; then io-uring against tokio.
+fn scenario_table(
+    report: &mut String,
+    scenario: &str,
+    servers: &[ServerUnderTest],
+    per_server: &[Vec<Profiled>],
+) {
+    let _ = writeln!(report, "\n{scenario}");
+    let _ = write!(report, "  {:<16} {:>9} {:>8}", "server", "req/s", "total");
+    for b in BUCKETS {
+        let _ = write!(report, " {b:>19}");
+    }
+    let _ = writeln!(report, " {:>19}", "event loop + user");
+    let mut totals = Vec::new();
+    let mut own = Vec::new();
+    for (s, ps) in servers.iter().zip(per_server) {
+        let median = |f: &dyn Fn(&Profiled) -> f64| Stat::of(ps.iter().map(f)).median;
+        let (total, mine) = (
+            median(&|p| p.us_per_req),
+            median(&|p| p.buckets[2] + p.buckets[3]),
+        );
+        let rps = median(&|p| p.rps);
+        let _ = write!(report, "  {:<16} {rps:>9.0} {total:>8.2}", s.name);
+        for k in 0..BUCKETS.len() {
+            let _ = write!(report, " {:>19.2}", median(&|p| p.buckets[k]));
+        }
+        let _ = writeln!(report, " {mine:>19.2}");
+        totals.push(total);
+        own.push(mine);
+    }
+    let _ = writeln!(
+        report,
+        "  io-uring / tokio: total {:.2}×, event loop + user {:.2}×",
+        totals[1] / totals[0],
+        own[1] / own[0]
+    );
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -50,11 +51,32 @@ impl ServerUnderTest {
 
 impl Drop for ServerUnderTest {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
+        stop(&mut self.child, STOP_GRACE);
     }
+}
+
+/// How long a server has to exit after SIGTERM (statico removes its BPF pins then) before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Stops `child` by its PID: SIGTERM, up to `grace` to exit, then SIGKILL; always reaped. A child
+/// already reaped is not signalled (its PID may belong to another process by now).
+fn stop(child: &mut Child, grace: Duration) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    let term = Command::new("kill")
+        .arg(child.id().to_string())
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + grace;
+    while term.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// `taskset -c CPUS program`, or just `program` without CPUs.
@@ -85,29 +107,34 @@ pub fn start_statico(
         .collect();
     let mut cmd = pinned(cpus, &root.join("target/release/statico"));
     cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().context("start statico")?;
-    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let prefix = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
+    // In its guard from the start: every way out of here below stops it.
+    let mut s = ServerUnderTest {
+        name: name.to_string(),
+        command: format!("{prefix}statico {}", args.join(" ")),
+        tls: args.iter().any(|a| a.starts_with("--tls")),
+        child: cmd.spawn().context("start statico")?,
+        port,
+    };
+    let stderr = s.child.stderr.take().expect("piped");
+    wait_listening(name, stderr)?;
+    wait_port(port)?;
+    Ok(s)
+}
+
+/// Reads statico's stderr up to its "listening on" line, then drains the rest on a thread (so the
+/// server never blocks on a full pipe); the error holds what it printed if it ended first.
+fn wait_listening(name: &str, stderr: ChildStderr) -> Result<()> {
+    let mut lines = BufReader::new(stderr).lines();
     let mut said = String::new();
     while !said.contains("listening on") {
         match lines.next() {
             Some(line) => said.push_str(&(line? + "\n")),
-            None => {
-                let _ = child.wait();
-                bail!("{name} did not start: {said}");
-            }
+            None => bail!("{name} did not start: {said}"),
         }
     }
     std::thread::spawn(move || lines.for_each(drop));
-    let prefix = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
-    let s = ServerUnderTest {
-        name: name.to_string(),
-        command: format!("{prefix}statico {}", args.join(" ")),
-        tls: args.iter().any(|a| a.starts_with("--tls")),
-        child,
-        port,
-    };
-    wait_port(port)?;
-    Ok(s)
+    Ok(())
 }
 
 /// The suite's statico flags: one worker on `runtime`, answering [`BODY`] as text/plain.
@@ -277,4 +304,44 @@ pub fn start_peer(peer: &Peer, bin: &Path, cpus: &str) -> Result<ServerUnderTest
         .stderr(Stdio::null());
     let command = format!("taskset -c {cpus} {} {port}", bin.display());
     ServerUnderTest::spawn(peer.name, command, cmd, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn guarded(script: &str) -> ServerUnderTest {
+        let child = Command::new("sh").args(["-c", script]).spawn().unwrap();
+        ServerUnderTest {
+            name: "sh".into(),
+            command: script.into(),
+            child,
+            port: 0,
+            tls: false,
+        }
+    }
+
+    #[test]
+    fn the_guard_stops_its_server_on_an_error_return() {
+        let mut pid = 0;
+        let mut failing = || -> Result<()> {
+            let server = guarded("exec sleep 30");
+            pid = server.pid();
+            bail!("the bench failed")
+        };
+        assert!(failing().is_err());
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_server_that_ignores_sigterm_gets_sigkill_after_the_grace() {
+        let mut server = guarded("trap '' TERM; exec sleep 30");
+        std::thread::sleep(Duration::from_millis(200));
+        let start = Instant::now();
+        stop(&mut server.child, Duration::from_millis(200));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let status = server.child.try_wait().unwrap().expect("reaped");
+        assert_eq!(status.signal(), Some(9));
+    }
 }

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use super::measure::{cpu_count, parse_wrk, server_cpu_us, Stat, BODY};
+use super::measure::{cpu_count, interleave, parse_wrk, server_cpu_us, Stat, BODY};
 use super::servers::start_statico;
 
 const RUNGS: [&str; 3] = ["ebpf", "incoming-cpu", "reuseport"];
@@ -42,57 +42,63 @@ impl Drop for Sysctl {
     }
 }
 
+/// One round on one rung.
+struct RungRound {
+    conn_per_s: f64,
+    cpu_us_per_conn: f64,
+    /// For `ebpf`: the program's average run time, read while its statico still runs.
+    bpf_ns_per_run: Option<f64>,
+}
+
 pub fn run(root: &Path, duration: u64, rounds: usize) -> Result<String> {
     let cpus = cpu_count();
     let _stats = Sysctl::set(BPF_STATS, "1");
-    let mut results: Vec<(&str, Vec<(f64, f64)>)> =
-        RUNGS.iter().map(|r| (*r, Vec::new())).collect();
-    let mut bpf_ns_per_run = Vec::new();
-    for _ in 0..rounds {
-        for (rung, rows) in results.iter_mut() {
-            let (rps, cpu_us) = rung_round(root, rung, cpus, duration)?;
-            if *rung == "ebpf" {
-                bpf_ns_per_run.extend(bpf_run_time());
-            }
-            eprintln!("  {rung:<13} {rps:>9.0} conn/s {cpu_us:>7.2} µs server CPU/conn");
-            rows.push((rps, cpu_us));
-        }
-    }
-    Ok(render(&results, bpf_ns_per_run, cpus, duration, rounds))
+    let results = interleave(&RUNGS, rounds, |rung| {
+        let r = rung_round(root, rung, cpus, duration)?;
+        eprintln!(
+            "  {rung:<13} {:>9.0} conn/s {:>7.2} µs server CPU/conn",
+            r.conn_per_s, r.cpu_us_per_conn
+        );
+        Ok(r)
+    })?;
+    Ok(render(&results, cpus, duration, rounds))
 }
 
-/// One round on one rung, on a fresh statico: (connections/s, server CPU µs per connection).
-fn rung_round(root: &Path, rung: &str, cpus: usize, duration: u64) -> Result<(f64, f64)> {
+/// One round on one rung, on a fresh statico (stopped by its guard however the round ends).
+fn rung_round(root: &Path, rung: &str, cpus: usize, duration: u64) -> Result<RungRound> {
     let threads = cpus.to_string();
     let args = ["-t", &threads, "--steering", rung, "-b", BODY];
     let server = start_statico(root, &format!("statico --steering {rung}"), None, &args)?;
-    let url = format!("http://127.0.0.1:{}/", server.port);
     let mut wrk = Command::new("wrk");
     wrk.args(["-t", &threads, "-c", "50", "-d", &format!("{duration}s")])
-        .args(["-H", "Connection: close", &url]);
+        .args(["-H", "Connection: close", &server.url()]);
     let (out, cpu_us) = server_cpu_us(server.pid(), || wrk.output().context("run wrk"))?;
     let r = parse_wrk(&String::from_utf8_lossy(&out.stdout));
-    Ok((r.rps, cpu_us / (r.requests as f64).max(1.0)))
+    Ok(RungRound {
+        conn_per_s: r.rps,
+        cpu_us_per_conn: cpu_us / (r.requests as f64).max(1.0),
+        // The program goes with the server that loaded it: read it before the guard drops.
+        bpf_ns_per_run: (rung == "ebpf").then(bpf_run_time).flatten(),
+    })
 }
 
-fn render(
-    results: &[(&str, Vec<(f64, f64)>)],
-    bpf_ns_per_run: Vec<f64>,
-    cpus: usize,
-    duration: u64,
-    rounds: usize,
-) -> String {
+fn render(results: &[Vec<RungRound>], cpus: usize, duration: u64, rounds: usize) -> String {
     let mut s = format!(
         "\nsteering, Connection: close, {cpus} workers, wrk -t{cpus} -c50 unpinned, {rounds} round(s) x {duration} s (medians)\n{:<14} {:>12} {:>18}\n",
         "rung", "conn/s", "µs CPU/conn"
     );
-    for (rung, rows) in results {
-        let rps = Stat::of(rows.iter().map(|r| r.0).collect()).median;
-        let cpu = Stat::of(rows.iter().map(|r| r.1).collect()).median;
+    for (rung, rows) in RUNGS.iter().zip(results) {
+        let rps = Stat::of(rows.iter().map(|r| r.conn_per_s)).median;
+        let cpu = Stat::of(rows.iter().map(|r| r.cpu_us_per_conn)).median;
         let _ = writeln!(s, "{rung:<14} {rps:>12.0} {cpu:>18.2}");
     }
-    if !bpf_ns_per_run.is_empty() {
-        let Stat { median, min, max } = Stat::of(bpf_ns_per_run);
+    let bpf: Vec<f64> = results
+        .iter()
+        .flatten()
+        .filter_map(|r| r.bpf_ns_per_run)
+        .collect();
+    if !bpf.is_empty() {
+        let Stat { median, min, max } = Stat::of(bpf);
         let _ = writeln!(s, "SK_REUSEPORT program: {median:.0} ns per run (min {min:.0}, max {max:.0}), from bpftool prog show run_time_ns/run_cnt");
     }
     s

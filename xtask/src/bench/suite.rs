@@ -19,9 +19,9 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::measure::{
-    idle_rss, measure, status_kib, Memory, Round, IDLE_SCENARIO, PIPELINE_LUA, SCENARIOS,
+    idle_rss, interleave, measure, status_kib, Memory, IDLE_SCENARIO, PIPELINE_LUA, SCENARIOS,
 };
-use super::report::{self, RunInfo, Table};
+use super::report::{self, RunInfo, Started, Table};
 use super::servers::{
     build_peer, start_nginx, start_peer, statico_on, Nginx, ServerUnderTest, PEERS,
 };
@@ -38,17 +38,14 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<()> {
     let servers = start_servers(root, dir, run)?;
     let table = measure_scenarios(&servers, run, &lua)?;
     let memory = measure_memory(&servers, run.idle_conns)?;
-    let text = report::render(&table, &memory, run);
-    println!("{text}");
-    std::fs::write(dir.join("report.txt"), &text)?;
-    let doc = report::to_json(&servers, &table, &memory, run);
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(&doc)?,
-    )?;
-    report::chart(&dir.join("chart.svg"), &table)?;
-    eprintln!("bench: wrote {}", dir.display());
-    Ok(())
+    let started: Vec<Started> = servers
+        .iter()
+        .map(|s| Started {
+            name: &s.name,
+            command: &s.command,
+        })
+        .collect();
+    report::write(dir, &started, &table, &memory, run)
 }
 
 /// Starts one server, when asked.
@@ -86,22 +83,19 @@ fn start_servers(root: &Path, dir: &Path, run: &RunInfo) -> Result<Vec<ServerUnd
 fn measure_scenarios(servers: &[ServerUnderTest], run: &RunInfo, lua: &Path) -> Result<Table> {
     let mut table = Table::new();
     for sc in SCENARIOS {
-        let mut per_server: Vec<Vec<Round>> = vec![Vec::new(); servers.len()];
-        for _ in 0..run.rounds {
-            for (i, s) in servers.iter().enumerate() {
-                let r = measure(s.pid(), &s.url(), sc, run.client_cpus, run.duration, lua)?;
-                let errors = if r.errors > 0 {
-                    format!("  ({} errors)", r.errors)
-                } else {
-                    String::new()
-                };
-                eprintln!(
-                    "  {:<17} {:<22} {:>10.0} req/s {:>7.2} µs/req{errors}",
-                    s.name, sc.name, r.rps, r.cpu_us_per_req
-                );
-                per_server[i].push(r);
-            }
-        }
+        let per_server = interleave(servers, run.rounds, |s| {
+            let r = measure(s.pid(), &s.url(), sc, run.client_cpus, run.duration, lua)?;
+            let errors = if r.errors > 0 {
+                format!("  ({} errors)", r.errors)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "  {:<17} {:<22} {:>10.0} req/s {:>7.2} µs/req{errors}",
+                s.name, sc.name, r.rps, r.cpu_us_per_req
+            );
+            Ok(r)
+        })?;
         for (s, rounds) in servers.iter().zip(per_server) {
             table.push((s.name.clone(), sc.name, rounds));
         }

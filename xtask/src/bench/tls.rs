@@ -18,7 +18,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use super::measure::{
-    h2load_round, measure, server_cpu_us, Scenario, Stat, PIPELINE_LUA, SCENARIOS,
+    self, h2load_round, measure, server_cpu_us, Scenario, Stat, PIPELINE_LUA, SCENARIOS,
 };
 use super::report::{work_dir, RunInfo};
 use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
@@ -28,10 +28,10 @@ const S_TIME_SECONDS: u64 = 3;
 
 pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     let dir = work_dir(root, "tls")?;
-    let (cert, key) = certificate(&dir)?;
+    let cert = certificate(&dir)?;
     let lua = dir.join("pipeline.lua");
     std::fs::write(&lua, PIPELINE_LUA)?;
-    let servers = start_servers(root, &dir, run.server_cpus, &cert, &key)?;
+    let servers = start_servers(root, &dir, run.server_cpus, &cert)?;
     let mut report = format!(
         "HTTPS (TLS 1.3, ECDSA P-256), servers on CPU {}, clients on CPU {}, {} round(s) of {} s, medians (min-max)\n",
         run.server_cpus, run.client_cpus, run.rounds, run.duration
@@ -57,7 +57,7 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         table(&mut report, name, "conn/s", "µs CPU/conn", &servers, &rows);
     }
     drop(servers);
-    let h2 = start_h2_servers(root, &dir, run.server_cpus, &cert, &key)?;
+    let h2 = start_h2_servers(root, &dir, run.server_cpus, &cert)?;
     let rows = interleave(&h2, run.rounds, |s| {
         h2load_round(s.pid(), &s.url(), run.client_cpus, run.duration)
     })?;
@@ -73,8 +73,35 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     Ok(report)
 }
 
+/// The run's certificate and key (PEM files), which every server loads.
+struct Cert {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Cert {
+    /// statico's flags for it, TLS 1.3 only.
+    fn statico_args(&self) -> [&str; 6] {
+        [
+            "--tls-cert",
+            self.cert.to_str().unwrap_or_default(),
+            "--tls-key",
+            self.key.to_str().unwrap_or_default(),
+            "--tls-min",
+            "1.3",
+        ]
+    }
+
+    fn nginx(&self) -> Nginx<'_> {
+        Nginx::Tls {
+            cert: &self.cert,
+            key: &self.key,
+        }
+    }
+}
+
 /// An ECDSA P-256 certificate for localhost and 127.0.0.1, made with openssl.
-fn certificate(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+fn certificate(dir: &Path) -> Result<Cert> {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let status = Command::new("openssl")
         .args([
@@ -100,33 +127,16 @@ fn certificate(dir: &Path) -> Result<(PathBuf, PathBuf)> {
             String::from_utf8_lossy(&status.stderr)
         );
     }
-    Ok((cert, key))
+    Ok(Cert { cert, key })
 }
 
-fn tls_args<'a>(cert: &'a Path, key: &'a Path) -> [&'a str; 6] {
-    let path = |p: &'a Path| p.to_str().unwrap_or_default();
-    [
-        "--tls-cert",
-        path(cert),
-        "--tls-key",
-        path(key),
-        "--tls-min",
-        "1.3",
-    ]
-}
-
-fn start_servers(
-    root: &Path,
-    dir: &Path,
-    cpus: &str,
-    cert: &Path,
-    key: &Path,
-) -> Result<Vec<ServerUnderTest>> {
+/// statico over HTTPS on each runtime, and nginx with TLS.
+fn start_servers(root: &Path, dir: &Path, cpus: &str, cert: &Cert) -> Result<Vec<ServerUnderTest>> {
     let mut servers = Vec::new();
     for runtime in ["tokio", "io-uring"] {
         let args: Vec<&str> = statico_args(runtime)
             .into_iter()
-            .chain(tls_args(cert, key))
+            .chain(cert.statico_args())
             .collect();
         servers.push(start_statico(
             root,
@@ -135,43 +145,39 @@ fn start_servers(
             &args,
         )?);
     }
-    servers.push(start_nginx(dir, cpus, Nginx::Tls { cert, key })?);
+    servers.push(start_nginx(dir, cpus, cert.nginx())?);
     Ok(servers)
 }
 
+/// statico `--http2` over HTTPS (tokio), and nginx with TLS (HTTP/2 by ALPN).
 fn start_h2_servers(
     root: &Path,
     dir: &Path,
     cpus: &str,
-    cert: &Path,
-    key: &Path,
+    cert: &Cert,
 ) -> Result<Vec<ServerUnderTest>> {
     let args: Vec<&str> = ["--http2"]
         .into_iter()
         .chain(statico_args("tokio"))
-        .chain(tls_args(cert, key))
+        .chain(cert.statico_args())
         .collect();
     Ok(vec![
         start_statico(root, "statico --http2", Some(cpus), &args)?,
-        start_nginx(dir, cpus, Nginx::Tls { cert, key })?,
+        start_nginx(dir, cpus, cert.nginx())?,
     ])
 }
 
-/// Every server once per round, in turn; (rate, server CPU µs per unit) per server.
+/// Every server once per round, in turn, its progress shown; (rate, server CPU µs per unit) per server.
 fn interleave(
     servers: &[ServerUnderTest],
     rounds: usize,
     mut round: impl FnMut(&ServerUnderTest) -> Result<(f64, f64)>,
 ) -> Result<Vec<Vec<(f64, f64)>>> {
-    let mut rows = vec![Vec::new(); servers.len()];
-    for _ in 0..rounds {
-        for (i, s) in servers.iter().enumerate() {
-            let (rate, cpu) = round(s)?;
-            eprintln!("  {:<17} {rate:>10.0}/s {cpu:>8.2} µs", s.name);
-            rows[i].push((rate, cpu));
-        }
-    }
-    Ok(rows)
+    measure::interleave(servers, rounds, |s| {
+        let (rate, cpu) = round(s)?;
+        eprintln!("  {:<17} {rate:>10.0}/s {cpu:>8.2} µs", s.name);
+        Ok((rate, cpu))
+    })
 }
 
 fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Result<(f64, f64)> {
@@ -230,14 +236,14 @@ fn table(
         "\n{scenario}\n  {:<17} {:>24} {:>24} {:>10}",
         "server", rate, cpu, "vs nginx"
     );
-    let cpu_of = |r: &Vec<(f64, f64)>| Stat::of(r.iter().map(|x| x.1).collect());
+    let cpu_of = |r: &Vec<(f64, f64)>| Stat::of(r.iter().map(|x| x.1));
     let nginx = servers
         .iter()
         .zip(rows)
         .find(|(s, _)| s.name.starts_with("nginx"))
         .map(|(_, r)| cpu_of(r).median);
     for (s, r) in servers.iter().zip(rows) {
-        let rate = Stat::of(r.iter().map(|x| x.0).collect());
+        let rate = Stat::of(r.iter().map(|x| x.0));
         let c = cpu_of(r);
         let ratio = nginx.map_or("-".into(), |n| format!("{:.2}x", c.median / n));
         let _ = writeln!(
