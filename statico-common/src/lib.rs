@@ -33,11 +33,19 @@ pub struct WorkerRecord {
     pub writes: u64,
     pub tls_handshakes: u64,
     pub tls_failures: u64,
+    pub tls_resumed: u64,
+    pub tls_no_common: u64,
+    pub tls_bad_record: u64,
+    pub tls_plain_http: u64,
+    pub tls_timeouts: u64,
+    pub tls_abandoned: u64,
+    pub tls_bytes_in: u64,
+    pub tls_bytes_out: u64,
 }
 
-/// Number of `u64` slots in a [`WorkerRecord`] (two cache lines; every slot is in use: another counter
-/// means a third line).
-pub const COUNTERS: usize = 16;
+/// Number of `u64` slots in a [`WorkerRecord`] (three cache lines; every slot is in use: another counter
+/// means a fourth line).
+pub const COUNTERS: usize = 24;
 
 /// The counters a worker keeps, by slot index in [`WorkerRecord::values`].
 #[repr(usize)]
@@ -73,14 +81,31 @@ pub enum Counter {
     Writes = 13,
     /// TLS handshakes completed (full or resumed).
     TlsHandshakes = 14,
-    /// TLS connections that failed before or in the handshake: bad records or no common version or
-    /// cipher (an alert was sent), plain HTTP on the TLS port, a handshake past `--header-timeout`.
+    /// TLS connections that failed: the sum of the five causes below.
     TlsFailures = 15,
+    /// Handshakes that resumed a session (a ticket or a TLS 1.2 session ID): full ones are
+    /// `tls_handshakes - tls_resumed`.
+    TlsResumed = 16,
+    /// Failure: no version, cipher suite, group or signature scheme in common (alert sent).
+    TlsNoCommon = 17,
+    /// Failure: records that are not TLS, do not decrypt, or break the protocol (alert sent).
+    TlsBadRecord = 18,
+    /// Failure: plain HTTP on the TLS port (answered 400, also counted in `status_400`).
+    TlsPlainHttp = 19,
+    /// Failure: a handshake still unfinished at `--header-timeout` (also counted in `timeouts`).
+    TlsTimeouts = 20,
+    /// Failure: the client left mid-handshake, closing or with an alert of its own (for one, a
+    /// certificate it does not trust).
+    TlsAbandoned = 21,
+    /// Ciphertext bytes read from TLS clients (`bytes_in` counts the plaintext).
+    TlsBytesIn = 22,
+    /// Ciphertext bytes written to TLS clients (`bytes_out` counts the plaintext).
+    TlsBytesOut = 23,
 }
 
 impl Counter {
     /// Every counter, in slot order, with the name used by the meter's JSON and by BPF map dumps.
-    pub const ALL: [(Counter, &'static str); 16] = [
+    pub const ALL: [(Counter, &'static str); COUNTERS] = [
         (Counter::Requests, "requests"),
         (Counter::Responses, "responses"),
         (Counter::BytesIn, "bytes_in"),
@@ -97,6 +122,14 @@ impl Counter {
         (Counter::Writes, "writes"),
         (Counter::TlsHandshakes, "tls_handshakes"),
         (Counter::TlsFailures, "tls_failures"),
+        (Counter::TlsResumed, "tls_resumed"),
+        (Counter::TlsNoCommon, "tls_no_common"),
+        (Counter::TlsBadRecord, "tls_bad_record"),
+        (Counter::TlsPlainHttp, "tls_plain_http"),
+        (Counter::TlsTimeouts, "tls_timeouts"),
+        (Counter::TlsAbandoned, "tls_abandoned"),
+        (Counter::TlsBytesIn, "tls_bytes_in"),
+        (Counter::TlsBytesOut, "tls_bytes_out"),
     ];
 
     /// The counter that records an error response with this status, if statico sends that status.
@@ -169,8 +202,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn record_is_two_cache_lines_and_aligned() {
-        assert_eq!(core::mem::size_of::<WorkerRecord>(), 128);
+    fn record_is_three_cache_lines_and_aligned() {
+        assert_eq!(core::mem::size_of::<WorkerRecord>(), 192);
         assert_eq!(core::mem::align_of::<WorkerRecord>(), 64);
     }
 
@@ -200,6 +233,29 @@ mod tests {
                 Counter::TlsHandshakes,
             ),
             (offset_of!(WorkerRecord, tls_failures), Counter::TlsFailures),
+            (offset_of!(WorkerRecord, tls_resumed), Counter::TlsResumed),
+            (
+                offset_of!(WorkerRecord, tls_no_common),
+                Counter::TlsNoCommon,
+            ),
+            (
+                offset_of!(WorkerRecord, tls_bad_record),
+                Counter::TlsBadRecord,
+            ),
+            (
+                offset_of!(WorkerRecord, tls_plain_http),
+                Counter::TlsPlainHttp,
+            ),
+            (offset_of!(WorkerRecord, tls_timeouts), Counter::TlsTimeouts),
+            (
+                offset_of!(WorkerRecord, tls_abandoned),
+                Counter::TlsAbandoned,
+            ),
+            (offset_of!(WorkerRecord, tls_bytes_in), Counter::TlsBytesIn),
+            (
+                offset_of!(WorkerRecord, tls_bytes_out),
+                Counter::TlsBytesOut,
+            ),
         ];
         for (offset, counter) in slots {
             assert_eq!(offset, counter as usize * 8, "{counter:?}");

@@ -115,6 +115,15 @@ impl Layer {
         }
     }
 
+    /// The socket reached its end or failed.
+    pub fn peer_closed(&mut self, conn: &mut Connection, env: Env) {
+        match self {
+            Layer::Plain => conn.peer_closed(),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => t.on_peer_closed(conn, env),
+        }
+    }
+
     pub fn on_deadline(&mut self, conn: &mut Connection, now: Instant, env: Env) {
         match self {
             Layer::Plain => conn.on_deadline(now, env),

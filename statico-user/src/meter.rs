@@ -181,6 +181,16 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
                 "req/s {:>12.0}  resp/s {:>12.0}  in {:>8.3} Gbps  out {:>8.3} Gbps  conns {:>6}",
                 r.req_per_s, r.resp_per_s, r.in_gbps, r.out_gbps, open
             );
+            let tls = [Counter::TlsHandshakes, Counter::TlsFailures].map(|c| total.get(c));
+            if tls != [0, 0] {
+                let _ = write!(
+                    s,
+                    "  | tls handshakes {} (resumed {}) failed {}",
+                    tls[0],
+                    total.get(Counter::TlsResumed),
+                    tls[1]
+                );
+            }
             if detail.workers.len() > 1 {
                 s.push_str("  | req/s by worker");
                 for (i, (rate, _)) in detail.workers.iter().enumerate() {

@@ -11,7 +11,7 @@
 //!
 //! Configuration: `--tls-cert`/`--tls-key` (PEM), or `--tls-self-signed` (ECDSA P-256, made at start-up,
 //! optionally saved with `--tls-self-signed-out`); TLS 1.3 and 1.2 (`--tls-min`), rustls's forward-secret
-//! AEAD suites with the aws-lc-rs provider, ALPN `http/1.1` (and `h2` first with `--http2`: the
+//! AEAD suites with the aws-lc-rs provider in the server's order, AES-128-GCM first ([`provider`]), ALPN `http/1.1` (and `h2` first with `--http2`: the
 //! connection then recognises HTTP/2's preface as it does on a cleartext port, and the tokio runtime
 //! carries the session on as a stream for the `h2` crate).
 
@@ -63,13 +63,14 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
     } else {
         &[&rustls::version::TLS13, &rustls::version::TLS12]
     };
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .context("TLS versions")?
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| anyhow::anyhow!("--tls-key does not fit --tls-cert ({e}): give the key the certificate was made for"))?;
+    config.ignore_client_order = true;
     config.alpn_protocols = if opts.h2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {
@@ -81,6 +82,28 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
         opts.min
     );
     Ok(Some((Arc::new(config), line)))
+}
+
+/// aws-lc-rs with its forward-secret AEAD suites, AES-128-GCM first. The server's order wins
+/// (`ignore_client_order`): OpenSSL clients list AES-256-GCM with SHA-384 first, whose handshake hashing
+/// costs more than the rest of the key schedule, for no gain a benchmark node needs; a client without
+/// AES-128-GCM still gets AES-256-GCM or ChaCha20-Poly1305.
+fn provider() -> rustls::crypto::CryptoProvider {
+    use rustls::crypto::aws_lc_rs::cipher_suite as suite;
+    rustls::crypto::CryptoProvider {
+        cipher_suites: vec![
+            suite::TLS13_AES_128_GCM_SHA256,
+            suite::TLS13_AES_256_GCM_SHA384,
+            suite::TLS13_CHACHA20_POLY1305_SHA256,
+            suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+            suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+            suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ],
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    }
 }
 
 /// Session resumption: stateless tickets (rotating keys, aws-lc-rs) for TLS 1.3 and 1.2, and a
@@ -210,17 +233,17 @@ impl TlsSession {
     }
 
     fn receive(&mut self, data: &[u8], conn: &mut Connection, now: Instant, env: Env) {
+        env.counters.add(Counter::TlsBytesIn, data.len() as u64);
         if std::mem::take(&mut self.fresh) && looks_like_plain_http(data) {
             self.out.extend_from_slice(PLAIN_HTTP_ON_TLS);
-            self.failed = true;
             env.counters.add(Counter::Status400, 1);
-            env.counters.add(Counter::TlsFailures, 1);
+            self.fail(Counter::TlsPlainHttp, env);
             return;
         }
         let mut rest = data;
         while !rest.is_empty() && !self.failed {
             if self.tls.read_tls(&mut rest).is_err() {
-                self.failed = true;
+                self.fail(Counter::TlsBadRecord, env); // a record longer than TLS allows
                 break;
             }
             match self.tls.process_new_packets() {
@@ -232,13 +255,20 @@ impl TlsSession {
                         conn.peer_closed();
                     }
                 }
-                Err(_) => {
-                    self.failed = true; // an alert is queued: `pump` sends it
-                    env.counters.add(Counter::TlsFailures, 1);
-                }
+                // An alert is queued (unless the client sent one): `pump` sends it.
+                Err(e) => self.fail(failure_cause(&e), env),
             }
         }
         self.pump(conn, now, env);
+    }
+
+    /// The session has failed: counted once, by cause; the connection closes once its records are out.
+    fn fail(&mut self, cause: Counter, env: Env) {
+        if !self.failed {
+            self.failed = true;
+            env.counters.add(Counter::TlsFailures, 1);
+            env.counters.add(cause, 1);
+        }
     }
 
     /// Once per connection, when the handshake is done: counted, and with `-v` the version, suite and
@@ -248,7 +278,12 @@ impl TlsSession {
             return;
         }
         self.reported = true;
+        let resumed = matches!(
+            self.tls.handshake_kind(),
+            Some(rustls::HandshakeKind::Resumed)
+        );
         env.counters.add(Counter::TlsHandshakes, 1);
+        env.counters.add(Counter::TlsResumed, resumed as u64);
         if env.policy.verbose == 0 {
             return;
         }
@@ -261,10 +296,6 @@ impl TlsSession {
             .tls
             .alpn_protocol()
             .map(|p| String::from_utf8_lossy(p).into_owned());
-        let resumed = matches!(
-            self.tls.handshake_kind(),
-            Some(rustls::HandshakeKind::Resumed)
-        );
         crate::dump::Dumper::new(env.policy.verbose).tls(&format!(
             "{} {} ALPN {}{}",
             version.unwrap_or_default(),
@@ -315,6 +346,7 @@ impl TlsSession {
     }
 
     fn sent(&mut self, n: usize, conn: &mut Connection, now: Instant, env: Env) {
+        env.counters.add(Counter::TlsBytesOut, n as u64);
         self.in_flight = false;
         self.sent += n;
         if self.sent == self.out.len() {
@@ -325,6 +357,16 @@ impl TlsSession {
             }
         }
         self.pump(conn, now, env);
+    }
+}
+
+/// The failure counter for an error from rustls: nothing in common, the client's own alert, or else a
+/// record that does not parse, decrypt or follow the protocol.
+fn failure_cause(e: &rustls::Error) -> Counter {
+    match e {
+        rustls::Error::PeerIncompatible(_) => Counter::TlsNoCommon,
+        rustls::Error::AlertReceived(_) => Counter::TlsAbandoned,
+        _ => Counter::TlsBadRecord,
     }
 }
 
@@ -412,11 +454,20 @@ impl TlsSession {
         self.tls
     }
 
+    /// The socket reached its end or failed: a client that sent part of a handshake and left counts
+    /// as abandoned (one that connected and sent nothing, a TCP health check, does not).
+    pub fn on_peer_closed(&mut self, conn: &mut Connection, env: Env) {
+        if self.tls.is_handshaking() && !self.fresh {
+            self.fail(Counter::TlsAbandoned, env);
+        }
+        conn.peer_closed();
+    }
+
     pub fn on_deadline(&mut self, conn: &mut Connection, now: Instant, env: Env) {
         if self.tls.is_handshaking() {
             if now >= self.handshake_by {
                 env.counters.add(Counter::Timeouts, 1);
-                env.counters.add(Counter::TlsFailures, 1);
+                self.fail(Counter::TlsTimeouts, env);
                 conn.peer_closed();
             }
             return;

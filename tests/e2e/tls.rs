@@ -59,12 +59,41 @@ fn curl_trusts_the_saved_self_signed_certificate_and_keeps_the_connection() {
     let stopped = s.stop();
     assert_eq!(stopped.total("requests"), 2);
     assert_eq!(stopped.total("tls_handshakes"), 1);
+    assert_eq!(stopped.total("tls_resumed"), 0);
     assert_eq!(stopped.total("tls_failures"), 0);
     assert_eq!(
         stopped.total("conns_accepted"),
         1,
         "two requests, one connection"
     );
+    // The wire carries the handshake and the records' overhead on top of the HTTP bytes.
+    let (wire_in, wire_out) = (
+        stopped.total("tls_bytes_in"),
+        stopped.total("tls_bytes_out"),
+    );
+    assert!(wire_in > stopped.total("bytes_in") + 200, "{wire_in}");
+    assert!(wire_out > stopped.total("bytes_out") + 400, "{wire_out}");
+}
+
+#[test]
+fn a_client_that_does_not_trust_the_certificate_is_counted_as_abandoned() {
+    let dir = scratch("untrusted");
+    let s = start(&dir, &[]);
+    let (ok, _, err) = run_client("curl", &["-sS", &https(&s, "/")]);
+    assert!(!ok && err.contains("certificate"), "{err}");
+    // Half a ClientHello, then a close; and a client that connects and leaves without a byte (a TCP
+    // health check, not a failure). Each waits for the server's close, so both are counted.
+    for hello in [&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..], &[]] {
+        let mut c = s.connect();
+        c.write_all(hello).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let _ = c.read_to_end(&mut Vec::new());
+    }
+    let stopped = s.stop();
+    assert_eq!(stopped.total("tls_abandoned"), 2);
+    assert_eq!(stopped.total("tls_failures"), 2);
+    assert_eq!(stopped.total("tls_handshakes"), 0);
+    assert_eq!(stopped.total("conns_closed"), 3);
 }
 
 /// `openssl s_client` against the server with `args`; returns its output.
@@ -109,13 +138,19 @@ fn openssl_sees_tls13_and_12_with_alpn_http11_and_tls_min_refuses_12() {
         out.contains("TLSv1.2") && out.contains("HTTP/1.1 200 OK"),
         "{out}"
     );
-    drop(s);
+    // TLS 1.0 and 1.1 are not spoken at all, and with --tls-min 1.3 neither is 1.2.
+    let out = s_client(&s, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
+    assert!(!out.contains("HTTP/1.1 200 OK"), "{out}");
+    assert_eq!(s.stop().total("tls_no_common"), 1);
     let s = start(&dir, &["--tls-min", "1.3"]);
     let out = s_client(&s, &["-tls1_2"]);
     assert!(
         !out.contains("HTTP/1.1 200 OK") && out.contains("alert"),
         "{out}"
     );
+    let stopped = s.stop();
+    assert_eq!(stopped.total("tls_no_common"), 1);
+    assert_eq!(stopped.total("tls_failures"), 1);
 }
 
 #[test]
@@ -128,7 +163,10 @@ fn plain_http_on_the_tls_port_gets_a_400_that_says_so() {
         out.starts_with("HTTP/1.1 400") && out.contains("HTTPS port"),
         "{out}"
     );
-    assert_eq!(s.stop().total("status_400"), 1);
+    let stopped = s.stop();
+    assert_eq!(stopped.total("status_400"), 1);
+    assert_eq!(stopped.total("tls_plain_http"), 1);
+    assert_eq!(stopped.total("tls_failures"), 1);
 }
 
 #[test]
@@ -155,6 +193,7 @@ fn a_handshake_that_never_finishes_is_closed_at_the_header_timeout() {
     );
     let stopped = s.stop();
     assert_eq!(stopped.total("timeouts"), 1);
+    assert_eq!(stopped.total("tls_timeouts"), 1);
     assert_eq!(stopped.total("tls_failures"), 1);
 }
 
@@ -180,6 +219,7 @@ fn garbage_instead_of_a_client_hello_is_closed_and_the_server_goes_on() {
     assert!(ok && out == "fine", "{err}");
     let stopped = s.stop();
     assert_eq!(stopped.total("tls_failures"), 1);
+    assert_eq!(stopped.total("tls_bad_record"), 1);
     assert_eq!(stopped.total("tls_handshakes"), 1);
 }
 
@@ -254,6 +294,9 @@ fn sessions_resume_with_tickets_and_not_with_tls_tickets_0() {
             tickets != "0",
             "--tls-tickets {tickets} {version}:\n{again}"
         );
+        let stopped = s.stop();
+        assert_eq!(stopped.total("tls_handshakes"), 2);
+        assert_eq!(stopped.total("tls_resumed"), u64::from(reused));
     }
 }
 

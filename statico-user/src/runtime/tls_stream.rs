@@ -11,22 +11,28 @@ use std::io::{self, Read, Write};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use statico_common::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-pub struct TlsStream {
+use crate::meter::WorkerCounters;
+
+pub struct TlsStream<'a> {
     io: TcpStream,
     tls: rustls::ServerConnection,
+    /// Ciphertext bytes in and out are counted here (`tls_bytes_in`, `tls_bytes_out`).
+    counters: &'a WorkerCounters,
     /// The socket has reached its end.
     eof: bool,
     close_notify_sent: bool,
 }
 
-impl TlsStream {
-    pub fn new(io: TcpStream, tls: rustls::ServerConnection) -> Self {
+impl<'a> TlsStream<'a> {
+    pub fn new(io: TcpStream, tls: rustls::ServerConnection, counters: &'a WorkerCounters) -> Self {
         TlsStream {
             io,
             tls,
+            counters,
             eof: false,
             close_notify_sent: false,
         }
@@ -37,7 +43,7 @@ impl TlsStream {
         while self.tls.wants_write() {
             let mut socket = SocketWriter { io: &self.io, cx };
             match self.tls.write_tls(&mut socket) {
-                Ok(_) => {}
+                Ok(n) => self.counters.add(Counter::TlsBytesOut, n as u64),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -55,6 +61,7 @@ impl TlsStream {
             self.eof = true;
             return Poll::Ready(Ok(()));
         }
+        self.counters.add(Counter::TlsBytesIn, got.len() as u64);
         while !got.is_empty() {
             if self.tls.read_tls(&mut got)? == 0 {
                 break;
@@ -95,7 +102,7 @@ impl Write for SocketWriter<'_, '_> {
     }
 }
 
-impl AsyncRead for TlsStream {
+impl AsyncRead for TlsStream<'_> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -119,7 +126,7 @@ impl AsyncRead for TlsStream {
     }
 }
 
-impl AsyncWrite for TlsStream {
+impl AsyncWrite for TlsStream<'_> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

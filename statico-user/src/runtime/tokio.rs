@@ -252,13 +252,13 @@ enum Wake {
 async fn serve(guard: ConnGuard, mut stream: TcpStream, idle: Rc<Cell<bool>>) {
     let w = guard.worker.clone();
     if let Some(h2) = serve_http1(&w, &mut stream, &idle).await {
-        idle.set(false); // HTTP/2 drains by itself, with GOAWAY
-                         // Boxed: HTTP/2's state is kilobytes, and inline it would make every connection's task that
-                         // large, HTTP/1.1 ones included.
+        // HTTP/2 drains by itself, with GOAWAY. Boxed: HTTP/2's state is kilobytes, and inline it
+        // would make every connection's task that large, HTTP/1.1 ones included.
+        idle.set(false);
         match h2.tls {
             #[cfg(target_os = "linux")]
             Some(session) => {
-                let stream = super::tls_stream::TlsStream::new(stream, *session);
+                let stream = super::tls_stream::TlsStream::new(stream, *session, w.counters());
                 Box::pin(serve_h2(&w, stream, h2.read, h2.upgrade)).await;
             }
             _ => Box::pin(serve_h2(&w, stream, h2.read, h2.upgrade)).await,
@@ -326,7 +326,7 @@ async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> O
         w.with_env(|env| match wake {
             Wake::Data(n) => layer.receive(&mut conn, &w.scratch.borrow()[..n], now, env),
             Wake::Writable => {}
-            Wake::Closed => conn.peer_closed(),
+            Wake::Closed => layer.peer_closed(&mut conn, env),
             Wake::Timer => layer.on_deadline(&mut conn, now, env),
         });
     }

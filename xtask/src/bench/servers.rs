@@ -194,7 +194,7 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
         Nginx::H2c => ("nginx http2", "; http2"),
         Nginx::Tls { .. } => (
             "nginx https",
-            "; ssl http2; TLSv1.3; ssl_session_cache; tickets",
+            "; ssl http2; TLSv1.3 AES-128-GCM; ssl_session_cache; tickets",
         ),
     };
     let command = format!("taskset -c {cpus} nginx -c {} (worker_processes 1; master_process off; access_log off; keepalive_requests 100000000; return 200{listen})", conf_path.display());
@@ -212,7 +212,7 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
         Nginx::H2c => ("http2", h2),
         Nginx::Tls { cert, key } => {
             tls = format!(
-                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.3;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
+                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.3;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
                 cert.display(),
                 key.display()
             );

@@ -297,10 +297,10 @@ impl<'a> Worker<'a> {
                     let data = self.bufs.bytes(bid, n as usize);
                     c.layer.receive(&mut c.state, data, self.now, env);
                 }
-                0 => c.state.peer_closed(),
+                0 => c.layer.peer_closed(&mut c.state, env),
                 // Every buffer was in use for a moment (re-armed below), or we cancelled it.
                 r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
-                _ => c.state.peer_closed(),
+                _ => c.layer.peer_closed(&mut c.state, env),
             }
         }
         if let Some(bid) = bid {
@@ -323,7 +323,7 @@ impl<'a> Worker<'a> {
         let env = self.shared.env();
         match usize::try_from(res) {
             Ok(n) => c.layer.sent(&mut c.state, n, self.now, env),
-            Err(_) => c.state.peer_closed(),
+            Err(_) => c.layer.peer_closed(&mut c.state, env),
         }
         self.drive(slot);
     }
