@@ -164,8 +164,10 @@ fn settings(cli: &Cli) -> Result<Settings> {
 #[cfg(target_os = "linux")]
 fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
     Ok(
-        crate::tls::server_config(&tls_options(cli))?.map(|(config, line)| {
-            eprintln!("statico: {line}");
+        crate::tls::server_config(&tls_options(cli))?.map(|(config, lines)| {
+            for line in lines.lines() {
+                eprintln!("statico: {line}");
+            }
             Arc::new(arc_swap::ArcSwap::new(config))
         }),
     )
@@ -379,7 +381,7 @@ fn reload_tls(cli: &Cli, settings: &Settings) -> String {
     match crate::tls::server_config(&tls_options(cli)) {
         Ok(Some((config, line))) => {
             current.store(config);
-            format!("reloaded: {line}")
+            format!("reloaded: {}", line.replace('\n', "; "))
         }
         Ok(None) => "nothing to reload".into(),
         Err(e) => format!("kept the certificate in use: {e:#}"),

@@ -58,6 +58,7 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
         _ => bail!("--tls-cert and --tls-key go together, and not with --tls-self-signed"),
     };
     let fingerprint = sha256_hex(certs[0].as_ref());
+    let warning = validity_warning(certs[0].as_ref(), std::time::SystemTime::now());
     let versions: &[&rustls::SupportedProtocolVersion] = if opts.min == "1.3" {
         &[&rustls::version::TLS13]
     } else {
@@ -77,10 +78,13 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
         vec![b"http/1.1".to_vec()]
     };
     resumption(&mut config, opts.tickets)?;
-    let line = format!(
+    let mut line = format!(
         "TLS {}+ with {what}, SHA-256 fingerprint {fingerprint}",
         opts.min
     );
+    if let Some(warning) = warning {
+        line.push_str(&format!("\nwarning: {warning}"));
+    }
     Ok(Some((Arc::new(config), line)))
 }
 
@@ -179,6 +183,28 @@ fn self_signed(
     let key_der = PrivateKeyDer::try_from(key.serialize_der())
         .map_err(|e| anyhow::anyhow!("the generated key: {e}"))?;
     Ok((vec![cert.der().clone()], key_der, what))
+}
+
+/// Why clients will refuse this certificate at `now`, if its validity period says they will: statico
+/// serves it anyway (a test of a client's error path may want exactly that), and says so.
+fn validity_warning(der: &[u8], now: std::time::SystemTime) -> Option<String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let now = now.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64;
+    let validity = cert.validity();
+    if now > validity.not_after.timestamp() {
+        Some(format!(
+            "the certificate expired on {}: clients that check it will refuse it",
+            validity.not_after
+        ))
+    } else if now < validity.not_before.timestamp() {
+        Some(format!(
+            "the certificate is not valid before {}: clients that check it will refuse it",
+            validity.not_before
+        ))
+    } else {
+        None
+    }
 }
 
 fn sha256_hex(der: &[u8]) -> String {
@@ -487,6 +513,30 @@ mod tests {
         assert!(looks_like_plain_http(b"OPTIONS * HTTP/1.1\r\n"));
         assert!(!looks_like_plain_http(&[0x16, 0x03, 0x01, 0x00, 0xa5]));
         assert!(!looks_like_plain_http(b"get / HTTP/1.1"));
+    }
+
+    #[test]
+    fn an_expired_or_not_yet_valid_certificate_is_warned_about() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let der = params.self_signed(&key).unwrap().der().to_vec();
+        let at = |y: u64| std::time::UNIX_EPOCH + Duration::from_secs((y - 1970) * 365 * 86_400);
+        let expired = validity_warning(&der, at(2026)).unwrap();
+        assert!(
+            expired.contains("expired on") && expired.contains("2021"),
+            "{expired}"
+        );
+        let early = validity_warning(&der, at(2019)).unwrap();
+        assert!(
+            early.contains("not valid before") && early.contains("2020"),
+            "{early}"
+        );
+        assert_eq!(
+            validity_warning(&der, at(2020) + Duration::from_secs(86_400 * 60)),
+            None
+        );
     }
 
     #[test]

@@ -320,21 +320,39 @@ pub struct Memory {
     pub peak_kib: u64,
 }
 
+/// A client connection the idle-memory measure can talk through: a TCP stream, or TLS over one.
+pub trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
 /// Opens `n` keep-alive connections to the server `pid` on `port`, one request each, and reads its RSS
 /// while they sit idle.
 pub fn idle_rss(server: &str, pid: u32, port: u16, n: usize) -> Result<Memory> {
+    idle_rss_with(server, pid, n, || {
+        let c = TcpStream::connect(("127.0.0.1", port)).context("open an idle connection")?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Box::new(c))
+    })
+}
+
+/// [`idle_rss`] over the connections `open` makes (TLS ones, say).
+pub fn idle_rss_with(
+    server: &str,
+    pid: u32,
+    n: usize,
+    mut open: impl FnMut() -> Result<Box<dyn Stream>>,
+) -> Result<Memory> {
     let baseline_kib = status_kib(pid, "VmRSS:").unwrap_or(0);
     let mut conns = Vec::with_capacity(n);
     let request = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n";
     for _ in 0..n {
-        let c = TcpStream::connect(("127.0.0.1", port)).context("open an idle connection")?;
-        c.set_read_timeout(Some(Duration::from_secs(10)))?;
-        (&c).write_all(request)?;
+        let mut c = open()?;
+        c.write_all(request)?;
+        c.flush()?;
         conns.push(c);
     }
     let mut buf = [0u8; 512];
     let mut answered = 0;
-    for mut c in &conns {
+    for c in conns.iter_mut() {
         if c.read(&mut buf).map(|k| k > 0).unwrap_or(false) {
             answered += 1;
         }

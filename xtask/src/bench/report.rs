@@ -381,14 +381,37 @@ fn chart(path: &Path, table: &[(String, &str, Vec<Round>)]) -> Result<()> {
                     .collect()
             })
             .collect();
-        draw_panel(panel, title, &servers, &bars)?;
+        let groups: Vec<&str> = SCENARIOS.iter().map(|sc| sc.name).collect();
+        draw_panel(panel, title, &groups, &servers, &bars)?;
     }
     root.present()?;
     Ok(())
 }
 
+/// One panel of grouped bars: per group (a scenario), a bar per server (0 where it was not measured).
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    groups: &[&str],
+    servers: &[&str],
+    bars: &[Vec<f64>],
+) -> Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    draw_panel(&root, title, groups, servers, bars)?;
+    root.present()?;
+    Ok(())
+}
+
 /// One panel: a group of bars per scenario (named above it), a bar per server, and the legend.
-fn draw_panel(panel: &Panel, title: &str, servers: &[&str], bars: &[Vec<f64>]) -> Result<()> {
+fn draw_panel(
+    panel: &Panel,
+    title: &str,
+    groups: &[&str],
+    servers: &[&str],
+    bars: &[Vec<f64>],
+) -> Result<()> {
     use plotters::prelude::*;
 
     let group = servers.len() as f64 + 1.0;
@@ -402,13 +425,13 @@ fn draw_panel(panel: &Panel, title: &str, servers: &[&str], bars: &[Vec<f64>]) -
         .margin(15)
         .x_label_area_size(30)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..(SCENARIOS.len() as f64 * group), 0.0..max * 1.85)?;
+        .build_cartesian_2d(0.0..(groups.len() as f64 * group), 0.0..max * 1.85)?;
     c.configure_mesh().disable_x_mesh().x_labels(0).draw()?;
     // Scenario names over their groups (the axis has no natural tick at a group's centre).
-    for (i, sc) in SCENARIOS.iter().enumerate() {
+    for (i, name) in groups.iter().enumerate() {
         let centre = (i as f64 + 0.5) * group;
         c.plotting_area().draw(&Text::new(
-            sc.name.to_string(),
+            name.to_string(),
             (centre - group * 0.3, max * 1.06),
             ("sans-serif", 14),
         ))?;

@@ -6,22 +6,29 @@
 //! - keep-alive c50 and c256 and pipelined ×16 c256 with wrk over https (server CPU per request);
 //! - new connections with `openssl s_time -new` (a full handshake each) and `-reuse` (resumed
 //!   sessions): server CPU per connection;
+//! - RSS with 10 000 idle TLS keep-alive connections (1 000 with `--quick`; a rustls client holds them);
 //! - HTTP/2 over TLS with h2load `-c 50 -m 16` (statico on tokio with `--http2`, nginx `http2 on`).
+//!
+//! `report.txt` holds the tables, `chart.svg` each statico's server CPU relative to nginx's.
 //!
 //! The cipher is AES-128-GCM with SHA-256 on both: statico prefers it over the client's order, nginx is
 //! given only that TLS 1.3 suite (`ssl_conf_command Ciphersuites`); the group is X25519 (the clients'
 //! first key share).
 
 use std::fmt::Write as _;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use super::measure::{
-    self, h2load_round, measure, server_cpu_us, Scenario, Stat, PIPELINE_LUA, SCENARIOS,
+    self, h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, Stat, Stream,
+    PIPELINE_LUA, SCENARIOS,
 };
-use super::report::{work_dir, RunInfo};
+use super::report::{bar_chart, work_dir, RunInfo};
 use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
 
 /// Seconds of `s_time` per handshake round (it counts connections in that time).
@@ -33,45 +40,170 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     let lua = dir.join("pipeline.lua");
     std::fs::write(&lua, PIPELINE_LUA)?;
     let servers = start_servers(root, &dir, run.server_cpus, &cert)?;
-    let mut report = format!(
-        "HTTPS (TLS 1.3, ECDSA P-256), servers on CPU {}, clients on CPU {}, {} round(s) of {} s, medians (min-max)\n",
+    let mut report = Report::new(format!(
+        "HTTPS (TLS 1.3, AES-128-GCM, X25519, ECDSA P-256), servers on CPU {}, clients on CPU {}, {} round(s) of {} s, medians (min-max)\n",
         run.server_cpus, run.client_cpus, run.rounds, run.duration
-    );
+    ));
+    // First, while each server's heap is fresh: memory freed after a load would hide the growth.
+    report.memory(&servers, run.idle_conns, &cert)?;
     for sc in SCENARIOS.iter().filter(|s| !s.close) {
         let rows = interleave(&servers, run.rounds, |s| wrk_round(s, *sc, run, &lua))?;
-        table(
-            &mut report,
-            &format!("{} (wrk over https)", sc.name),
-            "req/s",
-            "µs CPU/req",
-            &servers,
-            &rows,
-        );
+        let title = format!("{} (wrk over https)", sc.name);
+        report.table(sc.name, &title, "req/s", "µs CPU/req", &servers, &rows);
     }
-    for (name, reuse) in [
-        ("full handshakes (s_time -new)", false),
-        ("resumed (s_time -reuse)", true),
+    for (group, title, reuse) in [
+        ("full handshake", "full handshakes (s_time -new)", false),
+        ("resumed", "resumed (s_time -reuse)", true),
     ] {
         let rows = interleave(&servers, run.rounds, |s| {
             s_time_round(s, run.client_cpus, reuse)
         })?;
-        table(&mut report, name, "conn/s", "µs CPU/conn", &servers, &rows);
+        report.table(group, title, "conn/s", "µs CPU/conn", &servers, &rows);
     }
     drop(servers);
     let h2 = start_h2_servers(root, &dir, run.server_cpus, &cert)?;
     let rows = interleave(&h2, run.rounds, |s| {
         h2load_round(s.pid(), &s.url(), run.client_cpus, run.duration)
     })?;
-    table(
-        &mut report,
-        "HTTP/2 over TLS (h2load -c 50 -m 16)",
-        "req/s",
-        "µs CPU/req",
-        &h2,
-        &rows,
-    );
-    std::fs::write(dir.join("report.txt"), &report)?;
-    Ok(report)
+    let title = "HTTP/2 over TLS (h2load -c 50 -m 16)";
+    report.table("h2 -m 16", title, "req/s", "µs CPU/req", &h2, &rows);
+    std::fs::write(dir.join("report.txt"), &report.text)?;
+    report.chart(&dir.join("chart.svg"))?;
+    Ok(report.text)
+}
+
+/// The report's text, and per scenario each statico's server CPU relative to nginx's for the chart.
+struct Report {
+    text: String,
+    ratios: Vec<(&'static str, Vec<(String, f64)>)>,
+}
+
+impl Report {
+    fn new(heading: String) -> Report {
+        Report {
+            text: heading,
+            ratios: Vec::new(),
+        }
+    }
+
+    /// One scenario's lines: rate and CPU per unit, medians with min–max, and the ratio to nginx.
+    fn table(
+        &mut self,
+        group: &'static str,
+        scenario: &str,
+        rate: &str,
+        cpu: &str,
+        servers: &[ServerUnderTest],
+        rows: &[Vec<(f64, f64)>],
+    ) {
+        let out = &mut self.text;
+        let _ = writeln!(
+            out,
+            "\n{scenario}\n  {:<17} {:>24} {:>24} {:>10}",
+            "server", rate, cpu, "vs nginx"
+        );
+        let cpu_of = |r: &Vec<(f64, f64)>| Stat::of(r.iter().map(|x| x.1));
+        let nginx = servers
+            .iter()
+            .zip(rows)
+            .find(|(s, _)| s.name.starts_with("nginx"))
+            .map(|(_, r)| cpu_of(r).median);
+        let mut ratios = Vec::new();
+        for (s, r) in servers.iter().zip(rows) {
+            let rate = Stat::of(r.iter().map(|x| x.0));
+            let c = cpu_of(r);
+            let ratio = nginx.map(|n| c.median / n);
+            let shown = ratio.map_or("-".into(), |x| format!("{x:.2}x"));
+            let _ = writeln!(
+                out,
+                "  {:<17} {:>10.0} ({:.0}-{:.0}) {:>10.2} ({:.2}-{:.2}) {shown:>10}",
+                s.name, rate.median, rate.min, rate.max, c.median, c.min, c.max
+            );
+            if let Some(x) = ratio.filter(|_| !s.name.starts_with("nginx")) {
+                ratios.push((s.name.clone(), x));
+            }
+        }
+        self.ratios.push((group, ratios));
+    }
+
+    /// RSS of each server holding `n` idle TLS keep-alive connections (one request each).
+    fn memory(&mut self, servers: &[ServerUnderTest], n: usize, cert: &Cert) -> Result<()> {
+        let config = client_config(cert)?;
+        let _ = writeln!(
+            self.text,
+            "\nidle keep-alive over TLS\n  {:<17} {:>11} {:>10} {:>10} {:>14}",
+            "server", "connections", "RSS KiB", "idle KiB", "KiB per conn"
+        );
+        for s in servers {
+            let m = idle_rss_with(&s.name, s.pid(), n, || tls_connection(&config, s.port))?;
+            let per =
+                (m.rss_kib.saturating_sub(m.baseline_kib)) as f64 / m.connections.max(1) as f64;
+            eprintln!(
+                "  {:<17} {} idle TLS connections: {per:.1} KiB each",
+                s.name, m.connections
+            );
+            let _ = writeln!(
+                self.text,
+                "  {:<17} {:>11} {:>10} {:>10} {per:>14.1}",
+                s.name, m.connections, m.rss_kib, m.baseline_kib
+            );
+        }
+        Ok(())
+    }
+
+    /// `chart.svg`: server CPU per request or connection relative to nginx, per scenario.
+    fn chart(&self, path: &Path) -> Result<()> {
+        let mut servers: Vec<&str> = Vec::new();
+        for (name, _) in self.ratios.iter().flat_map(|(_, r)| r) {
+            if !servers.contains(&name.as_str()) {
+                servers.push(name);
+            }
+        }
+        let groups: Vec<&str> = self.ratios.iter().map(|(g, _)| *g).collect();
+        let bars: Vec<Vec<f64>> = servers
+            .iter()
+            .map(|server| {
+                let of = |r: &Vec<(String, f64)>| r.iter().find(|(n, _)| n == server).map(|x| x.1);
+                self.ratios
+                    .iter()
+                    .map(|(_, r)| of(r).unwrap_or(0.0))
+                    .collect()
+            })
+            .collect();
+        let title =
+            "HTTPS: server CPU per request or connection, relative to nginx (1.0), lower is better";
+        bar_chart(path, title, &groups, &servers, &bars)
+    }
+}
+
+/// A TLS client trusting the run's certificate (rustls, as an idle-connection holder).
+fn client_config(cert: &Cert) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&cert.cert).context("read the run's certificate")? {
+        roots.add(c?)?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A TLS connection to 127.0.0.1:`port` whose handshake is done.
+fn tls_connection(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<Box<dyn Stream>> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).context("open an idle TLS connection")?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let mut tls =
+        rustls::StreamOwned::new(rustls::ClientConnection::new(config.clone(), name)?, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .context("TLS handshake")?;
+    }
+    Ok(Box::new(tls))
 }
 
 /// The run's certificate and key (PEM files), which every server loads.
@@ -116,6 +248,7 @@ fn certificate(dir: &Path) -> Result<Cert> {
         ])
         .args(["-days", "2", "-subj", "/CN=localhost"])
         .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"]) // an end entity, which rustls checks
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -221,36 +354,4 @@ fn s_time_round(s: &ServerUnderTest, client_cpus: &str, reuse: bool) -> Result<(
         bail!("s_time made no connection to {}:\n{text}", s.name);
     }
     Ok((conns / S_TIME_SECONDS as f64, cpu_us / conns))
-}
-
-/// One scenario's lines: rate and CPU per unit, medians with min–max, and the ratio to nginx.
-fn table(
-    out: &mut String,
-    scenario: &str,
-    rate: &str,
-    cpu: &str,
-    servers: &[ServerUnderTest],
-    rows: &[Vec<(f64, f64)>],
-) {
-    let _ = writeln!(
-        out,
-        "\n{scenario}\n  {:<17} {:>24} {:>24} {:>10}",
-        "server", rate, cpu, "vs nginx"
-    );
-    let cpu_of = |r: &Vec<(f64, f64)>| Stat::of(r.iter().map(|x| x.1));
-    let nginx = servers
-        .iter()
-        .zip(rows)
-        .find(|(s, _)| s.name.starts_with("nginx"))
-        .map(|(_, r)| cpu_of(r).median);
-    for (s, r) in servers.iter().zip(rows) {
-        let rate = Stat::of(r.iter().map(|x| x.0));
-        let c = cpu_of(r);
-        let ratio = nginx.map_or("-".into(), |n| format!("{:.2}x", c.median / n));
-        let _ = writeln!(
-            out,
-            "  {:<17} {:>10.0} ({:.0}-{:.0}) {:>10.2} ({:.2}-{:.2}) {ratio:>10}",
-            s.name, rate.median, rate.min, rate.max, c.median, c.min, c.max
-        );
-    }
 }
