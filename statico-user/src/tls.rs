@@ -154,8 +154,8 @@ fn load_pem(
     Ok((certs, key_der))
 }
 
-/// An ECDSA P-256 certificate for localhost, 127.0.0.1, ::1 and the listen address, kept in memory and
-/// written to `--tls-self-signed-out` if asked.
+/// An ECDSA P-256 certificate for localhost, 127.0.0.1, ::1 and the listen address, valid for a year,
+/// kept in memory and written to `--tls-self-signed-out` if asked.
 fn self_signed(
     opts: &TlsOptions,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>, String)> {
@@ -166,7 +166,15 @@ fn self_signed(
     names.sort();
     names.dedup();
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let cert = rcgen::CertificateParams::new(names.clone())?.self_signed(&key)?;
+    let mut params = rcgen::CertificateParams::new(names.clone())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "statico self-signed");
+    // Valid from an hour ago (a client's clock may lag) for a year: long enough for any run.
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(365);
+    let cert = params.self_signed(&key)?;
     let mut what = format!("a self-signed certificate for {}", names.join(", "));
     if let Some(dir) = &opts.self_signed_out {
         std::fs::create_dir_all(dir)

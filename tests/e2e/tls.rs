@@ -517,3 +517,91 @@ fn verbose_says_what_each_handshake_agreed_on() {
         "{line}"
     );
 }
+
+#[test]
+fn a_tls12_renegotiation_attempt_is_refused_and_the_server_goes_on() {
+    let dir = scratch("renegotiate");
+    let s = start(&dir, &["-b", "after"]);
+    // s_client's "R" command asks to renegotiate; statico answers with a no_renegotiation alert.
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-tls1_2", "-connect", &s.addr.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl (cargo xtask setup installs it)");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stdin.write_all(b"R\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("RENEGOTIATING") && text.contains("no renegotiation"),
+        "{text}"
+    );
+    let (ok, body, err) = run_client(
+        "curl",
+        &[
+            "-sS",
+            "--cacert",
+            dir.join("cert.pem").to_str().unwrap(),
+            &https(&s, "/"),
+        ],
+    );
+    assert!(ok && body == "after", "{err}");
+    let stopped = s.stop();
+    assert_eq!(stopped.total("tls_handshakes"), 2);
+    assert_eq!(stopped.total("conns_closed"), 2);
+}
+
+#[test]
+fn testssl_finds_tls12_and_13_with_forward_secret_aead_only_and_no_known_vulnerability() {
+    let dir = scratch("testssl");
+    // HTTP/2 (ALPN h2) is served by the tokio runtime.
+    let h2 = statico_tests::runtime() == "tokio";
+    let s = start(&dir, if h2 { &["--http2"][..] } else { &[] });
+    // Protocols, cipher categories, forward secrecy, server preferences, vulnerabilities (~30 s).
+    let target = s.addr.to_string();
+    let (_, out, err) = run_client(
+        "testssl",
+        &[
+            "--quiet",
+            "--color",
+            "0",
+            "--warnings",
+            "off",
+            "-p",
+            "-s",
+            "-f",
+            "-P",
+            "-U",
+            &target,
+        ],
+    );
+    let out = out + &err;
+    for line in [
+        "SSLv2      not offered",
+        "SSLv3      not offered",
+        "TLS 1      not offered",
+        "TLS 1.1    not offered",
+        "TLS 1.2    offered",
+        "TLS 1.3    offered",
+        "NULL ciphers (no encryption)                  not offered",
+        "Obsolete CBC ciphers (AES, ARIA etc.)         not offered",
+        "Strong encryption (AEAD ciphers)              offered",
+        "Has server cipher order?     yes",
+        "Negotiated cipher            TLS_AES_128_GCM_SHA256",
+        "Secure Client-Initiated Renegotiation     not vulnerable",
+    ] {
+        assert!(
+            out.contains(line),
+            "testssl did not report `{line}`:\n{out}"
+        );
+    }
+    assert!(!out.contains("VULNERABLE"), "{out}");
+    let alpn = if h2 { "h2, http/1.1" } else { "http/1.1" };
+    assert!(out.contains(&format!("ALPN/HTTP2 {alpn} (offered)")), "{out}");
+}

@@ -2,7 +2,8 @@
 //!
 //! - Debian packages: `curl` and `openssl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
-//!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`).
+//!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`), `testssl.sh` (the
+//!   HTTPS audit in the TLS tests).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
 //! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
@@ -18,7 +19,7 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 9] = [
+const PACKAGES: [(&str, &str); 10] = [
     ("curl", "curl"),
     ("openssl", "openssl"),
     ("wrk", "wrk"),
@@ -28,6 +29,7 @@ const PACKAGES: [(&str, &str); 9] = [
     ("h2load", "nghttp2-client"),
     ("kill", "procps"),
     ("perf", "linux-perf"),
+    ("testssl", "testssl.sh"),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
@@ -88,7 +90,7 @@ pub fn run(report: bool) -> Result<()> {
         });
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, openssl, wrk, nginx, bpftool, nghttp and h2load are installed");
+            eprintln!("setup: curl, openssl, wrk, nginx, bpftool, nghttp, h2load, perf and testssl are installed");
         }
     } else {
         install_debian(&missing)?;
