@@ -4,8 +4,9 @@
 //! its session cache and tickets on, access log off, one worker; every server pinned to the server CPUs
 //! and the clients to the client CPUs, interleaved over rounds, medians. Measured:
 //! - keep-alive c50 and c256 and pipelined ×16 c256 with wrk over https (server CPU per request);
-//! - new connections with `openssl s_time -new` (a full handshake each) and `-reuse` (resumed
-//!   sessions): server CPU per connection;
+//! - new connections, each a handshake and one request: with `openssl s_time -new` (full handshakes),
+//!   and with a rustls client pinned to the client CPUs, full and resumed (TLS 1.3 tickets; s_time's
+//!   `-reuse` does not resume TLS 1.3): server CPU per connection;
 //! - RSS with 10 000 idle TLS keep-alive connections (1 000 with `--quick`; a rustls client holds them);
 //! - HTTP/2 over TLS with h2load `-c 50 -m 16` (statico on tokio with `--http2`, nginx `http2 on`).
 //!
@@ -16,6 +17,7 @@
 //! first key share).
 
 use std::fmt::Write as _;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +33,7 @@ use super::measure::{
 use super::report::{bar_chart, work_dir, RunInfo};
 use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
 
-/// Seconds of `s_time` per handshake round (it counts connections in that time).
+/// Seconds of each handshake round (`s_time` or the rustls client; connections are counted in that time).
 const S_TIME_SECONDS: u64 = 3;
 
 pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
@@ -51,13 +53,29 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         let title = format!("{} (wrk over https)", sc.name);
         report.table(sc.name, &title, "req/s", "µs CPU/req", &servers, &rows);
     }
-    for (group, title, reuse) in [
-        ("full handshake", "full handshakes (s_time -new)", false),
-        ("resumed", "resumed (s_time -reuse)", true),
-    ] {
+    let rows = interleave(&servers, run.rounds, |s| s_time_round(s, run.client_cpus))?;
+    let title = "full handshakes (openssl s_time -new)";
+    report.table(
+        "full (s_time)",
+        title,
+        "conn/s",
+        "µs CPU/conn",
+        &servers,
+        &rows,
+    );
+    let config = client_config(&cert)?;
+    for resume in [false, true] {
         let rows = interleave(&servers, run.rounds, |s| {
-            s_time_round(s, run.client_cpus, reuse)
+            handshake_round(s, run.client_cpus, &config, resume)
         })?;
+        let (group, title) = if resume {
+            (
+                "resumed",
+                "resumed handshakes (rustls client, TLS 1.3 tickets, PSK with X25519)",
+            )
+        } else {
+            ("full (rustls)", "full handshakes (rustls client)")
+        };
         report.table(group, title, "conn/s", "µs CPU/conn", &servers, &rows);
     }
     drop(servers);
@@ -176,14 +194,91 @@ impl Report {
     }
 }
 
-/// A TLS client trusting the run's certificate (rustls, as an idle-connection holder).
+/// Connections for a few seconds from a rustls client pinned to the client CPUs, each a handshake (full,
+/// or resuming with the ticket of the one before) and one request with `Connection: close`:
+/// (connections/s, server CPU µs per connection). Fails unless nine in ten were what was asked.
+fn handshake_round(
+    s: &ServerUnderTest,
+    client_cpus: &str,
+    config: &Arc<rustls::ClientConfig>,
+    resume: bool,
+) -> Result<(f64, f64)> {
+    let mut config = (**config).clone();
+    config.resumption = if resume {
+        rustls::client::Resumption::in_memory_sessions(16)
+    } else {
+        rustls::client::Resumption::disabled()
+    };
+    let config = Arc::new(config);
+    let seconds = Duration::from_secs(S_TIME_SECONDS);
+    let ((conns, resumed), cpu_us) = server_cpu_us(s.pid(), || {
+        std::thread::scope(|scope| {
+            let client = scope.spawn(|| -> Result<(u64, u64)> {
+                pin_this_thread(client_cpus)?;
+                let (mut conns, mut resumed) = (0, 0);
+                let start = std::time::Instant::now();
+                while start.elapsed() < seconds {
+                    resumed += u64::from(one_request_connection(&config, s.port)?);
+                    conns += 1;
+                }
+                Ok((conns, resumed))
+            });
+            client
+                .join()
+                .map_err(|_| anyhow::anyhow!("the TLS client panicked"))?
+        })
+    })?;
+    let wanted = if resume { resumed } else { conns - resumed };
+    if conns == 0 || wanted * 10 < conns * 9 {
+        bail!(
+            "{}: {resumed} of {conns} handshakes resumed (resume: {resume})",
+            s.name
+        );
+    }
+    Ok((conns as f64 / seconds.as_secs_f64(), cpu_us / conns as f64))
+}
+
+/// One connection: handshake, `GET /` with `Connection: close`, the answer read to the server's close.
+/// Returns whether the handshake resumed a session.
+fn one_request_connection(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<bool> {
+    let mut tls = tls_stream(config, port)?;
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer); // a peer may close without close_notify
+    if !answer.starts_with(b"HTTP/1.1 200") {
+        bail!("no 200 over TLS: {:?}", String::from_utf8_lossy(&answer));
+    }
+    Ok(tls.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed))
+}
+
+/// Pins the calling thread to `cpus` (a taskset list) with `taskset -p` on its thread id.
+fn pin_this_thread(cpus: &str) -> Result<()> {
+    let me = std::fs::read_link("/proc/thread-self").context("read /proc/thread-self")?;
+    let tid = me.file_name().and_then(|t| t.to_str()).unwrap_or_default();
+    let out = Command::new("taskset")
+        .args(["-p", "-c", cpus, tid])
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "taskset -p -c {cpus} {tid}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A TLS client trusting the run's certificate, offering X25519 only (OpenSSL 3.0's nginx knows no
+/// hybrid post-quantum group; statico would pick one, and so pay more, if offered).
 fn client_config(cert: &Cert) -> Result<Arc<rustls::ClientConfig>> {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(&cert.cert).context("read the run's certificate")? {
         roots.add(c?)?;
     }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(rustls::crypto::CryptoProvider {
+        kx_groups: vec![rustls::crypto::aws_lc_rs::kx_group::X25519],
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    });
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
@@ -193,6 +288,12 @@ fn client_config(cert: &Cert) -> Result<Arc<rustls::ClientConfig>> {
 
 /// A TLS connection to 127.0.0.1:`port` whose handshake is done.
 fn tls_connection(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<Box<dyn Stream>> {
+    Ok(Box::new(tls_stream(config, port)?))
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+fn tls_stream(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<TlsStream> {
     let tcp = TcpStream::connect(("127.0.0.1", port)).context("open an idle TLS connection")?;
     tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
     let name = rustls::pki_types::ServerName::try_from("localhost")?;
@@ -203,7 +304,7 @@ fn tls_connection(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<Box<d
             .complete_io(&mut tls.sock)
             .context("TLS handshake")?;
     }
-    Ok(Box::new(tls))
+    Ok(tls)
 }
 
 /// The run's certificate and key (PEM files), which every server loads.
@@ -327,16 +428,14 @@ fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Re
     Ok((r.rps, r.cpu_us_per_req))
 }
 
-/// `openssl s_time` for a few seconds: (connections/s, server CPU µs per connection).
-fn s_time_round(s: &ServerUnderTest, client_cpus: &str, reuse: bool) -> Result<(f64, f64)> {
+/// `openssl s_time -new` for a few seconds (a full handshake and one request per connection):
+/// (connections/s, server CPU µs per connection). Its `-reuse` is not used: it does not resume TLS 1.3
+/// sessions, so it measures full handshakes again.
+fn s_time_round(s: &ServerUnderTest, client_cpus: &str) -> Result<(f64, f64)> {
     let mut cmd = Command::new("taskset");
     cmd.args(["-c", client_cpus, "openssl", "s_time", "-connect"])
         .arg(format!("127.0.0.1:{}", s.port))
-        .args([
-            if reuse { "-reuse" } else { "-new" },
-            "-time",
-            &S_TIME_SECONDS.to_string(),
-        ]);
+        .args(["-new", "-time", &S_TIME_SECONDS.to_string()]);
     let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run openssl s_time"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // "1234 connections in 3.01s; 410.0 connections/user sec, bytes read 0"
