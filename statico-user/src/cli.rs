@@ -53,6 +53,24 @@ pub struct Cli {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub body_delay: Option<Duration>,
 
+    /// Static site: serve the files under DIR (responses built at start-up, rebuilt on SIGHUP)
+    /// instead of one response
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["body", "status"])]
+    pub root: Option<std::path::PathBuf>,
+
+    /// Static site: the Cache-Control value of every file (e.g. 'public, max-age=60')
+    #[arg(long, value_name = "VALUE", requires = "root")]
+    pub cache_control: Option<String>,
+
+    /// Static site: answer unknown paths with this file (relative to --root) and 200, for
+    /// single-page apps
+    #[arg(long, value_name = "FILE", requires = "root")]
+    pub spa_fallback: Option<String>,
+
+    /// Static site: most bytes kept in memory (every stored variant, identical bodies once)
+    #[arg(long, default_value = "1g", value_parser = parse_size, value_name = "BYTES")]
+    pub max_site_size: u64,
+
     /// HTTPS: PEM certificate chain; the port then serves TLS only (Linux builds, with --tls-key)
     #[arg(
         long,
@@ -309,6 +327,17 @@ impl Cli {
         }
     }
 
+    /// `--root` and its companions, if a static site is served.
+    pub fn site_options(&self) -> Option<crate::site::SiteOptions> {
+        Some(crate::site::SiteOptions {
+            root: self.root.clone()?,
+            cache_control: self.cache_control.clone(),
+            headers: self.headers.clone(),
+            spa_fallback: self.spa_fallback.clone(),
+            max_size: self.max_site_size,
+        })
+    }
+
     /// Whether the port serves HTTPS.
     pub fn tls(&self) -> bool {
         self.tls_cert.is_some() || self.tls_self_signed
@@ -414,6 +443,10 @@ mod tests {
             (&["-b", "@/nonexistent/file"][..], "--body"),
             (&["--max-body-size", "12q"][..], "--max-body-size"),
             (&["--idle-timeout", "0s"][..], "--idle-timeout"),
+            (&["--root", "/tmp", "-b", "x"][..], "--root"),
+            (&["--root", "/tmp", "-s", "404"][..], "--status"),
+            (&["--cache-control", "no-store"][..], "--root"),
+            (&["--max-site-size", "lots"][..], "--max-site-size"),
         ] {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");

@@ -78,6 +78,8 @@ impl Policy {
 pub struct Env<'a> {
     pub policy: &'a Policy,
     pub response: &'a Response,
+    /// `--root`: the site this worker answers from.
+    pub site: Option<&'a crate::site::Site>,
     pub counters: &'a WorkerCounters,
 }
 
@@ -469,9 +471,13 @@ impl Connection {
             let limit = self.out.len() + room;
             (&mut self.out, Pace::UpTo(limit))
         };
-        let mut batch = self
-            .session
-            .process(input, target, env.response, pace, &mut self.dumper);
+        let mut batch = self.session.process(
+            input,
+            target,
+            (env.response, env.site),
+            pace,
+            &mut self.dumper,
+        );
         batch.count(env.counters);
         if batch.close {
             let unread = batch.consumed < input.len();
@@ -618,6 +624,7 @@ mod tests {
             Env {
                 policy: &self.policy,
                 response: &self.response,
+                site: None,
                 counters: self.counters.worker(0),
             }
         }
@@ -890,6 +897,7 @@ mod chunking {
         let env = Env {
             policy: &policy,
             response,
+            site: None,
             counters: counters.worker(0),
         };
         let now = Instant::now();

@@ -82,6 +82,24 @@ impl Dumper {
         emit(&s);
     }
 
+    /// A response built per request (`--root`): its head, and its body from `-vvv`.
+    pub fn raw_response(&mut self, bytes: &[u8]) {
+        if self.level == 0 {
+            return;
+        }
+        let head_len = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(bytes.len(), |i| i + 4);
+        let mut s = String::from("↪ response:\n");
+        self.head(&mut s, &bytes[..head_len]);
+        if self.level >= 3 && head_len < bytes.len() {
+            s.push('\n');
+            self.body(&mut s, &bytes[head_len..], 0);
+        }
+        emit(&s);
+    }
+
     pub fn error(&mut self, status: ErrorStatus) {
         if self.level > 0 {
             emit(&format!(

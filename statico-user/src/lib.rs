@@ -32,6 +32,7 @@ pub mod runtime;
 pub mod server;
 pub mod session;
 pub mod shutdown;
+pub mod site;
 pub mod steering;
 pub mod sys;
 #[cfg(target_os = "linux")]

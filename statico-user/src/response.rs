@@ -49,6 +49,12 @@ struct Encoded {
 }
 
 impl Encoded {
+    fn date(&self) -> &[u8; DATE_LEN] {
+        self.bytes[self.date_at..self.date_at + DATE_LEN]
+            .try_into()
+            .expect("DATE_LEN bytes")
+    }
+
     fn build(
         status_line: &str,
         fields: &[(String, String)],
@@ -221,6 +227,11 @@ impl Response {
     }
 
     /// Patches the `Date` field of every prebuilt response in place.
+    /// The live `Date` value (a `--root` site writes it into its answers).
+    pub fn date(&self) -> &[u8; DATE_LEN] {
+        self.variants[0].date()
+    }
+
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {
         for e in self.variants.iter_mut().chain(self.errors.iter_mut()) {
             e.set_date(date);

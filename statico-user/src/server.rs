@@ -144,6 +144,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
         None
     };
     Ok(Settings {
+        site: site(cli)?,
         tls: tls_config(cli)?,
         response,
         policy: crate::connection::Policy {
@@ -158,6 +159,32 @@ fn settings(cli: &Cli) -> Result<Settings> {
         shutdown_timeout: cli.shutdown_timeout,
         h2,
     })
+}
+
+/// `--root`: the site, built now; what it holds is printed at start-up.
+fn site(cli: &Cli) -> Result<Option<Arc<crate::site::SiteHandle>>> {
+    let Some(opts) = cli.site_options() else {
+        return Ok(None);
+    };
+    let site = crate::site::build(&opts)?;
+    eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
+    Ok(Some(Arc::new(crate::site::SiteHandle::new(site))))
+}
+
+/// SIGHUP with `--root`: rebuilds the site on a thread of its own and swaps it in when it is built;
+/// a rebuild that fails keeps the site in force. Says what happened when it is done.
+fn rebuild_site(cli: &Cli, settings: &Settings) {
+    let (Some(handle), Some(opts)) = (settings.site.clone(), cli.site_options()) else {
+        return;
+    };
+    std::thread::spawn(move || match crate::site::build(&opts) {
+        Ok(site) => {
+            let stats = site.stats.clone();
+            handle.swap(site);
+            eprintln!("statico: SIGHUP: site rebuilt: {stats}");
+        }
+        Err(e) => eprintln!("statico: SIGHUP: kept the site in force: {e:#}"),
+    });
 }
 
 /// The TLS configuration `--tls-*` asks for; its description is printed at start-up.
@@ -360,12 +387,22 @@ fn wait_for_signal(
             tokio::select! {
                 sig = signals.recv() => match sig {
                     shutdown::Signal::Stop(name) => return name,
-                    shutdown::Signal::Reload => eprintln!("statico: SIGHUP: {}", reload_tls(cli, settings)),
+                    shutdown::Signal::Reload => reload(cli, settings),
                 },
                 () = &mut meter => unreachable!("the meter runs until shutdown"),
             }
         }
     })
+}
+
+/// SIGHUP: the site is rebuilt (with `--root`), the certificate reloaded (with `--tls-cert`).
+fn reload(cli: &Cli, settings: &Settings) {
+    if settings.site.is_some() {
+        rebuild_site(cli, settings);
+    }
+    if settings.tls.is_some() || settings.site.is_none() {
+        eprintln!("statico: SIGHUP: {}", reload_tls(cli, settings));
+    }
 }
 
 /// Loads `--tls-cert`/`--tls-key` again and, if they are good, serves new connections with them;

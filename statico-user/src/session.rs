@@ -9,6 +9,7 @@
 use crate::dump::Dumper;
 use crate::http::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
 use crate::response::{Framing, Response};
+use crate::site::{Choice, Site};
 
 /// The interim response sent when a client waits on `Expect: 100-continue`.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -70,6 +71,9 @@ pub struct Session {
     /// The request being received asked for the h2c upgrade.
     /// (Boxed: rare, and kept out of every connection's size.)
     upgrade: Option<Box<crate::h2c::UpgradeRequest>>,
+    /// `--root`: the site's answer to a request whose head came in an earlier call than its end
+    /// (a body still arriving). Boxed: rare; within one call the choice stays on the stack.
+    choice: Option<Box<Choice>>,
 }
 
 /// The interim response that switches an upgraded connection to HTTP/2.
@@ -82,6 +86,7 @@ impl Session {
             parser: Parser::new(limits),
             h2c: false,
             upgrade: None,
+            choice: None,
         }
     }
 
@@ -98,14 +103,31 @@ impl Session {
         self.parser.between_requests()
     }
 
-    /// Consumes complete requests from `input` and appends their responses to `out`.
+    /// Consumes complete requests from `input` and appends their responses to `out`: `response`, or
+    /// with `--root` the `site`'s answer to each (error responses and `Date` still come from
+    /// `response`).
     pub fn process(
         &mut self,
         input: &[u8],
         out: &mut Vec<u8>,
-        response: &Response,
+        answers: (&Response, Option<&Site>),
         pace: Pace,
         dumper: &mut Dumper,
+    ) -> Batch {
+        let mut choice = self.choice.take().map(|c| *c);
+        let batch = self.process_requests(input, out, answers, pace, dumper, &mut choice);
+        self.choice = choice.map(Box::new);
+        batch
+    }
+
+    fn process_requests(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        (response, site): (&Response, Option<&Site>),
+        pace: Pace,
+        dumper: &mut Dumper,
+        choice: &mut Option<Choice>,
     ) -> Batch {
         let mut batch = Batch::default();
         loop {
@@ -120,6 +142,7 @@ impl Session {
                         && info.body == crate::http::BodyFraming::None)
                         .then(|| crate::h2c::UpgradeRequest::from_head(raw).map(Box::new))
                         .flatten();
+                    *choice = site.map(|site| choose(site, raw));
                     // Ask for the body only if it has not started to arrive already.
                     if info.expect_continue && after == input.len() {
                         out.extend_from_slice(CONTINUE);
@@ -136,14 +159,20 @@ impl Session {
                     batch.requests += 1;
                     batch.responses += 1;
                     let framing = framing(&info);
-                    let body_at = out.len() + response.head(framing).len();
-                    if info.head_only {
-                        out.extend_from_slice(response.head(framing));
+                    if let (Some(site), Some(choice)) = (site, choice.take()) {
+                        let start = out.len();
+                        site.write(choice, framing, response.date(), info.head_only, out);
+                        dumper.raw_response(&out[start..]);
                     } else {
-                        out.extend_from_slice(response.full(framing));
-                        batch.body_at = Some(body_at);
+                        let body_at = out.len() + response.head(framing).len();
+                        if info.head_only {
+                            out.extend_from_slice(response.head(framing));
+                        } else {
+                            out.extend_from_slice(response.full(framing));
+                            batch.body_at = Some(body_at);
+                        }
+                        dumper.response(response, framing, info.head_only);
                     }
-                    dumper.response(response, framing, info.head_only);
                     if !info.keep_alive {
                         batch.close = true;
                         return batch;
@@ -174,6 +203,12 @@ impl Session {
     }
 }
 
+/// The site's answer to a request head (one the framing parser accepted, so it parses again).
+fn choose(site: &Site, raw: &[u8]) -> Choice {
+    let req = crate::site::request::SiteRequest::from_head(raw).unwrap_or_default();
+    site.choose(&req)
+}
+
 fn framing(info: &RequestInfo) -> Framing {
     match (info.keep_alive, info.version) {
         (false, _) => Framing::Close,
@@ -199,7 +234,13 @@ mod tests {
     fn run(input: &[u8], pace: Pace) -> (Batch, String) {
         let mut s = Session::new(Limits::default());
         let mut out = Vec::new();
-        let b = s.process(input, &mut out, &response(), pace, &mut Dumper::off());
+        let b = s.process(
+            input,
+            &mut out,
+            (&response(), None),
+            pace,
+            &mut Dumper::off(),
+        );
         (b, String::from_utf8(out).unwrap())
     }
 

@@ -31,6 +31,8 @@ pub struct Settings {
     pub h2: Option<(crate::h2c::H2Settings, crate::h2c::H2Response)>,
     /// `--tls-*`: every connection speaks TLS.
     pub tls: Option<crate::layer::TlsConfig>,
+    /// `--root`: requests are answered from this site (rebuilt and swapped on SIGHUP).
+    pub site: Option<Arc<crate::site::SiteHandle>>,
 }
 
 /// Everything one worker owns or shares.

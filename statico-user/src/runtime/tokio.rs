@@ -88,6 +88,8 @@ struct Worker {
     response: RefCell<Response>,
     /// The same for HTTP/2 streams, with `--http2`.
     h2_response: RefCell<Option<H2Response>>,
+    /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
+    site: RefCell<Option<std::sync::Arc<crate::site::Site>>>,
     /// Notified at shutdown: HTTP/2 connections send GOAWAY and finish their streams.
     h2_drain: tokio::sync::Notify,
     counters: crate::meter::Counters,
@@ -116,6 +118,7 @@ impl Worker {
         Worker {
             response: RefCell::new(settings.response.clone()),
             h2_response: RefCell::new(settings.h2.as_ref().map(|(_, r)| r.clone())),
+            site: RefCell::new(settings.site.as_ref().map(|h| h.load())),
             h2_drain: tokio::sync::Notify::new(),
             settings,
             counters,
@@ -133,12 +136,23 @@ impl Worker {
 
     /// Runs `f` with what a connection reads from its worker (the response borrowed only inside).
     fn with_env<R>(&self, f: impl FnOnce(Env) -> R) -> R {
+        self.refresh_site();
+        let site = self.site.borrow();
         let response = self.response.borrow();
         f(Env {
             policy: &self.settings.policy,
             response: &response,
+            site: site.as_deref(),
             counters: self.counters(),
         })
+    }
+
+    /// `--root`: takes the site in force if a rebuild was swapped in since (one relaxed load; the
+    /// worker's copy is borrowed, never cloned, per request).
+    fn refresh_site(&self) {
+        if let (Some(handle), Some(mine)) = (&self.settings.site, self.site.borrow_mut().as_mut()) {
+            handle.refresh(mine);
+        }
     }
 }
 

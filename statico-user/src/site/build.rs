@@ -1,0 +1,466 @@
+//! Building a [`Site`] from a directory: the walk (regular files; no dot-names; symlinks only when they
+//! stay inside the root), each file's variants (precompressed siblings `x.br`/`x.zst`/`x.gz` taken as
+//! they are, otherwise compressed here, kept only where smaller), identical bodies stored once, and
+//! every header block prepared.
+//!
+//! Compression levels are chosen for start-up time on a large site (see the README's static-site
+//! section for the measured figures): brotli quality 5, zstd level 9, gzip level 6, files compressed
+//! in parallel on every CPU.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+
+use super::request::Coding;
+use super::{File, Site, Target, Variant};
+
+/// What `--root` and its companion flags ask for.
+#[derive(Clone, Debug, Default)]
+pub struct SiteOptions {
+    pub root: PathBuf,
+    /// `--cache-control`: the value of every file's `Cache-Control`.
+    pub cache_control: Option<String>,
+    /// The user's `-H` fields, on every answer.
+    pub headers: Vec<(String, String)>,
+    /// `--spa-fallback`: a file (relative to the root) that answers unknown paths with 200.
+    pub spa_fallback: Option<String>,
+    /// `--max-site-size`: most bytes kept in memory (bodies of every variant, shared ones once).
+    pub max_size: u64,
+}
+
+/// What a build did, for the start-up line.
+#[derive(Clone, Debug, Default)]
+pub struct BuildStats {
+    pub files: usize,
+    pub identity_bytes: u64,
+    pub compressed_bytes: u64,
+    /// Bodies that were identical to one already stored.
+    pub shared: usize,
+    pub took: Duration,
+}
+
+impl std::fmt::Display for BuildStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} files, {} bytes (+ {} compressed), {} identical bodies shared, built in {} ms",
+            self.files,
+            self.identity_bytes,
+            self.compressed_bytes,
+            self.shared,
+            self.took.as_millis()
+        )
+    }
+}
+
+/// Files smaller than this are not compressed.
+const MIN_COMPRESS: usize = 256;
+
+/// Builds the site under `opts.root`.
+pub fn build(opts: &SiteOptions) -> Result<Site> {
+    let started = Instant::now();
+    let root = opts
+        .root
+        .canonicalize()
+        .with_context(|| format!("--root {}: cannot open it", opts.root.display()))?;
+    if !root.is_dir() {
+        bail!("--root {}: not a directory", opts.root.display());
+    }
+    let mut found = Vec::new();
+    walk(&root, &root, "", &mut found, 0)?;
+    if found.is_empty() {
+        bail!("--root {}: no file to serve in it", opts.root.display());
+    }
+    let files = read_and_compress(&found)?;
+    let mut site = assemble(opts, found, files)?;
+    site.stats.took = started.elapsed();
+    Ok(site)
+}
+
+/// A file found by the walk: its URL path (`/a/b.html`) and where it is.
+struct Found {
+    url: String,
+    path: PathBuf,
+    modified: SystemTime,
+}
+
+/// Collects the regular files under `dir`, skipping dot-names and symlinks that leave `root`.
+fn walk(root: &Path, dir: &Path, url: &str, out: &mut Vec<Found>, depth: usize) -> Result<()> {
+    if depth > 64 {
+        bail!(
+            "{}: directories nested over 64 deep (a symlink loop?)",
+            dir.display()
+        );
+    }
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    let mut entries: Vec<_> = entries.collect::<std::io::Result<_>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| !n.starts_with('.')) else {
+            continue; // hidden, or not UTF-8 (no URL could name it)
+        };
+        let Ok(real) = entry.path().canonicalize() else {
+            continue; // a dangling symlink
+        };
+        if !real.starts_with(root) {
+            continue; // a symlink out of the site
+        }
+        let meta = std::fs::metadata(&real)?;
+        let url = format!("{url}/{name}");
+        if meta.is_dir() {
+            walk(root, &entry.path(), &url, out, depth + 1)?;
+        } else if meta.is_file() {
+            // Whole seconds, as `Last-Modified` and `If-Modified-Since` have them.
+            let secs = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+            out.push(Found {
+                url,
+                path: real,
+                modified,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A file's bodies: identity and the compressed ones worth keeping, keyed by coding.
+type Bodies = Vec<(Coding, Vec<u8>)>;
+
+/// Reads every file and makes its compressed variants, in parallel.
+fn read_and_compress(found: &[Found]) -> Result<Vec<Bodies>> {
+    let by_path: HashMap<&Path, usize> = found
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.path.as_path(), i))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = found.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = found
+            .chunks(chunk)
+            .map(|part| {
+                let by_path = &by_path;
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|f| bodies(f, by_path))
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        let mut all = Vec::with_capacity(found.len());
+        for w in workers {
+            all.extend(
+                w.join()
+                    .map_err(|_| anyhow::anyhow!("a compression thread panicked"))??,
+            );
+        }
+        Ok(all)
+    })
+}
+
+/// One file's bodies: a precompressed sibling if the tree has one, else compressed here if the type
+/// compresses; each kept only if smaller than identity.
+fn bodies(f: &Found, siblings: &HashMap<&Path, usize>) -> Result<Bodies> {
+    let identity =
+        std::fs::read(&f.path).with_context(|| format!("cannot read {}", f.path.display()))?;
+    let mut out = Vec::new();
+    let compressible = identity.len() >= MIN_COMPRESS && compresses(&f.url);
+    for coding in Coding::COMPRESSED {
+        let sibling = PathBuf::from(format!("{}.{}", f.path.display(), coding.suffix()));
+        let body = if siblings.contains_key(sibling.as_path()) {
+            std::fs::read(&sibling).with_context(|| format!("cannot read {}", sibling.display()))?
+        } else if compressible {
+            compress(coding, &identity)?
+        } else {
+            continue;
+        };
+        if !body.is_empty() && body.len() < identity.len() {
+            out.push((coding, body));
+        }
+    }
+    out.insert(0, (Coding::Identity, identity));
+    Ok(out)
+}
+
+/// Text and the structured formats compress; images, archives and fonts mostly do not.
+fn compresses(url: &str) -> bool {
+    let mime = mime_guess::from_path(url).first_or_octet_stream();
+    let essence = mime.essence_str();
+    mime.type_() == mime_guess::mime::TEXT
+        || [
+            "javascript",
+            "json",
+            "xml",
+            "svg",
+            "wasm",
+            "x-font-ttf",
+            "vnd.ms-fontobject",
+        ]
+        .iter()
+        .any(|k| essence.contains(k))
+}
+
+fn compress(coding: Coding, data: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    Ok(match coding {
+        Coding::Identity => data.to_vec(),
+        Coding::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+            e.write_all(data)?;
+            e.finish()?
+        }
+        Coding::Brotli => {
+            let mut out = Vec::new();
+            let params = brotli::enc::BrotliEncoderParams {
+                quality: 5,
+                lgwin: 22,
+                ..Default::default()
+            };
+            brotli::BrotliCompress(&mut &data[..], &mut out, &params)?;
+            out
+        }
+        #[cfg(target_os = "linux")]
+        Coding::Zstd => zstd::bulk::compress(data, 9)?,
+        #[cfg(not(target_os = "linux"))]
+        Coding::Zstd => Vec::new(), // built without zstd: no variant
+    })
+}
+
+/// Stores the bodies (identical ones once), prepares every header block, and maps URLs to files.
+fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<Site> {
+    let mut stats = BuildStats::default();
+    let mut store: HashMap<u128, Arc<[u8]>> = HashMap::new();
+    let mut paths = HashMap::new();
+    let mut files = Vec::with_capacity(found.len());
+    let mut sizes = Vec::new();
+    for (f, bodies) in found.iter().zip(all) {
+        let mut variants = Vec::new();
+        let mut total = 0;
+        let has_variants = bodies.len() > 1;
+        for (coding, body) in bodies {
+            let hash = xxhash_rust::xxh3::xxh3_128(&body);
+            total += body.len() as u64;
+            let shared = store.entry(hash).or_insert_with(|| {
+                match coding {
+                    Coding::Identity => stats.identity_bytes += body.len() as u64,
+                    _ => stats.compressed_bytes += body.len() as u64,
+                }
+                Arc::from(body.as_slice())
+            });
+            if shared.len() != body.len() {
+                bail!(
+                    "{}: two different bodies with one content hash",
+                    f.path.display()
+                );
+            }
+            let body = shared.clone();
+            variants.push(variant(
+                opts,
+                &f.url,
+                coding,
+                hash,
+                body,
+                f.modified,
+                has_variants,
+            ));
+        }
+        sizes.push((total, f.path.clone()));
+        let index = files.len() as u32;
+        files.push(File {
+            variants,
+            modified: f.modified,
+        });
+        add_paths(&mut paths, &f.url, index);
+    }
+    stats.files = files.len();
+    stats.shared = files.iter().map(|f| f.variants.len()).sum::<usize>() - store.len();
+    check_size(opts, &stats, sizes)?;
+    let not_found = not_found_page(&paths, &files);
+    let spa = spa_fallback(opts, &paths)?;
+    Ok(Site {
+        generation: 0,
+        paths,
+        files,
+        not_found,
+        spa,
+        common: common_fields(opts),
+        stats,
+    })
+}
+
+/// `/a/b.html`, and for an `index.html` its directory: `/a/` (and `/a` → 308).
+fn add_paths(paths: &mut HashMap<Box<str>, Target>, url: &str, index: u32) {
+    paths.insert(url.into(), Target::File(index));
+    if let Some(dir) = url.strip_suffix("index.html") {
+        paths.insert(dir.into(), Target::File(index));
+        if dir.len() > 1 {
+            paths
+                .entry(dir.trim_end_matches('/').into())
+                .or_insert(Target::Directory);
+        }
+    }
+    // Every directory without its slash redirects, even one without an index (then `/dir/` is 404).
+    let mut at = url.len();
+    while let Some(slash) = url[..at].rfind('/') {
+        if slash == 0 {
+            break;
+        }
+        paths
+            .entry(url[..slash].into())
+            .or_insert(Target::Directory);
+        at = slash;
+    }
+}
+
+fn check_size(
+    opts: &SiteOptions,
+    stats: &BuildStats,
+    mut sizes: Vec<(u64, PathBuf)>,
+) -> Result<()> {
+    let kept = stats.identity_bytes + stats.compressed_bytes;
+    if kept <= opts.max_size {
+        return Ok(());
+    }
+    sizes.sort_by_key(|s| std::cmp::Reverse(s.0));
+    let biggest: Vec<String> = sizes
+        .iter()
+        .take(3)
+        .map(|(n, p)| format!("{} ({n} bytes)", p.display()))
+        .collect();
+    bail!(
+        "--root {}: the site takes {kept} bytes in memory, over --max-site-size {}; the biggest files: {}",
+        opts.root.display(),
+        opts.max_size,
+        biggest.join(", ")
+    )
+}
+
+/// One variant's header blocks.
+fn variant(
+    opts: &SiteOptions,
+    url: &str,
+    coding: Coding,
+    hash: u128,
+    body: Arc<[u8]>,
+    modified: SystemTime,
+    has_variants: bool,
+) -> Variant {
+    let etag: Box<str> = match coding {
+        Coding::Identity => format!("\"{:016x}\"", hash as u64),
+        c => format!("\"{:016x}-{}\"", hash as u64, c.suffix()),
+    }
+    .into();
+    let mut caching = vec![("ETag", etag.to_string())];
+    caching.push((
+        "Last-Modified",
+        String::from_utf8_lossy(&crate::response::http_date(modified)).into_owned(),
+    ));
+    if let Some(cc) = &opts.cache_control {
+        caching.push(("Cache-Control", cc.clone()));
+    }
+    if has_variants {
+        caching.push(("Vary", "Accept-Encoding".into()));
+    }
+    let mut all = vec![("Content-Type", content_type(url))];
+    if coding != Coding::Identity {
+        all.push(("Content-Encoding", coding.token().into()));
+    }
+    all.extend(caching.iter().cloned());
+    all.push(("Accept-Ranges", "bytes".into()));
+    Variant {
+        coding,
+        body,
+        etag,
+        fields: render(&all),
+        fields_304: render(&caching),
+        pairs: all
+            .into_iter()
+            .map(|(n, v)| (n.into(), v.into_boxed_str()))
+            .collect(),
+    }
+}
+
+fn render(fields: &[(&str, String)]) -> Box<[u8]> {
+    fields
+        .iter()
+        .flat_map(|(n, v)| [n.as_bytes(), b": ", v.as_bytes(), b"\r\n"].concat())
+        .collect()
+}
+
+/// From the extension; text types are declared UTF-8.
+fn content_type(url: &str) -> String {
+    let mime = mime_guess::from_path(url).first_or_octet_stream();
+    let textual = mime.type_() == mime_guess::mime::TEXT
+        || ["javascript", "json", "xml"]
+            .iter()
+            .any(|k| mime.subtype().as_str().contains(k));
+    if textual && mime.get_param("charset").is_none() {
+        format!("{mime}; charset=utf-8")
+    } else {
+        mime.to_string()
+    }
+}
+
+/// `-H` fields and `Server`, on every answer.
+fn common_fields(opts: &SiteOptions) -> Box<[u8]> {
+    let mut fields: Vec<(&str, String)> = opts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
+    if !opts
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("server"))
+    {
+        fields.push(("Server", crate::response::SERVER.into()));
+    }
+    render(&fields)
+}
+
+/// `404.html` from the root if there is one, else a short built-in page.
+fn not_found_page(paths: &HashMap<Box<str>, Target>, files: &[File]) -> File {
+    if let Some(Target::File(i)) = paths.get("/404.html") {
+        return files[*i as usize].clone();
+    }
+    let body: Arc<[u8]> =
+        Arc::from(&b"<!doctype html><title>404 Not Found</title><h1>404 Not Found</h1>\n"[..]);
+    let fields = vec![("Content-Type", "text/html; charset=utf-8".to_string())];
+    File {
+        variants: vec![Variant {
+            coding: Coding::Identity,
+            body,
+            etag: "\"404\"".into(),
+            fields: render(&fields),
+            fields_304: Box::new([]),
+            pairs: fields
+                .into_iter()
+                .map(|(n, v)| (n.into(), v.into_boxed_str()))
+                .collect(),
+        }],
+        modified: SystemTime::UNIX_EPOCH,
+    }
+}
+
+fn spa_fallback(opts: &SiteOptions, paths: &HashMap<Box<str>, Target>) -> Result<Option<u32>> {
+    let Some(file) = &opts.spa_fallback else {
+        return Ok(None);
+    };
+    let url = format!("/{}", file.trim_start_matches('/'));
+    match paths.get(url.as_str()) {
+        Some(Target::File(i)) => Ok(Some(*i)),
+        _ => bail!(
+            "--spa-fallback {file}: no such file under --root {}",
+            opts.root.display()
+        ),
+    }
+}

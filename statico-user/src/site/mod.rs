@@ -1,0 +1,380 @@
+//! Static-site mode (`--root DIR`): a directory tree served from responses built at start-up.
+//!
+//! [`build`] walks the tree once and prepares, for every file, each stored variant (identity, and
+//! brotli, zstd, gzip where smaller) with its header block — `Content-Type`, `ETag`, `Last-Modified`,
+//! `Cache-Control`, `Vary`, the user's `-H` fields — so answering is a lookup and a few copies:
+//! [`Site::choose`] turns a request into a [`Choice`] (a few integers: which file, which variant,
+//! which status), [`Site::write`] appends its bytes with the live `Date` and the connection's framing.
+//! Identical bodies are stored once, shared by every worker.
+//!
+//! The choice is made when the request head arrives and written when the request is complete, so a
+//! session holds only the `Choice`. The site can be rebuilt (SIGHUP) and swapped while workers run:
+//! each `Site` has a generation, a `Choice` names the generation it was made in, and a worker keeps the
+//! `Site` it took until its requests are written (see [`SiteHandle`]).
+
+mod build;
+pub mod request;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub use build::{build, BuildStats, SiteOptions};
+use request::{
+    accepts, none_match, not_modified_since, range, BadPath, Coding, RangeAsk, SiteRequest,
+};
+
+use crate::response::{Framing, DATE_LEN};
+
+/// One stored representation of a file.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    pub coding: Coding,
+    pub body: Arc<[u8]>,
+    pub etag: Box<str>,
+    /// Header fields after the status line, without `Content-Length`, `Date` and `Connection`: for
+    /// 200 and 206.
+    fields: Box<[u8]>,
+    /// The same for 304: validators and caching fields, no `Content-Type`/`Content-Encoding`.
+    fields_304: Box<[u8]>,
+    /// (name, value) of `fields`, for HTTP/2.
+    pub pairs: Box<[(Box<str>, Box<str>)]>,
+}
+
+/// A file: its variants (identity first) and modification time.
+#[derive(Clone, Debug)]
+pub struct File {
+    pub variants: Vec<Variant>,
+    pub modified: SystemTime,
+}
+
+/// What a path names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    File(u32),
+    /// A directory asked for without its slash: 308 to the path with it.
+    Directory,
+}
+
+/// A whole site, built once, shared by every worker.
+#[derive(Debug)]
+pub struct Site {
+    generation: u64,
+    paths: HashMap<Box<str>, Target>,
+    files: Vec<File>,
+    /// `404.html` from the root, or a short built-in page (status 404).
+    not_found: File,
+    /// `--spa-fallback`: unknown paths get this file with 200.
+    spa: Option<u32>,
+    /// Header fields every answer carries (`-H`, `Server`).
+    common: Box<[u8]>,
+    pub stats: BuildStats,
+}
+
+/// The answer to one request, decided when its head arrived (the head is gone when it is written).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Choice {
+    generation: u64,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    /// 200 (or 404 for the not-found page), a variant of a file.
+    Whole {
+        file: FileRef,
+        variant: u8,
+    },
+    NotModified {
+        file: FileRef,
+        variant: u8,
+    },
+    /// 206: bytes `start..end` of the identity body.
+    Part {
+        file: FileRef,
+        start: u64,
+        end: u64,
+    },
+    /// 416: the range lies past the end of a body of this length.
+    Unsatisfiable {
+        len: u64,
+    },
+    /// 308 to this `Location` (the path with a slash, and the query). Boxed: rare.
+    AddSlash(Box<str>),
+    MethodNotAllowed,
+    BadRequest,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileRef {
+    File(u32),
+    NotFound,
+}
+
+/// Status lines and fixed answers.
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\n";
+const NOT_FOUND: &[u8] = b"HTTP/1.1 404 Not Found\r\n";
+const NOT_MODIFIED: &[u8] = b"HTTP/1.1 304 Not Modified\r\n";
+const PARTIAL: &[u8] = b"HTTP/1.1 206 Partial Content\r\n";
+
+impl Site {
+    /// The answer to `req` (GET and HEAD; anything else is 405).
+    pub fn choose(&self, req: &SiteRequest<'_>) -> Choice {
+        let kind = if req.method != b"GET" && req.method != b"HEAD" {
+            Kind::MethodNotAllowed
+        } else {
+            self.choose_get(req)
+        };
+        Choice {
+            generation: self.generation,
+            kind,
+        }
+    }
+
+    fn choose_get(&self, req: &SiteRequest<'_>) -> Kind {
+        let (path, _) = request::split_target(req.target);
+        let mut buf = [0u8; request::MAX_PATH];
+        let found = match request::normalize(path, &mut buf) {
+            Ok(n) => std::str::from_utf8(&buf[..n])
+                .ok()
+                .and_then(|p| self.paths.get(p).copied()),
+            Err(BadPath::Malformed) => return Kind::BadRequest,
+            Err(BadPath::NotFound) => None,
+        };
+        let file = match (found, self.spa) {
+            (Some(Target::File(i)), _) => FileRef::File(i),
+            (Some(Target::Directory), _) => return add_slash(req.target),
+            (None, Some(i)) => FileRef::File(i),
+            (None, None) => FileRef::NotFound,
+        };
+        self.choose_variant(file, req)
+    }
+
+    /// Which variant, and whether a validator or a range changes the status.
+    fn choose_variant(&self, file: FileRef, req: &SiteRequest<'_>) -> Kind {
+        let f = self.file(file);
+        let variant = negotiate(f, req.accept_encoding);
+        if file == FileRef::NotFound {
+            return Kind::Whole { file, variant };
+        }
+        let v = &f.variants[usize::from(variant)];
+        let fresh = match (req.if_none_match, req.if_modified_since) {
+            (Some(tags), _) => none_match(tags, &v.etag),
+            (None, Some(date)) => not_modified_since(date, f.modified),
+            (None, None) => false,
+        };
+        if fresh {
+            return Kind::NotModified { file, variant };
+        }
+        let identity = &f.variants[0];
+        let ranged = req
+            .range
+            .filter(|_| req.method == b"GET")
+            .filter(|_| req.if_range.is_none_or(|t| t == identity.etag.as_bytes()));
+        match ranged.map(|r| range(r, identity.body.len() as u64)) {
+            Some(RangeAsk::Part(start, end)) => Kind::Part { file, start, end },
+            Some(RangeAsk::Unsatisfiable) => Kind::Unsatisfiable {
+                len: identity.body.len() as u64,
+            },
+            _ => Kind::Whole { file, variant },
+        }
+    }
+
+    fn file(&self, f: FileRef) -> &File {
+        match f {
+            FileRef::File(i) => &self.files[i as usize],
+            FileRef::NotFound => &self.not_found,
+        }
+    }
+
+    /// Appends the answer to `choice` to `out` and returns its status: `date` is the worker's live
+    /// `Date`, `head_only` for HEAD. A choice made in another generation of the site (a request whose
+    /// body spanned a rebuild) is answered 503.
+    pub fn write(
+        &self,
+        choice: Choice,
+        framing: Framing,
+        date: &[u8; DATE_LEN],
+        head_only: bool,
+        out: &mut Vec<u8>,
+    ) -> u16 {
+        if choice.generation != self.generation {
+            let body = b"The site was rebuilt while this request arrived; send it again.\n";
+            return self.simple(out, 503, "Service Unavailable", body, "", (framing, date));
+        }
+        let at = (framing, date);
+        match choice.kind {
+            Kind::Whole { file, variant } => {
+                let v = &self.file(file).variants[usize::from(variant)];
+                let status = if file == FileRef::NotFound {
+                    NOT_FOUND
+                } else {
+                    OK
+                };
+                self.head(out, status, &v.fields, Some(v.body.len() as u64), at);
+                if !head_only {
+                    out.extend_from_slice(&v.body);
+                }
+                if file == FileRef::NotFound {
+                    404
+                } else {
+                    200
+                }
+            }
+            Kind::NotModified { file, variant } => {
+                let v = &self.file(file).variants[usize::from(variant)];
+                self.head(out, NOT_MODIFIED, &v.fields_304, None, at);
+                304
+            }
+            Kind::Part { file, start, end } => {
+                let v = &self.file(file).variants[0];
+                let mut fields = v.fields.to_vec();
+                let total = v.body.len();
+                fields.extend_from_slice(
+                    format!("Content-Range: bytes {start}-{}/{total}\r\n", end - 1).as_bytes(),
+                );
+                self.head(out, PARTIAL, &fields, Some(end - start), at);
+                if !head_only {
+                    out.extend_from_slice(&v.body[start as usize..end as usize]);
+                }
+                206
+            }
+            Kind::Unsatisfiable { len } => {
+                let extra = format!("Content-Range: bytes */{len}\r\n");
+                let body = b"The range lies outside the file.\n";
+                self.simple(out, 416, "Range Not Satisfiable", body, &extra, at)
+            }
+            Kind::AddSlash(location) => {
+                let location = format!("Location: {location}\r\n");
+                self.simple(out, 308, "Permanent Redirect", b"", &location, at)
+            }
+            Kind::MethodNotAllowed => {
+                let body = b"Only GET and HEAD are served here.\n";
+                self.simple(
+                    out,
+                    405,
+                    "Method Not Allowed",
+                    body,
+                    "Allow: GET, HEAD\r\n",
+                    at,
+                )
+            }
+            Kind::BadRequest => {
+                let body = b"The path is malformed or leaves the site.\n";
+                self.simple(out, 400, "Bad Request", body, "", at)
+            }
+        }
+    }
+
+    /// Status line, fields, `Content-Length`, the common fields, `Date`, the framing, blank line.
+    fn head(
+        &self,
+        out: &mut Vec<u8>,
+        status: &[u8],
+        fields: &[u8],
+        length: Option<u64>,
+        (framing, date): (Framing, &[u8; DATE_LEN]),
+    ) {
+        use std::io::Write;
+        out.extend_from_slice(status);
+        out.extend_from_slice(fields);
+        if let Some(n) = length {
+            let _ = write!(out, "Content-Length: {n}\r\n");
+        }
+        out.extend_from_slice(&self.common);
+        out.extend_from_slice(b"Date: ");
+        out.extend_from_slice(date);
+        out.extend_from_slice(match framing {
+            Framing::KeepAlive => b"\r\n\r\n",
+            Framing::KeepAlive10 => b"\r\nConnection: keep-alive\r\n\r\n",
+            Framing::Close => b"\r\nConnection: close\r\n\r\n",
+        });
+    }
+
+    /// A short plain-text answer (400, 405, 416, 503) or a redirect, with extra fields.
+    fn simple(
+        &self,
+        out: &mut Vec<u8>,
+        code: u16,
+        reason: &str,
+        body: &[u8],
+        extra: &str,
+        at: (Framing, &[u8; DATE_LEN]),
+    ) -> u16 {
+        let status = format!("HTTP/1.1 {code} {reason}\r\n");
+        let fields = format!("Content-Type: text/plain; charset=utf-8\r\n{extra}");
+        self.head(
+            out,
+            status.as_bytes(),
+            fields.as_bytes(),
+            Some(body.len() as u64),
+            at,
+        );
+        out.extend_from_slice(body);
+        code
+    }
+}
+
+/// A 308 to the target's path with a slash, its query kept (as sent: it was valid to send).
+fn add_slash(target: &[u8]) -> Kind {
+    let (path, query) = request::split_target(target);
+    let location = format!(
+        "{}/{}",
+        String::from_utf8_lossy(path),
+        String::from_utf8_lossy(query)
+    );
+    Kind::AddSlash(location.into())
+}
+
+/// The variant to send: the compressed one the client likes best (ties: the smaller), else identity.
+/// Identity is sent even when refused if nothing else is acceptable (RFC 9110 allows it; a 406 would
+/// help no one).
+fn negotiate(file: &File, accept: Option<&[u8]>) -> u8 {
+    let mut best = (accepts(accept, Coding::Identity), usize::MAX, 0u8);
+    for (i, v) in file.variants.iter().enumerate().skip(1) {
+        let q = accepts(accept, v.coding);
+        if q > 0 && (q > best.0 || (q == best.0 && v.body.len() < best.1)) {
+            best = (q, v.body.len(), i as u8);
+        }
+    }
+    best.2
+}
+
+/// The site in force, swapped whole by a rebuild; workers take it through [`SiteHandle::refresh`].
+#[derive(Debug)]
+pub struct SiteHandle {
+    current: arc_swap::ArcSwap<Site>,
+    generation: AtomicU64,
+}
+
+impl SiteHandle {
+    pub fn new(site: Site) -> Self {
+        SiteHandle {
+            generation: AtomicU64::new(site.generation),
+            current: arc_swap::ArcSwap::from_pointee(site),
+        }
+    }
+
+    /// Puts a rebuilt site in force; new requests see it, requests already chosen finish from theirs.
+    pub fn swap(&self, mut site: Site) {
+        site.generation = self.generation.load(Relaxed) + 1;
+        let generation = site.generation;
+        self.current.store(Arc::new(site));
+        self.generation.store(generation, Relaxed);
+    }
+
+    /// Replaces a worker's copy if a rebuild has happened since it took it (one relaxed load).
+    pub fn refresh(&self, mine: &mut Arc<Site>) {
+        if mine.generation != self.generation.load(Relaxed) {
+            *mine = self.current.load_full();
+        }
+    }
+
+    pub fn load(&self) -> Arc<Site> {
+        self.current.load_full()
+    }
+}
+
+#[cfg(test)]
+mod tests;
