@@ -117,6 +117,8 @@ impl Layer {
 
     /// The socket reached its end or failed.
     pub fn peer_closed(&mut self, conn: &mut Connection, env: Env) {
+        #[cfg(not(target_os = "linux"))]
+        let _ = env;
         match self {
             Layer::Plain => conn.peer_closed(),
             #[cfg(target_os = "linux")]
