@@ -603,5 +603,8 @@ fn testssl_finds_tls12_and_13_with_forward_secret_aead_only_and_no_known_vulnera
     }
     assert!(!out.contains("VULNERABLE"), "{out}");
     let alpn = if h2 { "h2, http/1.1" } else { "http/1.1" };
-    assert!(out.contains(&format!("ALPN/HTTP2 {alpn} (offered)")), "{out}");
+    assert!(
+        out.contains(&format!("ALPN/HTTP2 {alpn} (offered)")),
+        "{out}"
+    );
 }
