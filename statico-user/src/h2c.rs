@@ -91,6 +91,50 @@ impl H2Response {
         Ok(response)
     }
 
+    /// A `--root` site's answer to `request`, with `date`.
+    pub fn from_site(
+        site: &crate::site::Site,
+        request: &Request<h2::RecvStream>,
+        date: &[u8; crate::response::DATE_LEN],
+    ) -> Self {
+        let target = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes();
+        let mut req = crate::site::request::SiteRequest {
+            method: request.method().as_str().as_bytes(),
+            target,
+            ..Default::default()
+        };
+        for (name, value) in request.headers() {
+            req.set(name.as_str().as_bytes(), value.as_bytes());
+        }
+        let parts = site.parts(site.choose(&req));
+        let mut headers = HeaderMap::new();
+        for (name, value) in &parts.fields {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        let body = parts.body.map_or_else(Bytes::new, |(shared, range)| {
+            Bytes::from_owner(shared).slice(range)
+        });
+        if parts.status != 304 {
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        let mut response = H2Response {
+            status: StatusCode::from_u16(parts.status).unwrap_or(StatusCode::OK),
+            headers,
+            body,
+        };
+        response.set_date(date);
+        response
+    }
+
     pub fn set_date(&mut self, date: &[u8; crate::response::DATE_LEN]) {
         if let Ok(v) = HeaderValue::from_bytes(date) {
             self.headers.insert(http::header::DATE, v);
@@ -132,7 +176,7 @@ pub const GOAWAY_GRACE: std::time::Duration = crate::connection::LINGER_TIME;
 pub async fn serve<T>(
     io: T,
     settings: H2Settings,
-    response: &dyn Fn() -> H2Response,
+    response: &dyn Fn(&Request<h2::RecvStream>) -> H2Response,
     counters: &WorkerCounters,
     verbose: u8,
     drain: impl std::future::Future<Output = ()>,
@@ -178,7 +222,8 @@ pub async fn serve<T>(
             }
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    streams.push(answer(request, respond, response(), settings, counters, verbose));
+                    let response = response(&request);
+                    streams.push(answer(request, respond, response, settings, counters, verbose));
                 }
                 _ => break,
             },

@@ -426,7 +426,11 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
             notified.await;
         }
     };
-    let response = || {
+    let response = |request: &http::Request<h2::RecvStream>| {
+        w.refresh_site();
+        if let Some(site) = w.site.borrow().as_deref() {
+            return H2Response::from_site(site, request, w.response.borrow().date());
+        }
         w.h2_response
             .borrow()
             .clone()

@@ -292,7 +292,11 @@ fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<S
         files,
         not_found,
         spa,
-        common: common_fields(opts),
+        common: render(&common_fields(opts)),
+        common_pairs: common_fields(opts)
+            .into_iter()
+            .map(|(n, v)| (n.into(), v.into_boxed_str()))
+            .collect(),
         stats,
     })
 }
@@ -411,7 +415,7 @@ fn content_type(url: &str) -> String {
 }
 
 /// `-H` fields and `Server`, on every answer.
-fn common_fields(opts: &SiteOptions) -> Box<[u8]> {
+fn common_fields(opts: &SiteOptions) -> Vec<(&str, String)> {
     let mut fields: Vec<(&str, String)> = opts
         .headers
         .iter()
@@ -424,7 +428,7 @@ fn common_fields(opts: &SiteOptions) -> Box<[u8]> {
     {
         fields.push(("Server", crate::response::SERVER.into()));
     }
-    render(&fields)
+    fields
 }
 
 /// `404.html` from the root if there is one, else a short built-in page.

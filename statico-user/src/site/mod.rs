@@ -67,8 +67,9 @@ pub struct Site {
     not_found: File,
     /// `--spa-fallback`: unknown paths get this file with 200.
     spa: Option<u32>,
-    /// Header fields every answer carries (`-H`, `Server`).
+    /// Header fields every answer carries (`-H`, `Server`), rendered, and as pairs for HTTP/2.
     common: Box<[u8]>,
+    common_pairs: Box<[(Box<str>, Box<str>)]>,
     pub stats: BuildStats,
 }
 
@@ -325,6 +326,106 @@ fn add_slash(target: &[u8]) -> Kind {
         String::from_utf8_lossy(query)
     );
     Kind::AddSlash(location.into())
+}
+
+/// An answer in parts, for a protocol that does not take HTTP/1.1 bytes (HTTP/2): the status, the
+/// header fields (without `Date` and framing), and the body as a slice of a shared buffer.
+#[derive(Debug)]
+pub struct Parts<'a> {
+    pub status: u16,
+    pub fields: Vec<(&'a str, std::borrow::Cow<'a, str>)>,
+    pub body: Option<(Arc<[u8]>, std::ops::Range<usize>)>,
+}
+
+/// The fields a 304 repeats (RFC 9110 §15.4.5).
+const FIELDS_304: [&str; 4] = ["ETag", "Last-Modified", "Cache-Control", "Vary"];
+
+impl Site {
+    /// The answer to `choice` in parts (HTTP/2), the same answer [`Site::write`] renders for HTTP/1.1.
+    pub fn parts(&self, choice: Choice) -> Parts<'_> {
+        use std::borrow::Cow;
+        let variant = |file, i: u8| &self.file(file).variants[usize::from(i)];
+        fn of(v: &Variant) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
+            v.pairs
+                .iter()
+                .map(|(n, v)| (&**n, Cow::Borrowed(&**v)))
+                .collect()
+        }
+        let text = |status: u16, body: &'static [u8], extra: Vec<(&'static str, String)>| {
+            let mut fields = vec![("Content-Type", Cow::Borrowed("text/plain; charset=utf-8"))];
+            fields.extend(extra.into_iter().map(|(n, v)| (n, Cow::Owned(v))));
+            let body: Arc<[u8]> = Arc::from(body);
+            let len = body.len();
+            Parts {
+                status,
+                fields,
+                body: Some((body, 0..len)),
+            }
+        };
+        let mut parts = if choice.generation != self.generation {
+            text(
+                503,
+                b"The site was rebuilt while this request arrived; send it again.\n",
+                vec![],
+            )
+        } else {
+            match choice.kind {
+                Kind::Whole { file, variant: i } => {
+                    let v = variant(file, i);
+                    let status = if file == FileRef::NotFound { 404 } else { 200 };
+                    Parts {
+                        status,
+                        fields: of(v),
+                        body: Some((v.body.clone(), 0..v.body.len())),
+                    }
+                }
+                Kind::NotModified { file, variant: i } => {
+                    let mut fields = of(variant(file, i));
+                    fields.retain(|(n, _)| FIELDS_304.contains(n));
+                    Parts {
+                        status: 304,
+                        fields,
+                        body: None,
+                    }
+                }
+                Kind::Part { file, start, end } => {
+                    let v = variant(file, 0);
+                    let mut fields = of(v);
+                    let range = format!("bytes {start}-{}/{}", end - 1, v.body.len());
+                    fields.push(("Content-Range", Cow::Owned(range)));
+                    Parts {
+                        status: 206,
+                        fields,
+                        body: Some((v.body.clone(), start as usize..end as usize)),
+                    }
+                }
+                Kind::Unsatisfiable { len } => text(
+                    416,
+                    b"The range lies outside the file.\n",
+                    vec![("Content-Range", format!("bytes */{len}"))],
+                ),
+                Kind::AddSlash(location) => {
+                    let mut p = text(308, b"", vec![("Location", location.to_string())]);
+                    p.body = None;
+                    p
+                }
+                Kind::MethodNotAllowed => text(
+                    405,
+                    b"Only GET and HEAD are served here.\n",
+                    vec![("Allow", "GET, HEAD".into())],
+                ),
+                Kind::BadRequest => {
+                    text(400, b"The path is malformed or leaves the site.\n", vec![])
+                }
+            }
+        };
+        parts.fields.extend(
+            self.common_pairs
+                .iter()
+                .map(|(n, v)| (&**n, Cow::Borrowed(&**v))),
+        );
+        parts
+    }
 }
 
 /// The variant to send: the compressed one the client likes best (ties: the smaller), else identity.
