@@ -120,9 +120,7 @@ impl H2Response {
                 headers.append(n, v);
             }
         }
-        let body = parts.body.map_or_else(Bytes::new, |(shared, range)| {
-            Bytes::from_owner(shared).slice(range)
-        });
+        let body = parts.body.unwrap_or_default();
         if parts.status != 304 {
             headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }

@@ -166,7 +166,9 @@ fn site(cli: &Cli) -> Result<Option<Arc<crate::site::SiteHandle>>> {
     let Some(opts) = cli.site_options() else {
         return Ok(None);
     };
+    crate::sys::prefer_own_pages_for_large_buffers();
     let site = crate::site::build(&opts)?;
+    crate::sys::release_free_memory();
     eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
     Ok(Some(Arc::new(crate::site::SiteHandle::new(site))))
 }
@@ -181,6 +183,7 @@ fn rebuild_site(cli: &Cli, settings: &Settings) {
         Ok(site) => {
             let stats = site.stats.clone();
             handle.swap(site);
+            crate::sys::release_free_memory(); // and the old site's, once its last request is out
             eprintln!("statico: SIGHUP: site rebuilt: {stats}");
         }
         Err(e) => eprintln!("statico: SIGHUP: kept the site in force: {e:#}"),

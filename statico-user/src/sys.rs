@@ -38,3 +38,24 @@ pub fn raise_fd_limit() -> u64 {
     let limit = lim.rlim_cur as u64;
     limit
 }
+
+/// Before a large build of long-lived buffers (the static site): buffers of 64 KiB and more get
+/// pages of their own, so the ones freed during the build (duplicates, compressors' scratch) go back
+/// to the kernel instead of leaving holes between the kept ones.
+pub fn prefer_own_pages_for_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes the allocator's threshold for future allocations.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
+    }
+}
+
+/// Gives memory freed by a large build (the static site's read and compression buffers) back to the
+/// kernel, so RSS is what is kept rather than what was once used (glibc keeps freed heap otherwise).
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no live allocation.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -8,6 +8,7 @@ mod http11;
 mod http2;
 mod operations;
 mod scale;
+mod site;
 mod startup;
 mod steering;
 mod timeouts;

@@ -3,7 +3,8 @@
 //! - Debian packages: `curl` and `openssl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
 //!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`), `testssl.sh` (the
-//!   HTTPS audit in the TLS tests).
+//!   HTTPS audit in the TLS tests), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
+//!   corpus and nginx's precompressed-file module for `bench --site`).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
 //! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
@@ -18,8 +19,8 @@ use anyhow::{bail, Result};
 
 use crate::cmd;
 
-/// (program to look for, Debian package that provides it)
-const PACKAGES: [(&str, &str); 10] = [
+/// (program to look for, or an absolute path, Debian package that provides it)
+const PACKAGES: [(&str, &str); 12] = [
     ("curl", "curl"),
     ("openssl", "openssl"),
     ("wrk", "wrk"),
@@ -30,6 +31,15 @@ const PACKAGES: [(&str, &str); 10] = [
     ("kill", "procps"),
     ("perf", "linux-perf"),
     ("testssl", "testssl.sh"),
+    // `bench --site`: the corpus, and nginx's brotli_static for the peer.
+    (
+        "/usr/share/doc/python3.11/html/index.html",
+        "python3.11-doc",
+    ),
+    (
+        "/usr/lib/nginx/modules/ngx_http_brotli_static_module.so",
+        "libnginx-mod-http-brotli-static",
+    ),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
@@ -80,7 +90,13 @@ fn ensure_target(target: &str) -> Result<()> {
 pub fn run(report: bool) -> Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()
-        .filter(|(program, _)| !on_path(program))
+        .filter(|(program, _)| {
+            if program.starts_with('/') {
+                !std::path::Path::new(program).exists()
+            } else {
+                !on_path(program)
+            }
+        })
         .map(|(_, package)| *package)
         .fold(Vec::new(), |mut v, p| {
             if !v.contains(&p) {
@@ -90,7 +106,7 @@ pub fn run(report: bool) -> Result<()> {
         });
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, openssl, wrk, nginx, bpftool, nghttp, h2load, perf and testssl are installed");
+            eprintln!("setup: curl, openssl, wrk, nginx (with brotli_static), bpftool, nghttp, h2load, perf, testssl and the Python docs are installed");
         }
     } else {
         install_debian(&missing)?;

@@ -7,9 +7,9 @@
 //! section for the measured figures): brotli quality 5, zstd level 9, gzip level 6, files compressed
 //! in parallel on every CPU.
 
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
@@ -238,7 +238,7 @@ fn compress(coding: Coding, data: &[u8]) -> Result<Vec<u8>> {
 /// Stores the bodies (identical ones once), prepares every header block, and maps URLs to files.
 fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<Site> {
     let mut stats = BuildStats::default();
-    let mut store: HashMap<u128, Arc<[u8]>> = HashMap::new();
+    let mut store: HashMap<u128, Bytes> = HashMap::new();
     let mut paths = HashMap::new();
     let mut files = Vec::with_capacity(found.len());
     let mut sizes = Vec::new();
@@ -249,14 +249,17 @@ fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<S
         for (coding, body) in bodies {
             let hash = xxhash_rust::xxh3::xxh3_128(&body);
             total += body.len() as u64;
+            let len = body.len();
             let shared = store.entry(hash).or_insert_with(|| {
                 match coding {
-                    Coding::Identity => stats.identity_bytes += body.len() as u64,
-                    _ => stats.compressed_bytes += body.len() as u64,
+                    Coding::Identity => stats.identity_bytes += len as u64,
+                    _ => stats.compressed_bytes += len as u64,
                 }
-                Arc::from(body.as_slice())
+                let mut body = body;
+                body.shrink_to_fit(); // a compressor's buffer grew by doubling
+                Bytes::from(body) // the buffer itself, not a copy
             });
-            if shared.len() != body.len() {
+            if shared.len() != len {
                 bail!(
                     "{}: two different bodies with one content hash",
                     f.path.display()
@@ -354,7 +357,7 @@ fn variant(
     url: &str,
     coding: Coding,
     hash: u128,
-    body: Arc<[u8]>,
+    body: Bytes,
     modified: SystemTime,
     has_variants: bool,
 ) -> Variant {
@@ -436,8 +439,8 @@ fn not_found_page(paths: &HashMap<Box<str>, Target>, files: &[File]) -> File {
     if let Some(Target::File(i)) = paths.get("/404.html") {
         return files[*i as usize].clone();
     }
-    let body: Arc<[u8]> =
-        Arc::from(&b"<!doctype html><title>404 Not Found</title><h1>404 Not Found</h1>\n"[..]);
+    let body =
+        Bytes::from_static(b"<!doctype html><title>404 Not Found</title><h1>404 Not Found</h1>\n");
     let fields = vec![("Content-Type", "text/html; charset=utf-8".to_string())];
     File {
         variants: vec![Variant {

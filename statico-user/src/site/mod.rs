@@ -31,7 +31,8 @@ use crate::response::{Framing, DATE_LEN};
 #[derive(Clone, Debug)]
 pub struct Variant {
     pub coding: Coding,
-    pub body: Arc<[u8]>,
+    /// Shared by every worker and every file with the same bytes.
+    pub body: bytes::Bytes,
     pub etag: Box<str>,
     /// Header fields after the status line, without `Content-Length`, `Date` and `Connection`: for
     /// 200 and 206.
@@ -334,7 +335,7 @@ fn add_slash(target: &[u8]) -> Kind {
 pub struct Parts<'a> {
     pub status: u16,
     pub fields: Vec<(&'a str, std::borrow::Cow<'a, str>)>,
-    pub body: Option<(Arc<[u8]>, std::ops::Range<usize>)>,
+    pub body: Option<bytes::Bytes>,
 }
 
 /// The fields a 304 repeats (RFC 9110 §15.4.5).
@@ -354,12 +355,10 @@ impl Site {
         let text = |status: u16, body: &'static [u8], extra: Vec<(&'static str, String)>| {
             let mut fields = vec![("Content-Type", Cow::Borrowed("text/plain; charset=utf-8"))];
             fields.extend(extra.into_iter().map(|(n, v)| (n, Cow::Owned(v))));
-            let body: Arc<[u8]> = Arc::from(body);
-            let len = body.len();
             Parts {
                 status,
                 fields,
-                body: Some((body, 0..len)),
+                body: Some(bytes::Bytes::from_static(body)),
             }
         };
         let mut parts = if choice.generation != self.generation {
@@ -376,7 +375,7 @@ impl Site {
                     Parts {
                         status,
                         fields: of(v),
-                        body: Some((v.body.clone(), 0..v.body.len())),
+                        body: Some(v.body.clone()),
                     }
                 }
                 Kind::NotModified { file, variant: i } => {
@@ -396,7 +395,7 @@ impl Site {
                     Parts {
                         status: 206,
                         fields,
-                        body: Some((v.body.clone(), start as usize..end as usize)),
+                        body: Some(v.body.slice(start as usize..end as usize)),
                     }
                 }
                 Kind::Unsatisfiable { len } => text(
@@ -429,13 +428,22 @@ impl Site {
 }
 
 /// The variant to send: the compressed one the client likes best (ties: the smaller), else identity.
-/// Identity is sent even when refused if nothing else is acceptable (RFC 9110 allows it; a 406 would
-/// help no one).
+/// Identity competes on its q-value only when the client names it (or `*`); otherwise any acceptable
+/// coding is preferred to it (`gzip;q=0.5` means "gzip is fine", not "rather uncompressed"). Identity
+/// is sent even when refused if nothing else is acceptable (RFC 9110 allows it; a 406 would help no
+/// one). No allocation.
 fn negotiate(file: &File, accept: Option<&[u8]>) -> u8 {
-    let mut best = (accepts(accept, Coding::Identity), usize::MAX, 0u8);
+    let named = request::names_identity(accept);
+    let identity_q = if named {
+        accepts(accept, Coding::Identity)
+    } else {
+        0
+    };
+    let mut best = (identity_q, usize::MAX, 0u8);
     for (i, v) in file.variants.iter().enumerate().skip(1) {
         let q = accepts(accept, v.coding);
-        if q > 0 && (q > best.0 || (q == best.0 && v.body.len() < best.1)) {
+        if q > 0 && (q > best.0 || (q == best.0 && v.body.len() < best.1))
+        {
             best = (q, v.body.len(), i as u8);
         }
     }

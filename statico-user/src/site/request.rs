@@ -220,6 +220,16 @@ pub fn accepts(accept: Option<&[u8]>, coding: Coding) -> u16 {
     }
 }
 
+/// Whether `Accept-Encoding` names identity itself or `*` (then identity's q-value competes).
+pub fn names_identity(accept: Option<&[u8]>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(|&b| b == b',').any(|item| {
+            let name = trim(item.split(|&b| b == b';').next().unwrap_or_default());
+            name == b"*" || name.eq_ignore_ascii_case(b"identity")
+        })
+    })
+}
+
 /// A qvalue (`0`, `0.5`, `1.000`) in thousandths; anything else counts as 0.
 fn parse_q(v: &[u8]) -> u16 {
     let mut digits = v.iter();

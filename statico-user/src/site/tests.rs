@@ -111,6 +111,21 @@ fn files_get_types_validators_and_compressed_variants_that_decode_to_the_file() 
         };
         assert_eq!(plain, PAGE, "{accept}");
     }
+    // Identity wins only when named with a higher q, and is sent when nothing else is acceptable.
+    for accept in [
+        "identity, gzip;q=0.5",
+        "gzip;q=0",
+        "deflate",
+        "identity;q=0, compress",
+    ] {
+        let (_, answer) = get(&s, "/a/b.css", &[("Accept-Encoding", accept)]);
+        let (head, body) = split(&answer);
+        assert_eq!(
+            (field(&head, "Content-Encoding"), body),
+            (None, PAGE),
+            "{accept}"
+        );
+    }
     // A tiny PNG has no variant and no Vary.
     let (_, answer) = get(&s, "/img.png", &[("Accept-Encoding", "gzip")]);
     let (head, _) = split(&answer);

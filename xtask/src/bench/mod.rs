@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! mod (flags, dispatch)
-//!  └─ suite (default) · http2 · tls · profile · steering      one file per mode
+//!  └─ suite (default) · http2 · tls · site · profile · steering   one file per mode
+//!       ├─ ratio    (rate and CPU tables against nginx, for tls and site)
 //!       ├─ report   (table, results.json, chart)               ─┐ both on measure,
 //!       ├─ servers  (statico, nginx, peers; one guard)         ─┘ not on each other
 //!       └─ measure  (scenarios, wrk/h2load, CPU ticks, RSS, ports, Stat, interleave)
@@ -15,8 +16,10 @@
 mod http2;
 mod measure;
 mod profile;
+mod ratio;
 mod report;
 mod servers;
+mod site;
 mod steering;
 mod suite;
 mod tls;
@@ -58,6 +61,10 @@ pub struct BenchArgs {
     /// full and resumed handshakes (openssl s_time), HTTP/2 over TLS (h2load)
     #[arg(long)]
     pub tls: bool,
+    /// Instead: statico --root (both runtimes) against nginx serving the Python documentation
+    /// (gzip_static, brotli_static): Zipf paths, an Accept-Encoding mix, revalidations, misses
+    #[arg(long)]
+    pub site: bool,
     /// Instead: split each server's CPU per keep-alive request into TCP send, TCP receive, event
     /// loop (kernel) and user space, from perf cpu-clock samples
     #[arg(long)]
@@ -81,7 +88,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let (server_cpus, mut client_cpus) = placement(&args);
-    if (args.http2 || args.profile || args.tls) && args.client_cpus.is_none() {
+    if (args.http2 || args.profile || args.tls || args.site) && args.client_cpus.is_none() {
         client_cpus = "0".into(); // h2load and the profiled wrk run one thread each
     }
     let run = report::RunInfo {
@@ -92,10 +99,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         quick: args.quick,
         idle_conns: if args.quick { 1_000 } else { 10_000 },
     };
-    if args.http2 || args.profile || args.tls {
-        let mode = match (args.http2, args.tls) {
-            (true, _) => http2::run,
-            (_, true) => tls::run,
+    if args.http2 || args.profile || args.tls || args.site {
+        let mode = match (args.http2, args.tls, args.site) {
+            (true, _, _) => http2::run,
+            (_, true, _) => tls::run,
+            (_, _, true) => site::run,
             _ => profile::run,
         };
         println!("{}", mode(root, &run)?);

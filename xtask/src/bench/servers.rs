@@ -169,6 +169,11 @@ pub enum Nginx<'a> {
         cert: &'a Path,
         key: &'a Path,
     },
+    /// The files under `root`, with precompressed siblings (`gzip_static`, `brotli_static`), the open
+    /// file cache, sendfile and ETags.
+    Site {
+        root: &'a Path,
+    },
 }
 
 /// nginx from Debian as a fair peer: one worker, no master, access log off, `return 200` with the
@@ -196,6 +201,10 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
             "nginx https",
             "; ssl http2; TLSv1.3 AES-128-GCM; ssl_session_cache; tickets",
         ),
+        Nginx::Site { .. } => (
+            "nginx",
+            "; root, gzip_static, brotli_static, open_file_cache, sendfile, etag",
+        ),
     };
     let command = format!("taskset -c {cpus} nginx -c {} (worker_processes 1; master_process off; access_log off; keepalive_requests 100000000; return 200{listen})", conf_path.display());
     let mut s = ServerUnderTest::spawn(name, command, cmd, port)?;
@@ -210,6 +219,7 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     let (listen, h2) = match mode {
         Nginx::Http1 => ("backlog=4096", ""),
         Nginx::H2c => ("http2", h2),
+        Nginx::Site { root } => return nginx_site_conf(&d.to_string(), port, root),
         Nginx::Tls { cert, key } => {
             tls = format!(
                 "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.3;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
@@ -226,6 +236,23 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
          client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
          uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
          server {{\n    listen 127.0.0.1:{port} {listen};\n    location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n}}\n"
+    )
+}
+
+/// nginx serving the files under `root` as a static site, as its users would configure it to be fast.
+fn nginx_site_conf(d: &str, port: u16, root: &Path) -> String {
+    format!(
+        "load_module /usr/lib/nginx/modules/ngx_http_brotli_static_module.so;\n\
+         daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log crit;\n\
+         events {{ worker_connections 20000; }}\n\
+         http {{\n  include /etc/nginx/mime.types;\n  access_log off;\n  log_not_found off;\n  server_tokens off;\n\
+         keepalive_requests 100000000;\n  keepalive_timeout 65;\n  sendfile on;\n  tcp_nopush on;\n  etag on;\n\
+         gzip_static on;\n  brotli_static on;\n  gzip_vary on;\n\
+         open_file_cache max=20000 inactive=60s;\n  open_file_cache_valid 60s;\n  open_file_cache_errors on;\n\
+         client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
+         uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+         server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    root {};\n  }}\n}}\n",
+        root.display()
     )
 }
 

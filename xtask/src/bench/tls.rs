@@ -27,10 +27,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::measure::{
-    self, h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, Stat, Stream,
-    PIPELINE_LUA, SCENARIOS,
+    self, h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, Stream, PIPELINE_LUA,
+    SCENARIOS,
 };
-use super::report::{bar_chart, work_dir, RunInfo};
+use super::ratio::Report;
+use super::report::{work_dir, RunInfo};
 use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
 
 /// Seconds of each handshake round (`s_time` or the rustls client; connections are counted in that time).
@@ -47,7 +48,7 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         run.server_cpus, run.client_cpus, run.rounds, run.duration
     ));
     // First, while each server's heap is fresh: memory freed after a load would hide the growth.
-    report.memory(&servers, run.idle_conns, &cert)?;
+    idle_memory(&mut report, &servers, run.idle_conns, &cert)?;
     for sc in SCENARIOS.iter().filter(|s| !s.close) {
         let rows = interleave(&servers, run.rounds, |s| wrk_round(s, *sc, run, &lua))?;
         let title = format!("{} (wrk over https)", sc.name);
@@ -86,112 +87,39 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     let title = "HTTP/2 over TLS (h2load -c 50 -m 16)";
     report.table("h2 -m 16", title, "req/s", "µs CPU/req", &h2, &rows);
     std::fs::write(dir.join("report.txt"), &report.text)?;
-    report.chart(&dir.join("chart.svg"))?;
+    let title =
+        "HTTPS: server CPU per request or connection, relative to nginx (1.0), lower is better";
+    report.chart(&dir.join("chart.svg"), title)?;
     Ok(report.text)
 }
 
-/// The report's text, and per scenario each statico's server CPU relative to nginx's for the chart.
-struct Report {
-    text: String,
-    ratios: Vec<(&'static str, Vec<(String, f64)>)>,
-}
-
-impl Report {
-    fn new(heading: String) -> Report {
-        Report {
-            text: heading,
-            ratios: Vec::new(),
-        }
-    }
-
-    /// One scenario's lines: rate and CPU per unit, medians with min–max, and the ratio to nginx.
-    fn table(
-        &mut self,
-        group: &'static str,
-        scenario: &str,
-        rate: &str,
-        cpu: &str,
-        servers: &[ServerUnderTest],
-        rows: &[Vec<(f64, f64)>],
-    ) {
-        let out = &mut self.text;
-        let _ = writeln!(
-            out,
-            "\n{scenario}\n  {:<17} {:>24} {:>24} {:>10}",
-            "server", rate, cpu, "vs nginx"
+/// RSS of each server holding `n` idle TLS keep-alive connections (one request each).
+fn idle_memory(
+    report: &mut Report,
+    servers: &[ServerUnderTest],
+    n: usize,
+    cert: &Cert,
+) -> Result<()> {
+    let config = client_config(cert)?;
+    let _ = writeln!(
+        report.text,
+        "\nidle keep-alive over TLS\n  {:<17} {:>11} {:>10} {:>10} {:>14}",
+        "server", "connections", "RSS KiB", "idle KiB", "KiB per conn"
+    );
+    for s in servers {
+        let m = idle_rss_with(&s.name, s.pid(), n, || tls_connection(&config, s.port))?;
+        let per = (m.rss_kib.saturating_sub(m.baseline_kib)) as f64 / m.connections.max(1) as f64;
+        eprintln!(
+            "  {:<17} {} idle TLS connections: {per:.1} KiB each",
+            s.name, m.connections
         );
-        let cpu_of = |r: &Vec<(f64, f64)>| Stat::of(r.iter().map(|x| x.1));
-        let nginx = servers
-            .iter()
-            .zip(rows)
-            .find(|(s, _)| s.name.starts_with("nginx"))
-            .map(|(_, r)| cpu_of(r).median);
-        let mut ratios = Vec::new();
-        for (s, r) in servers.iter().zip(rows) {
-            let rate = Stat::of(r.iter().map(|x| x.0));
-            let c = cpu_of(r);
-            let ratio = nginx.map(|n| c.median / n);
-            let shown = ratio.map_or("-".into(), |x| format!("{x:.2}x"));
-            let _ = writeln!(
-                out,
-                "  {:<17} {:>10.0} ({:.0}-{:.0}) {:>10.2} ({:.2}-{:.2}) {shown:>10}",
-                s.name, rate.median, rate.min, rate.max, c.median, c.min, c.max
-            );
-            if let Some(x) = ratio.filter(|_| !s.name.starts_with("nginx")) {
-                ratios.push((s.name.clone(), x));
-            }
-        }
-        self.ratios.push((group, ratios));
-    }
-
-    /// RSS of each server holding `n` idle TLS keep-alive connections (one request each).
-    fn memory(&mut self, servers: &[ServerUnderTest], n: usize, cert: &Cert) -> Result<()> {
-        let config = client_config(cert)?;
         let _ = writeln!(
-            self.text,
-            "\nidle keep-alive over TLS\n  {:<17} {:>11} {:>10} {:>10} {:>14}",
-            "server", "connections", "RSS KiB", "idle KiB", "KiB per conn"
+            report.text,
+            "  {:<17} {:>11} {:>10} {:>10} {per:>14.1}",
+            s.name, m.connections, m.rss_kib, m.baseline_kib
         );
-        for s in servers {
-            let m = idle_rss_with(&s.name, s.pid(), n, || tls_connection(&config, s.port))?;
-            let per =
-                (m.rss_kib.saturating_sub(m.baseline_kib)) as f64 / m.connections.max(1) as f64;
-            eprintln!(
-                "  {:<17} {} idle TLS connections: {per:.1} KiB each",
-                s.name, m.connections
-            );
-            let _ = writeln!(
-                self.text,
-                "  {:<17} {:>11} {:>10} {:>10} {per:>14.1}",
-                s.name, m.connections, m.rss_kib, m.baseline_kib
-            );
-        }
-        Ok(())
     }
-
-    /// `chart.svg`: server CPU per request or connection relative to nginx, per scenario.
-    fn chart(&self, path: &Path) -> Result<()> {
-        let mut servers: Vec<&str> = Vec::new();
-        for (name, _) in self.ratios.iter().flat_map(|(_, r)| r) {
-            if !servers.contains(&name.as_str()) {
-                servers.push(name);
-            }
-        }
-        let groups: Vec<&str> = self.ratios.iter().map(|(g, _)| *g).collect();
-        let bars: Vec<Vec<f64>> = servers
-            .iter()
-            .map(|server| {
-                let of = |r: &Vec<(String, f64)>| r.iter().find(|(n, _)| n == server).map(|x| x.1);
-                self.ratios
-                    .iter()
-                    .map(|(_, r)| of(r).unwrap_or(0.0))
-                    .collect()
-            })
-            .collect();
-        let title =
-            "HTTPS: server CPU per request or connection, relative to nginx (1.0), lower is better";
-        bar_chart(path, title, &groups, &servers, &bars)
-    }
+    Ok(())
 }
 
 /// Connections for a few seconds from a rustls client pinned to the client CPUs, each a handshake (full,
