@@ -51,8 +51,9 @@ pub const LINGER_BYTES: usize = 1 << 20;
 /// receives at once (io_uring's multishot) may still deliver. Past this the client is sending what
 /// statico never asked for, and is closed rather than buffered.
 pub const MAX_KEPT_INPUT: usize = 4 << 20;
-/// An output buffer that grew past this (a large body, pipelining) is freed once sent rather than kept.
-const KEEP_CAPACITY: usize = 64 * 1024;
+/// An output buffer that grew past this (a large body, a static site's page, deep pipelining) is freed
+/// once sent rather than kept: an idle connection holds at most this much output memory.
+const KEEP_CAPACITY: usize = 4 * 1024;
 
 /// The per-connection settings every connection of a server shares.
 #[derive(Clone, Copy, Debug)]
