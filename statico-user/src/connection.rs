@@ -279,11 +279,19 @@ impl Connection {
     /// `n` bytes of the output were sent (0: the socket took nothing). Answers what was waiting for the
     /// output to drain.
     pub fn sent(&mut self, n: usize, now: Instant, env: Env) {
+        if n > 0 {
+            env.counters.add(Counter::Writes, 1);
+        }
+        self.taken(n, now, env);
+    }
+
+    /// `n` bytes of the output were taken by a layer that sends them itself (TLS: into records; the
+    /// layer counts its own `writes`, the socket's).
+    pub fn taken(&mut self, n: usize, now: Instant, env: Env) {
         let backed_up = self.unsent() >= MAX_UNSENT;
         self.in_flight = false;
         if n > 0 {
             env.counters.add(Counter::BytesOut, n as u64);
-            env.counters.add(Counter::Writes, 1);
             self.sent += n;
             self.send_deadline = now + env.policy.idle_timeout;
         }

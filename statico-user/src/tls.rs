@@ -363,7 +363,7 @@ impl TlsSession {
                 if n == 0 {
                     break;
                 }
-                conn.sent(n, now, env);
+                conn.taken(n, now, env);
             }
             if matches!(conn.status(), Status::Close | Status::ShutdownWrite)
                 && !self.close_notify_sent
@@ -381,6 +381,7 @@ impl TlsSession {
 
     fn sent(&mut self, n: usize, conn: &mut Connection, now: Instant, env: Env) {
         env.counters.add(Counter::TlsBytesOut, n as u64);
+        env.counters.add(Counter::Writes, u64::from(n > 0));
         self.in_flight = false;
         self.sent += n;
         if self.sent == self.out.len() {

@@ -13,3 +13,4 @@ mod startup;
 mod steering;
 mod timeouts;
 mod tls;
+mod tls_clients;

@@ -442,8 +442,7 @@ fn negotiate(file: &File, accept: Option<&[u8]>) -> u8 {
     let mut best = (identity_q, usize::MAX, 0u8);
     for (i, v) in file.variants.iter().enumerate().skip(1) {
         let q = accepts(accept, v.coding);
-        if q > 0 && (q > best.0 || (q == best.0 && v.body.len() < best.1))
-        {
+        if q > 0 && (q > best.0 || (q == best.0 && v.body.len() < best.1)) {
             best = (q, v.body.len(), i as u8);
         }
     }
