@@ -35,6 +35,7 @@ use crate::dump::Dumper;
 use crate::h2c::{self, UpgradeRequest};
 use crate::http::Limits;
 use crate::meter::WorkerCounters;
+use crate::output::{Output, Sink};
 use crate::response::Response;
 use crate::session::{Batch, Pace, Session};
 
@@ -51,9 +52,6 @@ pub const LINGER_BYTES: usize = 1 << 20;
 /// receives at once (io_uring's multishot) may still deliver. Past this the client is sending what
 /// statico never asked for, and is closed rather than buffered.
 pub const MAX_KEPT_INPUT: usize = 4 << 20;
-/// An output buffer that grew past this (a large body, a static site's page, deep pipelining) is freed
-/// once sent rather than kept: an idle connection holds at most this much output memory.
-const KEEP_CAPACITY: usize = 4 * 1024;
 
 /// The per-connection settings every connection of a server shares.
 #[derive(Clone, Copy, Debug)]
@@ -158,12 +156,10 @@ pub struct Connection {
     /// Input received and not yet consumed: a partial head or chunk line, or requests waiting for the
     /// output to drain or for a paced response to finish.
     pending: Vec<u8>,
-    /// Output; the first `sent` bytes are gone.
-    out: Vec<u8>,
-    sent: usize,
-    /// A send of `out[sent..]` is in flight: `out` is frozen and new output goes to `queued`.
+    /// Output not yet sent: own bytes and shared bodies, in order.
+    out: Output,
+    /// A send of `out.front()` is in flight: it stays put, new output starts a new chunk.
     in_flight: bool,
-    queued: Vec<u8>,
     /// A paced response (or its body) waiting for its delay.
     held: Vec<u8>,
     /// Where the body of the held response starts, for `--body-delay`.
@@ -186,10 +182,8 @@ impl Connection {
             session: Session::with_h2c(policy.limits, policy.h2c),
             dumper: Dumper::new(policy.verbose),
             pending: Vec::new(),
-            out: Vec::new(),
-            sent: 0,
+            out: Output::default(),
             in_flight: false,
-            queued: Vec::new(),
             held: Vec::new(),
             body_at: None,
             phase: Phase::Exchange,
@@ -267,13 +261,14 @@ impl Connection {
 
     /// The bytes to send now (empty: nothing to send).
     pub fn output(&self) -> &[u8] {
-        &self.out[self.sent..]
+        self.out.front()
     }
 
     /// A send of [`Connection::output`] is in flight: its bytes must stay where they are until
     /// [`Connection::sent`] reports it done.
     pub fn send_started(&mut self) {
         self.in_flight = true;
+        self.out.freeze();
     }
 
     /// `n` bytes of the output were sent (0: the socket took nothing). Answers what was waiting for the
@@ -290,23 +285,13 @@ impl Connection {
     pub fn taken(&mut self, n: usize, now: Instant, env: Env) {
         let backed_up = self.unsent() >= MAX_UNSENT;
         self.in_flight = false;
+        self.out.sent(n);
         if n > 0 {
             env.counters.add(Counter::BytesOut, n as u64);
-            self.sent += n;
             self.send_deadline = now + env.policy.idle_timeout;
         }
-        if self.sent == self.out.len() {
-            self.out.clear();
-            self.sent = 0;
-            if self.out.capacity() > KEEP_CAPACITY {
-                self.out = Vec::new();
-            }
-            if !self.queued.is_empty() {
-                std::mem::swap(&mut self.out, &mut self.queued);
-            }
-            if self.unsent() == 0 {
-                self.drained(now, env);
-            }
+        if self.unsent() == 0 {
+            self.drained(now, env);
         }
         if backed_up && !self.pending.is_empty() {
             let answered = self.answer(&[], now, env);
@@ -404,7 +389,7 @@ impl Connection {
     }
 
     fn unsent(&self) -> usize {
-        self.out.len() - self.sent + self.queued.len()
+        self.out.unsent()
     }
 
     /// With h2c: prior knowledge if the input starts with the preface; HTTP/1.x if the first line says
@@ -471,22 +456,15 @@ impl Connection {
         let paced = env.policy.paced();
         let was_empty = self.unsent() == 0;
         let room = MAX_UNSENT.saturating_sub(self.unsent());
-        let (target, pace) = if paced {
-            (&mut self.held, Pace::OneByOne)
-        } else if self.in_flight {
-            let limit = self.queued.len() + room;
-            (&mut self.queued, Pace::UpTo(limit))
+        let answers = (env.response, env.site);
+        // Paced: one response at a time into `held` (a copy: it is released by pieces).
+        let mut batch = if paced {
+            let target = &mut self.held;
+            (self.session).process(input, target, answers, Pace::OneByOne, &mut self.dumper)
         } else {
-            let limit = self.out.len() + room;
-            (&mut self.out, Pace::UpTo(limit))
+            let limit = Pace::UpTo(self.out.unsent() + room);
+            (self.session).process(input, &mut self.out, answers, limit, &mut self.dumper)
         };
-        let mut batch = self.session.process(
-            input,
-            target,
-            (env.response, env.site),
-            pace,
-            &mut self.dumper,
-        );
         batch.count(env.counters);
         if batch.close {
             let unread = batch.consumed < input.len();
@@ -553,11 +531,7 @@ impl Connection {
         if self.unsent() == 0 {
             self.send_deadline = now + env.policy.idle_timeout;
         }
-        if self.in_flight {
-            self.queued.extend_from_slice(bytes);
-        } else {
-            self.out.extend_from_slice(bytes);
-        }
+        self.out.extend_from_slice(bytes);
     }
 
     /// Everything is sent: a held body starts its delay; an idle connection starts its idle timeout.

@@ -82,6 +82,11 @@ impl Dumper {
         emit(&s);
     }
 
+    /// Whether anything is dumped (`-v` and more).
+    pub fn on(&self) -> bool {
+        self.level > 0
+    }
+
     /// A response built per request (`--root`): its head, and its body from `-vvv`.
     pub fn raw_response(&mut self, bytes: &[u8]) {
         if self.level == 0 {

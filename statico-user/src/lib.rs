@@ -27,6 +27,7 @@ pub mod h2c;
 pub mod http;
 pub mod layer;
 pub mod meter;
+pub mod output;
 pub mod response;
 pub mod runtime;
 pub mod server;

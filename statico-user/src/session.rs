@@ -8,6 +8,7 @@
 
 use crate::dump::Dumper;
 use crate::http::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
+use crate::output::Sink;
 use crate::response::{Framing, Response};
 use crate::site::{Choice, Site};
 
@@ -109,7 +110,7 @@ impl Session {
     pub fn process(
         &mut self,
         input: &[u8],
-        out: &mut Vec<u8>,
+        out: &mut impl Sink,
         answers: (&Response, Option<&Site>),
         pace: Pace,
         dumper: &mut Dumper,
@@ -123,7 +124,7 @@ impl Session {
     fn process_requests(
         &mut self,
         input: &[u8],
-        out: &mut Vec<u8>,
+        out: &mut impl Sink,
         (response, site): (&Response, Option<&Site>),
         pace: Pace,
         dumper: &mut Dumper,
@@ -160,11 +161,20 @@ impl Session {
                     batch.responses += 1;
                     let framing = framing(&info);
                     if let (Some(site), Some(choice)) = (site, choice.take()) {
-                        let start = out.len();
+                        if dumper.on() {
+                            let mut copy = Vec::new();
+                            site.write(
+                                choice.clone(),
+                                framing,
+                                response.date(),
+                                info.head_only,
+                                &mut copy,
+                            );
+                            dumper.raw_response(&copy);
+                        }
                         site.write(choice, framing, response.date(), info.head_only, out);
-                        dumper.raw_response(&out[start..]);
                     } else {
-                        let body_at = out.len() + response.head(framing).len();
+                        let body_at = out.unsent() + response.head(framing).len();
                         if info.head_only {
                             out.extend_from_slice(response.head(framing));
                         } else {
@@ -179,7 +189,7 @@ impl Session {
                     }
                     match pace {
                         Pace::OneByOne => return batch,
-                        Pace::UpTo(limit) if out.len() >= limit => return batch,
+                        Pace::UpTo(limit) if out.unsent() >= limit => return batch,
                         Pace::UpTo(_) => continue,
                     }
                 }

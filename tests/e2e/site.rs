@@ -996,6 +996,32 @@ fn a_large_file_arrives_whole_and_a_client_that_never_reads_it_holds_bounded_mem
 }
 
 #[test]
+fn fifty_clients_that_never_read_a_large_file_share_it_instead_of_copying_it() {
+    let t = Tree::new();
+    t.write("site/big.bin", &vec![0x5a; 4 << 20]);
+    let s = start(&t, &["-t", "1", "--idle-timeout", "5s"]);
+    let before = statico_tests::rss_kib(s.pid());
+    // Each asks for the 4 MiB file a few times and reads nothing: copies would be 50 × 4 MiB and more.
+    let clients: Vec<_> = (0..50)
+        .map(|_| {
+            let mut c = s.connect();
+            c.set_write_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let _ = std::io::Write::write(&mut c, &get("/big.bin").repeat(4));
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let held = statico_tests::rss_kib(s.pid());
+    assert!(
+        held < before + 16 * 1024,
+        "RSS grew from {before} KiB to {held} KiB with 50 clients holding a 4 MiB file unread"
+    );
+    drop(clients);
+    assert_eq!(fetch(&s, &get("/index.html")).body, INDEX);
+}
+
+#[test]
 fn a_request_whose_body_spans_a_rebuild_is_answered_503_and_its_retry_200() {
     let t = Tree::new();
     let s = start(&t, &["-t", "1"]);

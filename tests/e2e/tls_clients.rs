@@ -113,8 +113,7 @@ fn read_responses(r: &mut impl Read, n: usize) -> Vec<(String, Vec<u8>)> {
 
 /// What the server spent on one connection that pipelined a batch.
 struct Batch {
-    /// Hand-offs of the connection's HTTP output (`writes`); under TLS these are moves into records,
-    /// and the handshake's own sends are not counted.
+    /// The socket's sends (`writes`): the handshake's flight, session tickets, the answers.
     writes: u64,
     /// Bytes on the wire beyond the HTTP bytes: the handshake, and each record's header and tag.
     tls_overhead: u64,
@@ -179,10 +178,10 @@ fn a_rustls_client_pipelining_16_requests_in_one_record_gets_them_back_in_a_few_
         one.tls_overhead,
         sixteen.tls_overhead
     );
-    // The answers to a batch read at once go out together: one write (two if the first was still in
-    // flight), not one per request.
+    // The answers to a batch read at once go out together: as many sends as for one request (one more
+    // if a send was still in flight), not one per request.
     assert!(
-        sixteen.writes <= one.writes + 1 && sixteen.writes <= 2,
+        sixteen.writes <= one.writes + 1 && sixteen.writes <= 4,
         "16 pipelined requests took {} writes, a single request {}",
         sixteen.writes,
         one.writes

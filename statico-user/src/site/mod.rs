@@ -25,6 +25,7 @@ use request::{
     accepts, none_match, not_modified_since, range, BadPath, Coding, RangeAsk, SiteRequest,
 };
 
+use crate::output::Sink;
 use crate::response::{Framing, DATE_LEN};
 
 /// One stored representation of a file.
@@ -199,7 +200,7 @@ impl Site {
         framing: Framing,
         date: &[u8; DATE_LEN],
         head_only: bool,
-        out: &mut Vec<u8>,
+        out: &mut impl Sink,
     ) -> u16 {
         if choice.generation != self.generation {
             let body = b"The site was rebuilt while this request arrived; send it again.\n";
@@ -216,7 +217,7 @@ impl Site {
                 };
                 self.head(out, status, &v.fields, Some(v.body.len() as u64), at);
                 if !head_only {
-                    out.extend_from_slice(&v.body);
+                    out.share(&v.body);
                 }
                 if file == FileRef::NotFound {
                     404
@@ -238,7 +239,7 @@ impl Site {
                 );
                 self.head(out, PARTIAL, &fields, Some(end - start), at);
                 if !head_only {
-                    out.extend_from_slice(&v.body[start as usize..end as usize]);
+                    out.share(&v.body.slice(start as usize..end as usize));
                 }
                 206
             }
@@ -272,17 +273,18 @@ impl Site {
     /// Status line, fields, `Content-Length`, the common fields, `Date`, the framing, blank line.
     fn head(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut impl Sink,
         status: &[u8],
         fields: &[u8],
         length: Option<u64>,
         (framing, date): (Framing, &[u8; DATE_LEN]),
     ) {
-        use std::io::Write;
         out.extend_from_slice(status);
         out.extend_from_slice(fields);
         if let Some(n) = length {
-            let _ = write!(out, "Content-Length: {n}\r\n");
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(decimal(n, &mut [0; 20]));
+            out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(&self.common);
         out.extend_from_slice(b"Date: ");
@@ -297,7 +299,7 @@ impl Site {
     /// A short plain-text answer (400, 405, 416, 503) or a redirect, with extra fields.
     fn simple(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut impl Sink,
         code: u16,
         reason: &str,
         body: &[u8],
@@ -315,6 +317,19 @@ impl Site {
         );
         out.extend_from_slice(body);
         code
+    }
+}
+
+/// `n` in decimal, written into the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
     }
 }
 
