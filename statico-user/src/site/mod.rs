@@ -171,10 +171,10 @@ impl Site {
             return Kind::NotModified { file, variant };
         }
         let identity = &f.variants[0];
-        let ranged = req
-            .range
-            .filter(|_| req.method == b"GET")
-            .filter(|_| req.if_range.is_none_or(|t| t == identity.etag.as_bytes()));
+        let ranged = req.range.filter(|_| req.method == b"GET").filter(|_| {
+            req.if_range
+                .is_none_or(|t| request::if_range_holds(t, &identity.etag, f.modified))
+        });
         match ranged.map(|r| range(r, identity.body.len() as u64)) {
             Some(RangeAsk::Part(start, end)) => Kind::Part { file, start, end },
             Some(RangeAsk::Unsatisfiable) => Kind::Unsatisfiable {

@@ -291,6 +291,18 @@ pub fn not_modified_since(header: &[u8], modified: SystemTime) -> bool {
     modified <= since
 }
 
+/// Whether `If-Range` still names the identity body: its strong ETag exactly, or its `Last-Modified`
+/// date exactly (RFC 9110 §13.1.5); otherwise the whole body is sent.
+pub fn if_range_holds(header: &[u8], etag: &str, modified: SystemTime) -> bool {
+    if header.starts_with(b"\"") || header.starts_with(b"W/") {
+        return header == etag.as_bytes();
+    }
+    std::str::from_utf8(header)
+        .ok()
+        .and_then(|s| httpdate::parse_http_date(s).ok())
+        == Some(modified)
+}
+
 /// A `Range` header applied to a body of `len` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeAsk {
@@ -405,6 +417,24 @@ mod tests {
         assert!(not_modified_since(b"Sun, 06 Nov 1994 08:49:37 GMT", t));
         assert!(!not_modified_since(b"Sun, 06 Nov 1994 08:49:36 GMT", t));
         assert!(!not_modified_since(b"yesterday", t));
+    }
+
+    #[test]
+    fn if_range_holds_for_the_exact_etag_or_date_only() {
+        let t = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        assert!(if_range_holds(b"\"abc\"", "\"abc\"", t));
+        assert!(!if_range_holds(b"W/\"abc\"", "\"abc\"", t));
+        assert!(!if_range_holds(b"\"abd\"", "\"abc\"", t));
+        assert!(if_range_holds(
+            b"Sun, 06 Nov 1994 08:49:37 GMT",
+            "\"abc\"",
+            t
+        ));
+        assert!(!if_range_holds(
+            b"Sun, 06 Nov 1994 08:49:38 GMT",
+            "\"abc\"",
+            t
+        ));
     }
 
     #[test]
