@@ -264,6 +264,12 @@ impl Connection {
         self.out.front()
     }
 
+    /// The bytes to send now as slices (own bytes and shared bodies, in order), at most as many as
+    /// `slices` holds; returns how many. Sent with one `writev`/`sendmsg`, reported with `sent`.
+    pub fn output_slices<'a>(&'a self, slices: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.out.slices(slices)
+    }
+
     /// A send of [`Connection::output`] is in flight: its bytes must stay where they are until
     /// [`Connection::sent`] reports it done.
     pub fn send_started(&mut self) {

@@ -66,6 +66,26 @@ impl Layer {
         }
     }
 
+    /// The bytes to send now as slices; returns how many (TLS: its records, one slice).
+    pub fn output_slices<'a>(
+        &'a self,
+        conn: &'a Connection,
+        slices: &mut [std::io::IoSlice<'a>],
+    ) -> usize {
+        match self {
+            Layer::Plain => conn.output_slices(slices),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(t) => {
+                let out = t.output();
+                if out.is_empty() || slices.is_empty() {
+                    return 0;
+                }
+                slices[0] = std::io::IoSlice::new(out);
+                1
+            }
+        }
+    }
+
     /// A send of [`Layer::output`] is in flight: those bytes stay put until [`Layer::sent`].
     pub fn send_started(&mut self, conn: &mut Connection) {
         match self {

@@ -4,17 +4,20 @@
 //! that asks for them. A client that asks for a 100 MB file and never reads holds a reference, not a
 //! copy.
 //!
-//! A runtime sends [`Output::front`] (one contiguous slice) and reports how much went. While a send is
-//! in flight ([`Output::freeze`]) new bytes start a new chunk, so the slice the kernel reads never
-//! moves or grows.
+//! A runtime sends [`Output::slices`] (up to as many chunks as it has room for, in one `writev` or
+//! `sendmsg`) and reports how much went. While a send is in flight ([`Output::freeze`]) new bytes
+//! start a new chunk, so nothing the kernel reads moves or grows.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-/// Bodies at least this long are sent from their shared buffer (one more send per body) rather than
-/// copied; shorter ones are copied, so that a pipelined batch of them leaves in one write.
-pub const SHARE_MIN: usize = 64 * 1024;
+/// Bodies at least this long are sent from their shared buffer (one more slice in the send) rather
+/// than copied; shorter ones cost less to copy than to describe.
+pub const SHARE_MIN: usize = 4 * 1024;
+
+/// Most slices one send carries.
+pub const MAX_SLICES: usize = 64;
 
 /// An own chunk that grew past this (a large body, deep pipelining) is freed once sent rather than
 /// kept: an idle connection holds at most this much output memory.
@@ -66,8 +69,8 @@ pub struct Output {
     sent: usize,
     /// Bytes written and not yet sent, in every chunk.
     unsent: usize,
-    /// A send of the front chunk is in flight: it must neither move nor grow.
-    frozen: bool,
+    /// A send is in flight over the first this many chunks: they must neither move nor grow.
+    frozen: usize,
 }
 
 impl Output {
@@ -78,21 +81,42 @@ impl Output {
             .map_or(&[][..], |c| &c.bytes()[self.sent..])
     }
 
-    /// A send of [`Output::front`] is in flight.
-    pub fn freeze(&mut self) {
-        self.frozen = true;
-    }
-
-    /// `n` bytes of the front were sent (0: the socket took nothing); the send is over.
-    pub fn sent(&mut self, n: usize) {
-        self.frozen = false;
-        self.sent += n;
-        self.unsent -= n;
-        while let Some(front) = self.chunks.front() {
-            if self.sent < front.bytes().len() {
+    /// The bytes to send next as slices, in order, as many as `slices` holds; returns how many.
+    pub fn slices<'a>(&'a self, slices: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut k = 0;
+        for (i, chunk) in self.chunks.iter().enumerate() {
+            if k == slices.len() {
                 break;
             }
-            self.sent = 0;
+            let bytes = if i == 0 {
+                &chunk.bytes()[self.sent..]
+            } else {
+                chunk.bytes()
+            };
+            if !bytes.is_empty() {
+                slices[k] = std::io::IoSlice::new(bytes);
+                k += 1;
+            }
+        }
+        k
+    }
+
+    /// A send of [`Output::front`] or [`Output::slices`] is in flight.
+    pub fn freeze(&mut self) {
+        self.frozen = self.chunks.len();
+    }
+
+    /// `n` bytes were sent, from the front on (0: the socket took nothing); the send is over.
+    pub fn sent(&mut self, n: usize) {
+        self.frozen = 0;
+        self.unsent -= n;
+        self.sent += n;
+        while let Some(front) = self.chunks.front() {
+            let len = front.bytes().len();
+            if self.sent < len || (len == 0 && self.chunks.len() == 1) {
+                break;
+            }
+            self.sent -= len;
             match self.chunks.pop_front() {
                 // The last chunk, small: kept empty for the next responses.
                 Some(Chunk::Own(mut v))
@@ -107,10 +131,12 @@ impl Output {
         }
     }
 
-    /// The chunk new bytes go to: the last one if it is our own and may grow, else a new one.
+    /// The chunk new bytes go to: the last one if it is our own and may grow (no send in flight can
+    /// be reading it), else a new one.
     fn tail(&mut self) -> &mut Vec<u8> {
-        let frozen_front = self.frozen && self.chunks.len() == 1;
-        if frozen_front || !matches!(self.chunks.back(), Some(Chunk::Own(_))) {
+        let growable =
+            matches!(self.chunks.back(), Some(Chunk::Own(_))) && self.chunks.len() > self.frozen;
+        if !growable {
             self.chunks.push_back(Chunk::Own(Vec::new()));
         }
         match self.chunks.back_mut() {
@@ -133,9 +159,7 @@ impl Sink for Output {
             return self.extend_from_slice(body);
         }
         // An empty own chunk at the back (kept for reuse) would stay stranded before it: drop it.
-        if matches!(self.chunks.back(), Some(Chunk::Own(v)) if v.is_empty())
-            && !(self.frozen && self.chunks.len() == 1)
-        {
+        if matches!(self.chunks.back(), Some(Chunk::Own(v)) if v.is_empty()) {
             self.chunks.pop_back();
         }
         self.chunks.push_back(Chunk::Shared(body.clone()));
@@ -195,6 +219,27 @@ mod tests {
         out.sent(2);
         assert_eq!(out.front(), b"rst");
         assert_eq!(drain(&mut out, 4096).len(), 3 + 10_000);
+    }
+
+    #[test]
+    fn slices_cover_every_chunk_and_a_send_across_them_advances_through_them() {
+        let big = Bytes::from(vec![3u8; SHARE_MIN]);
+        let mut out = Output::default();
+        out.extend_from_slice(b"ab");
+        out.share(&big);
+        out.extend_from_slice(b"cd");
+        let mut s = [std::io::IoSlice::new(&[]); MAX_SLICES];
+        assert_eq!(out.slices(&mut s), 3);
+        let first: Vec<u8> = s[..3].iter().flat_map(|x| x.iter().copied()).collect();
+        assert_eq!(first, [&b"ab"[..], &big, b"cd"].concat());
+        out.freeze();
+        out.extend_from_slice(b"ef"); // during the send: a new chunk
+        out.sent(2 + SHARE_MIN + 1); // into the last chunk sent
+        let mut s = [std::io::IoSlice::new(&[]); MAX_SLICES];
+        let k = out.slices(&mut s);
+        let rest: Vec<u8> = s[..k].iter().flat_map(|x| x.iter().copied()).collect();
+        assert_eq!(rest, b"def");
+        assert_eq!(out.unsent(), 3);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! - one `read` (through tokio's `poll_read`, which also learns from a short read that the socket is
 //!   drained, so no extra `read` returning `EAGAIN` is made), into a 64 KiB scratch buffer owned by the
 //!   worker, not by the connection: an idle connection holds no read buffer;
-//! - one `write` of every response that read produced (pipelined requests are answered together); if
+//! - one `write` (`writev` when a static site's shared bodies are among them) of every response that
+//!   read produced (pipelined requests are answered together); if
 //!   the socket takes less, the rest is written when it is writable again, and meanwhile the connection
 //!   reads only while its unsent output is under [`MAX_UNSENT`](crate::connection::MAX_UNSENT);
 //! - `shutdown(SHUT_WR)` before a lingering close, and `close`;
@@ -37,6 +38,7 @@ use crate::connection::{Connection, Env, Status};
 use crate::h2c::{self, H2Response, UpgradeRequest};
 use crate::layer::Layer;
 use crate::meter::WorkerCounters;
+use crate::output::MAX_SLICES;
 use crate::response::{DateClock, Response};
 use crate::shutdown;
 
@@ -354,14 +356,21 @@ fn flush(
     conn: &mut Connection,
     layer: &mut Layer,
 ) -> Result<(), ()> {
-    while !layer.output(conn).is_empty() {
-        match stream.try_write(layer.output(conn)) {
+    loop {
+        let written = {
+            let mut slices = [io::IoSlice::new(&[]); MAX_SLICES];
+            match layer.output_slices(conn, &mut slices) {
+                0 => return Ok(()),
+                1 => stream.try_write(&slices[0]),
+                k => stream.try_write_vectored(&slices[..k]),
+            }
+        };
+        match written {
             Ok(n) => w.with_env(|env| layer.sent(conn, n, std::time::Instant::now(), env)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(_) => return Err(()),
         }
     }
-    Ok(())
 }
 
 /// Waits for what the connection waits for: the socket writable (unsent output), bytes (while it

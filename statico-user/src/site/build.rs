@@ -70,10 +70,13 @@ pub fn build(opts: &SiteOptions) -> Result<Site> {
         bail!("--root {}: not a directory", opts.root.display());
     }
     let mut found = Vec::new();
-    walk(&root, &root, "", &mut found, 0)?;
+    walk(&root, &root, "", &mut found, &mut vec![root.clone()])?;
     if found.is_empty() {
         bail!("--root {}: no file to serve in it", opts.root.display());
     }
+    // Before reading anything: the files alone must fit (their variants are checked once made).
+    let sizes = found.iter().map(|f| (f.size, f.path.clone())).collect();
+    check_size(opts, found.iter().map(|f| f.size).sum(), sizes)?;
     let files = read_and_compress(&found)?;
     let mut site = assemble(opts, found, files)?;
     site.stats.took = started.elapsed();
@@ -85,16 +88,19 @@ struct Found {
     url: String,
     path: PathBuf,
     modified: SystemTime,
+    size: u64,
 }
 
-/// Collects the regular files under `dir`, skipping dot-names and symlinks that leave `root`.
-fn walk(root: &Path, dir: &Path, url: &str, out: &mut Vec<Found>, depth: usize) -> Result<()> {
-    if depth > 64 {
-        bail!(
-            "{}: directories nested over 64 deep (a symlink loop?)",
-            dir.display()
-        );
-    }
+/// Collects the regular files under `dir`, skipping dot-names, symlinks that leave `root` or lead
+/// into a hidden directory, and a directory inside itself (a symlink loop: `ancestors` are the
+/// directories being walked, from the root down).
+fn walk(
+    root: &Path,
+    dir: &Path,
+    url: &str,
+    out: &mut Vec<Found>,
+    ancestors: &mut Vec<PathBuf>,
+) -> Result<()> {
     let entries =
         std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
     let mut entries: Vec<_> = entries.collect::<std::io::Result<_>>()?;
@@ -107,13 +113,20 @@ fn walk(root: &Path, dir: &Path, url: &str, out: &mut Vec<Found>, depth: usize) 
         let Ok(real) = entry.path().canonicalize() else {
             continue; // a dangling symlink
         };
-        if !real.starts_with(root) {
+        let Ok(inside) = real.strip_prefix(root) else {
             continue; // a symlink out of the site
+        };
+        if inside.iter().any(|c| c.to_string_lossy().starts_with('.')) {
+            continue; // a symlink into a hidden file or directory
         }
         let meta = std::fs::metadata(&real)?;
         let url = format!("{url}/{name}");
         if meta.is_dir() {
-            walk(root, &entry.path(), &url, out, depth + 1)?;
+            if !ancestors.contains(&real) {
+                ancestors.push(real.clone());
+                walk(root, &real, &url, out, ancestors)?;
+                ancestors.pop();
+            }
         } else if meta.is_file() {
             // Whole seconds, as `Last-Modified` and `If-Modified-Since` have them.
             let secs = meta
@@ -122,10 +135,12 @@ fn walk(root: &Path, dir: &Path, url: &str, out: &mut Vec<Found>, depth: usize) 
                 .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_secs());
             let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+            let size = meta.len();
             out.push(Found {
                 url,
                 path: real,
                 modified,
+                size,
             });
         }
     }
@@ -286,7 +301,7 @@ fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<S
     }
     stats.files = files.len();
     stats.shared = files.iter().map(|f| f.variants.len()).sum::<usize>() - store.len();
-    check_size(opts, &stats, sizes)?;
+    check_size(opts, stats.identity_bytes + stats.compressed_bytes, sizes)?;
     let not_found = not_found_page(&paths, &files);
     let spa = spa_fallback(opts, &paths)?;
     Ok(Site {
@@ -328,12 +343,7 @@ fn add_paths(paths: &mut HashMap<Box<str>, Target>, url: &str, index: u32) {
     }
 }
 
-fn check_size(
-    opts: &SiteOptions,
-    stats: &BuildStats,
-    mut sizes: Vec<(u64, PathBuf)>,
-) -> Result<()> {
-    let kept = stats.identity_bytes + stats.compressed_bytes;
+fn check_size(opts: &SiteOptions, kept: u64, mut sizes: Vec<(u64, PathBuf)>) -> Result<()> {
     if kept <= opts.max_size {
         return Ok(());
     }

@@ -136,18 +136,19 @@ impl Site {
     }
 
     fn choose_get(&self, req: &SiteRequest<'_>) -> Kind {
-        let (path, _) = request::split_target(req.target);
+        let (path, query) = request::split_target(req.target);
         let mut buf = [0u8; request::MAX_PATH];
-        let found = match request::normalize(path, &mut buf) {
-            Ok(n) => std::str::from_utf8(&buf[..n])
-                .ok()
-                .and_then(|p| self.paths.get(p).copied()),
+        let (normal, found) = match request::normalize(path, &mut buf) {
+            Ok(n) => {
+                let normal = std::str::from_utf8(&buf[..n]).unwrap_or("/");
+                (normal, self.paths.get(normal).copied())
+            }
             Err(BadPath::Malformed) => return Kind::BadRequest,
-            Err(BadPath::NotFound) => None,
+            Err(BadPath::NotFound) => ("/", None),
         };
         let file = match (found, self.spa) {
             (Some(Target::File(i)), _) => FileRef::File(i),
-            (Some(Target::Directory), _) => return add_slash(req.target),
+            (Some(Target::Directory), _) => return add_slash(normal, query),
             (None, Some(i)) => FileRef::File(i),
             (None, None) => FileRef::NotFound,
         };
@@ -204,9 +205,11 @@ impl Site {
     ) -> u16 {
         if choice.generation != self.generation {
             let body = b"The site was rebuilt while this request arrived; send it again.\n";
-            return self.simple(out, 503, "Service Unavailable", body, "", (framing, date));
+            let at = (framing, date, head_only);
+            return self.simple(out, (503, "Service Unavailable"), body, "", at);
         }
         let at = (framing, date);
+        let plain = (framing, date, head_only);
         match choice.kind {
             Kind::Whole { file, variant } => {
                 let v = &self.file(file).variants[usize::from(variant)];
@@ -232,6 +235,7 @@ impl Site {
             }
             Kind::Part { file, start, end } => {
                 let v = &self.file(file).variants[0];
+                debug_assert!(start < end && end <= v.body.len() as u64);
                 let mut fields = v.fields.to_vec();
                 let total = v.body.len();
                 fields.extend_from_slice(
@@ -246,26 +250,20 @@ impl Site {
             Kind::Unsatisfiable { len } => {
                 let extra = format!("Content-Range: bytes */{len}\r\n");
                 let body = b"The range lies outside the file.\n";
-                self.simple(out, 416, "Range Not Satisfiable", body, &extra, at)
+                self.simple(out, (416, "Range Not Satisfiable"), body, &extra, plain)
             }
             Kind::AddSlash(location) => {
                 let location = format!("Location: {location}\r\n");
-                self.simple(out, 308, "Permanent Redirect", b"", &location, at)
+                self.simple(out, (308, "Permanent Redirect"), b"", &location, plain)
             }
             Kind::MethodNotAllowed => {
                 let body = b"Only GET and HEAD are served here.\n";
-                self.simple(
-                    out,
-                    405,
-                    "Method Not Allowed",
-                    body,
-                    "Allow: GET, HEAD\r\n",
-                    at,
-                )
+                let allow = "Allow: GET, HEAD\r\n";
+                self.simple(out, (405, "Method Not Allowed"), body, allow, plain)
             }
             Kind::BadRequest => {
                 let body = b"The path is malformed or leaves the site.\n";
-                self.simple(out, 400, "Bad Request", body, "", at)
+                self.simple(out, (400, "Bad Request"), body, "", plain)
             }
         }
     }
@@ -300,22 +298,24 @@ impl Site {
     fn simple(
         &self,
         out: &mut impl Sink,
-        code: u16,
-        reason: &str,
+        (code, reason): (u16, &str),
         body: &[u8],
         extra: &str,
-        at: (Framing, &[u8; DATE_LEN]),
+        (framing, date, head_only): (Framing, &[u8; DATE_LEN], bool),
     ) -> u16 {
         let status = format!("HTTP/1.1 {code} {reason}\r\n");
         let fields = format!("Content-Type: text/plain; charset=utf-8\r\n{extra}");
+        let length = Some(body.len() as u64);
         self.head(
             out,
             status.as_bytes(),
             fields.as_bytes(),
-            Some(body.len() as u64),
-            at,
+            length,
+            (framing, date),
         );
-        out.extend_from_slice(body);
+        if !head_only {
+            out.extend_from_slice(body);
+        }
         code
     }
 }
@@ -333,14 +333,30 @@ fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// A 308 to the target's path with a slash, its query kept (as sent: it was valid to send).
-fn add_slash(target: &[u8]) -> Kind {
-    let (path, query) = request::split_target(target);
-    let location = format!(
-        "{}/{}",
-        String::from_utf8_lossy(path),
-        String::from_utf8_lossy(query)
-    );
+/// A 308 to the directory's path with a slash, its query kept. The path is the normalised one,
+/// percent-encoded again (never the raw target: `//evil.example/../docs` would make `Location` point
+/// at another host).
+fn add_slash(normal: &str, query: &[u8]) -> Kind {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+    const PATH: &AsciiSet = &CONTROLS
+        .add(b' ')
+        .add(b'"')
+        .add(b'#')
+        .add(b'%')
+        .add(b'<')
+        .add(b'>')
+        .add(b'?')
+        .add(b'`')
+        .add(b'{')
+        .add(b'}')
+        .add(b'\\')
+        .add(b'^')
+        .add(b'|');
+    let query: String = String::from_utf8_lossy(query)
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let location = format!("{}/{query}", utf8_percent_encode(normal, PATH));
     Kind::AddSlash(location.into())
 }
 

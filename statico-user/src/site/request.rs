@@ -67,10 +67,12 @@ pub enum BadPath {
 pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
     // An absolute URI (`http://host/path`): the path starts at the first `/` after the authority.
     let target = match target.windows(3).position(|w| w == b"://") {
-        Some(i) if target[0] != b'/' => {
+        Some(i) if target.first() != Some(&b'/') => {
             let rest = &target[i + 3..];
-            let at = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-            &rest[at..]
+            match rest.iter().position(|&b| b == b'/' || b == b'?') {
+                Some(at) if rest[at] == b'/' => &rest[at..],
+                _ => b"/", // `http://host` or `http://host?q`: the path is `/` (RFC 9112 §3.2.2)
+            }
         }
         _ => target,
     };
@@ -316,7 +318,10 @@ pub enum RangeAsk {
 
 /// Reads `bytes=a-b`, `bytes=a-` or `bytes=-n` (one range only) against a body of `len` bytes.
 pub fn range(header: &[u8], len: u64) -> RangeAsk {
-    let Some(spec) = header.strip_prefix(b"bytes=") else {
+    let unit = header
+        .get(..6)
+        .filter(|u| u.eq_ignore_ascii_case(b"bytes="));
+    let Some(spec) = unit.map(|_| &header[6..]) else {
         return RangeAsk::Whole;
     };
     if spec.contains(&b',') {
@@ -332,11 +337,14 @@ pub fn range(header: &[u8], len: u64) -> RangeAsk {
             .flatten()
     };
     let (first, last) = (&spec[..dash], &spec[dash + 1..]);
+    // Every `Part(a, b)` below has a < b <= len: a satisfiable range is never empty.
     match (number(first), number(last)) {
         (Some(a), _) if a >= len => RangeAsk::Unsatisfiable,
-        (Some(a), Some(b)) if b >= a => RangeAsk::Part(a, (b + 1).min(len)),
+        (Some(a), Some(b)) if b >= a => RangeAsk::Part(a, b.min(len - 1) + 1),
         (Some(a), None) if trim(last).is_empty() => RangeAsk::Part(a, len),
-        (None, Some(0)) if trim(first).is_empty() => RangeAsk::Unsatisfiable,
+        (None, Some(n)) if trim(first).is_empty() && (n == 0 || len == 0) => {
+            RangeAsk::Unsatisfiable
+        }
         (None, Some(n)) if trim(first).is_empty() => RangeAsk::Part(len.saturating_sub(n), len),
         _ => RangeAsk::Whole,
     }
@@ -387,6 +395,7 @@ mod tests {
         assert_eq!(split_target(b"/a?x=1"), (&b"/a"[..], &b"?x=1"[..]));
         assert_eq!(split_target(b"/a"), (&b"/a"[..], &b""[..]));
         assert_eq!(split_target(b"http://h:1/p?q"), (&b"/p"[..], &b"?q"[..]));
+        assert_eq!(split_target(b"http://h"), (&b"/"[..], &b""[..]));
     }
 
     #[test]
@@ -450,5 +459,17 @@ mod tests {
         assert_eq!(range(b"bytes=9-3", 100), RangeAsk::Whole);
         assert_eq!(range(b"items=0-1", 100), RangeAsk::Whole);
         assert_eq!(range(b"bytes=x-1", 100), RangeAsk::Whole);
+        // Found by review: `b + 1` wrapped to 0 (a crash on slicing), and an empty file's suffix.
+        assert_eq!(
+            range(b"bytes=5-18446744073709551615", 12),
+            RangeAsk::Part(5, 12)
+        );
+        assert_eq!(
+            range(b"bytes=0-18446744073709551615", 12),
+            RangeAsk::Part(0, 12)
+        );
+        assert_eq!(range(b"bytes=-5", 0), RangeAsk::Unsatisfiable);
+        assert_eq!(range(b"bytes=0-", 0), RangeAsk::Unsatisfiable);
+        assert_eq!(range(b"Bytes=0-0", 10), RangeAsk::Part(0, 1));
     }
 }

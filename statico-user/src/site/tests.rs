@@ -190,6 +190,75 @@ fn hidden_files_and_symlinks_out_of_the_root_are_not_served() {
 }
 
 #[test]
+fn a_symlink_loop_is_walked_once_and_a_directory_alias_serves_both_names() {
+    let root = tree("loops", &[("docs/a.txt", b"a")]);
+    std::os::unix::fs::symlink("..", root.join("docs/up")).unwrap();
+    std::os::unix::fs::symlink("docs", root.join("alias")).unwrap();
+    std::os::unix::fs::symlink("docs/.hidden", root.join("peek")).unwrap();
+    std::fs::create_dir_all(root.join("docs/.hidden")).unwrap();
+    std::fs::write(root.join("docs/.hidden/secret"), b"s").unwrap();
+    let s = build(&SiteOptions {
+        root,
+        max_size: 1 << 20,
+        ..SiteOptions::default()
+    })
+    .unwrap();
+    assert_eq!(split(&get(&s, "/docs/a.txt", &[]).1).1, b"a");
+    assert_eq!(split(&get(&s, "/alias/a.txt", &[]).1).1, b"a");
+    assert_eq!(get(&s, "/peek/secret", &[]).0, 404);
+    assert_eq!(
+        get(&s, "/docs/up/docs/a.txt", &[]).0,
+        404,
+        "the loop is not followed"
+    );
+}
+
+#[test]
+fn review_findings_stay_fixed() {
+    let s = site(
+        "review",
+        &[
+            ("docs/index.html", b"d"),
+            ("f.txt", b"0123456789ab"),
+            ("empty.txt", b""),
+        ],
+    );
+    // A range ending at u64::MAX wrapped `b + 1` to 0 and crashed the server on slicing.
+    let (status, answer) = get(&s, "/f.txt", &[("Range", "bytes=5-18446744073709551615")]);
+    assert_eq!((status, split(&answer).1), (206, &b"56789ab"[..]));
+    assert_eq!(get(&s, "/empty.txt", &[("Range", "bytes=-5")]).0, 416);
+    // The 308 is built from the normalised path: `//evil.example/../docs` must not point off-site.
+    let (status, answer) = get(&s, "//evil.example/../docs?q=1", &[]);
+    assert_eq!(status, 308);
+    assert_eq!(field(&split(&answer).0, "Location"), Some("/docs/?q=1"));
+    // HEAD of a plain-text answer (400) carries no body.
+    let req = SiteRequest {
+        method: b"HEAD",
+        target: b"/%zz",
+        ..SiteRequest::default()
+    };
+    let mut out = Vec::new();
+    assert_eq!(
+        s.write(
+            s.choose(&req),
+            Framing::KeepAlive,
+            &[b'D'; DATE_LEN],
+            true,
+            &mut out
+        ),
+        400
+    );
+    assert!(
+        out.ends_with(b"\r\n\r\n"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    // An absolute-form target without a path is `/`.
+    assert_eq!(get(&s, "http://host", &[]).0, 404);
+    assert_eq!(split(&get(&s, "http://host/docs/", &[]).1).1, b"d");
+}
+
+#[test]
 fn validators_give_304_and_ranges_206_or_416() {
     let s = site("cond", &[("f.txt", b"0123456789")]);
     let (_, answer) = get(&s, "/f.txt", &[]);

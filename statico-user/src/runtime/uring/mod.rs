@@ -10,8 +10,9 @@
 //!   goes back to the ring as soon as the connection has taken its bytes. The receive is cancelled
 //!   while the connection does not want input (its output is backed up, or a paced response is in
 //!   progress) and armed again when it does: backpressure, as tokio's `await` on a write gives;
-//! - one **send** of the connection's output at a time; responses produced meanwhile queue behind it
-//!   inside the connection and go out together with the next send;
+//! - one **send** of the connection's output at a time (a **sendmsg** when it has several chunks: a
+//!   static site's shared bodies go out from where they are stored); responses produced meanwhile
+//!   queue behind it inside the connection and go out together with the next send;
 //! - a ring **timeout** every [`TICK`] that patches the `Date`, expires deadlines (idle, header, send,
 //!   linger), notices shutdown and retries a failed accept; a per-connection timeout only for the
 //!   `--delay` / `--body-delay` waits, which must be on time;
@@ -38,6 +39,7 @@ use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
 use crate::connection::{Connection, Env, Status};
 use crate::layer::Layer;
 use crate::meter::WorkerCounters;
+use crate::output::MAX_SLICES;
 use crate::response::{DateClock, Response};
 use crate::shutdown;
 use buffers::{BufRing, BGID};
@@ -78,11 +80,39 @@ struct Conn {
     state: Connection,
     /// Nothing, or TLS, between the socket and `state`.
     layer: Layer,
-    /// A send of `layer.output(&state)` is in flight.
+    /// A send of the layer's output is in flight.
     sending: bool,
+    /// The message header and slices of a vectored send in flight (boxed: they must not move).
+    gather: Option<Box<Gather>>,
     recv: Recv,
     /// The pacing deadline a timeout is armed for.
     timer: Option<Instant>,
+}
+
+/// A `sendmsg`'s header and slices: the output's chunks (own bytes and shared bodies) in one send.
+struct Gather {
+    msg: libc::msghdr,
+    iov: [libc::iovec; MAX_SLICES],
+}
+
+impl Gather {
+    fn new() -> Box<Gather> {
+        // SAFETY: msghdr and iovec are plain C structs; all-zero is a valid value of each.
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+
+    /// Points the header at `slices`; returns the header.
+    fn point(&mut self, slices: &[std::io::IoSlice<'_>]) -> *const libc::msghdr {
+        for (iov, s) in self.iov.iter_mut().zip(slices) {
+            *iov = libc::iovec {
+                iov_base: s.as_ptr() as *mut libc::c_void,
+                iov_len: s.len(),
+            };
+        }
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = slices.len() as _;
+        &self.msg
+    }
 }
 
 /// What every connection of the worker reads.
@@ -113,6 +143,10 @@ impl Shared<'_> {
     }
 }
 
+/// What a send in flight reads, kept after its connection closed until the send completes.
+#[allow(dead_code)] // held, never read: only dropped
+struct Orphan(Connection, Layer, Option<Box<Gather>>);
+
 /// The worker's whole state.
 struct Worker<'a> {
     ring: Ring,
@@ -131,7 +165,7 @@ struct Worker<'a> {
     tick: Box<types::Timespec>,
     /// Connections closed while a send was in flight, kept until its completion (the kernel may still
     /// read their output), by the send's token.
-    orphans: Vec<(u64, (Connection, Layer))>,
+    orphans: Vec<(u64, Orphan)>,
     draining: Option<Instant>,
     clock: DateClock,
     /// The time of the completions being handled.
@@ -284,6 +318,7 @@ impl<'a> Worker<'a> {
             state,
             layer,
             sending: false,
+            gather: None,
             recv: Recv::Off,
             timer: None,
         });
@@ -398,22 +433,34 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        if !c.sending && !c.layer.output(&c.state).is_empty() {
-            let out = c.layer.output(&c.state);
-            let e = on_fd!(self.fixed, c.fd, |fd| opcode::Send::new(
-                fd,
-                out.as_ptr(),
-                out.len() as u32
-            )
-            .flags(libc::MSG_NOSIGNAL)
-            .build())
-            .user_data(token(Op::Send, slot, c.gen));
-            c.layer.send_started(&mut c.state);
-            c.sending = true;
-            // SAFETY: `out` is the connection's output (or its TLS records), frozen by `send_started`
-            // until `sent` reports this send's completion; if the connection closes first, `close`
-            // keeps it in `orphans` until that completion arrives.
-            unsafe { self.ring.push(e) };
+        if !c.sending {
+            let mut slices = [std::io::IoSlice::new(&[]); MAX_SLICES];
+            let e = match c.layer.output_slices(&c.state, &mut slices) {
+                0 => None,
+                1 => Some(on_fd!(self.fixed, c.fd, |fd| opcode::Send::new(
+                    fd,
+                    slices[0].as_ptr(),
+                    slices[0].len() as u32
+                )
+                .flags(libc::MSG_NOSIGNAL)
+                .build())),
+                k => {
+                    let msg = c.gather.get_or_insert_with(Gather::new).point(&slices[..k]);
+                    Some(on_fd!(self.fixed, c.fd, |fd| opcode::SendMsg::new(fd, msg)
+                        .flags(libc::MSG_NOSIGNAL as u32)
+                        .build()))
+                }
+            };
+            if let Some(e) = e {
+                let e = e.user_data(token(Op::Send, slot, c.gen));
+                c.layer.send_started(&mut c.state);
+                c.sending = true;
+                // SAFETY: the slices are the connection's output (its chunks, or its TLS records),
+                // frozen by `send_started` until `sent` reports this send's completion; a vectored
+                // send's header and iovecs are in `c.gather`, boxed, untouched until then. If the
+                // connection closes first, `close` keeps all of it in `orphans` until the completion.
+                unsafe { self.ring.push(e) };
+            }
         }
         match c.layer.status(&c.state) {
             Status::Open => {}
@@ -526,8 +573,8 @@ impl<'a> Worker<'a> {
             return;
         };
         if c.sending {
-            self.orphans
-                .push((token(Op::Send, slot, gen), (c.state, c.layer)));
+            let orphan = Orphan(c.state, c.layer, c.gather);
+            self.orphans.push((token(Op::Send, slot, gen), orphan));
         }
         // Hard link: the close runs even if the shutdown fails (a peer that already reset).
         let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(

@@ -132,6 +132,7 @@ pub fn check_available(opts: UringOptions) -> Result<String, String> {
         (opcode::AcceptMulti::CODE, "accept"),
         (opcode::RecvMulti::CODE, "recv"),
         (opcode::Send::CODE, "send"),
+        (opcode::SendMsg::CODE, "sendmsg"),
         (opcode::Timeout::CODE, "timeout"),
         (opcode::Shutdown::CODE, "shutdown"),
         (opcode::Close::CODE, "close"),
