@@ -4,7 +4,7 @@
 //! the flag, with exit code 2, before anything starts: durations (`100ms`, `1s`, `500us`), sizes (`16k`,
 //! `1m`), header syntax, and `-b @file`, which is read here, once.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -104,6 +104,11 @@ pub struct Cli {
     /// Print requests/s, responses/s and in/out Gbps every second
     #[arg(short, long)]
     pub meter: bool,
+
+    /// Serve the counters in the Prometheus text format at http://ADDR:PORT/metrics, on a listener
+    /// of their own (not the benchmark port)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
 
     /// Format of the meter lines
     #[arg(long, value_enum, default_value_t = MeterFormat::Text)]

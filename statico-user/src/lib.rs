@@ -27,6 +27,7 @@ pub mod h2c;
 pub mod http;
 pub mod layer;
 pub mod meter;
+pub mod metrics;
 pub mod output;
 pub mod response;
 pub mod runtime;

@@ -82,6 +82,8 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let kernel: Option<Never> = None;
 
     let (main_rt, signals) = signal_handlers().map_err(StartError::Runtime)?;
+    // Bound before privileges are dropped (a port below 1024 needs them), served by the main thread.
+    let metrics = metrics_listener(&cli).map_err(StartError::Runtime)?;
     // Workers write their counters into the BPF map when there is one, else into ordinary memory.
     let counters = kernel
         .as_ref()
@@ -103,14 +105,20 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         steering: steering_counters(kernel.as_ref()),
         xdp: xdp_counters(kernel.as_ref()),
     };
-    let signal = wait_for_signal(
-        &main_rt,
-        signals,
-        &cli,
-        &settings,
-        &counters,
-        &kernel_detail,
-    );
+    let metrics_page = || {
+        let info = crate::metrics::Info {
+            runtime: cli.runtime.kind.name().into(),
+            steering: rung.name().into(),
+            tls: cli.tls(),
+        };
+        crate::metrics::render(&counters, cpus.len(), &kernel_detail(), &info)
+    };
+    let watch = Watch {
+        counters: &counters,
+        kernel_detail: &kernel_detail,
+        metrics: metrics.map(|l| (l, &metrics_page as &dyn Fn() -> String)),
+    };
+    let signal = wait_for_signal(&main_rt, signals, &cli, &settings, watch);
     eprintln!(
         "statico: {signal}: stopped accepting; finishing in-flight responses (up to {})",
         humantime::format_duration(cli.shutdown_timeout)
@@ -368,21 +376,58 @@ fn announce(cli: &Cli, local_addr: SocketAddr, runtime_line: &str, cpus: &[Optio
     );
 }
 
-/// Runs the meter (with `-m`) until SIGINT or SIGTERM; returns the signal's name.
-/// SIGHUP reloads the TLS certificate (see [`reload_tls`]) and the wait goes on.
+/// What the main thread shows while the workers run: the meter (`-m`) and the metrics page.
+struct Watch<'a> {
+    counters: &'a Counters,
+    kernel_detail: &'a dyn Fn() -> meter::KernelDetail,
+    metrics: Option<(std::net::TcpListener, &'a dyn Fn() -> String)>,
+}
+
+/// `--metrics`: its listener, bound now; the start-up line says where.
+fn metrics_listener(cli: &Cli) -> Result<Option<std::net::TcpListener>> {
+    let Some(addr) = cli.metrics else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
+    listener.set_nonblocking(true)?;
+    eprintln!(
+        "statico: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    Ok(Some(listener))
+}
+
+/// Runs the meter (with `-m`) and the metrics page (with `--metrics`) until SIGINT or SIGTERM;
+/// returns the signal's name. SIGHUP reloads (see [`reload`]) and the wait goes on.
 fn wait_for_signal(
     main_rt: &tokio::runtime::Runtime,
     mut signals: shutdown::Signals,
     cli: &Cli,
     settings: &Settings,
-    counters: &Counters,
-    kernel_detail: &dyn Fn() -> meter::KernelDetail,
+    watch: Watch<'_>,
 ) -> &'static str {
     main_rt.block_on(async {
         let meter = async {
-            if cli.meter {
-                meter::run(counters.clone(), cli.meter_format, kernel_detail).await;
-            }
+            let lines = async {
+                if cli.meter {
+                    meter::run(
+                        watch.counters.clone(),
+                        cli.meter_format,
+                        watch.kernel_detail,
+                    )
+                    .await;
+                }
+            };
+            let page = async {
+                if let Some((listener, page)) = watch.metrics {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => crate::metrics::serve(l, page).await,
+                        Err(e) => eprintln!("statico: --metrics: {e}"),
+                    }
+                }
+            };
+            tokio::join!(lines, page);
             std::future::pending::<()>().await;
         };
         tokio::pin!(meter);

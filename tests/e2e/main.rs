@@ -6,6 +6,7 @@ mod errors;
 mod hostile_clients;
 mod http11;
 mod http2;
+mod metrics;
 mod operations;
 mod scale;
 mod site;

@@ -3,7 +3,7 @@
 //! - Debian packages: `curl` and `openssl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
 //!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`), `testssl.sh` (the
-//!   HTTPS audit in the TLS tests), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
+//!   HTTPS audit in the TLS tests), `prometheus` (scrapes `--metrics` in a test), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
 //!   corpus and nginx's precompressed-file module for `bench --site`).
 //! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
 //! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
@@ -20,7 +20,7 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, or an absolute path, Debian package that provides it)
-const PACKAGES: [(&str, &str); 12] = [
+const PACKAGES: [(&str, &str); 13] = [
     ("curl", "curl"),
     ("openssl", "openssl"),
     ("wrk", "wrk"),
@@ -31,6 +31,7 @@ const PACKAGES: [(&str, &str); 12] = [
     ("kill", "procps"),
     ("perf", "linux-perf"),
     ("testssl", "testssl.sh"),
+    ("prometheus", "prometheus"),
     // `bench --site`: the corpus, and nginx's brotli_static for the peer.
     (
         "/usr/share/doc/python3.11/html/index.html",
@@ -106,7 +107,7 @@ pub fn run(report: bool) -> Result<()> {
         });
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, openssl, wrk, nginx (with brotli_static), bpftool, nghttp, h2load, perf, testssl and the Python docs are installed");
+            eprintln!("setup: curl, openssl, wrk, nginx (with brotli_static), bpftool, nghttp, h2load, perf, testssl, prometheus and the Python docs are installed");
         }
     } else {
         install_debian(&missing)?;

@@ -1,0 +1,199 @@
+//! `--metrics ADDR:PORT`: the counters in the Prometheus text format, on a listener of their own.
+//!
+//! Every counter of the totals line, per worker (`statico_requests_total{worker="0"}`; `sum()` gives
+//! the totals), the steering and XDP counters per CPU, and `statico_build_info`. The values are read
+//! from the same memory the meter reads (the workers' records, the BPF maps) when a scrape arrives: the
+//! workers do nothing for it. Served by the main thread, one short connection at a time, never on a
+//! worker; a request is framed by statico's own HTTP parser and must arrive within two seconds.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use statico_common::Counter;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::http::{Event, Limits, Parser};
+use crate::meter::{Counters, KernelDetail};
+
+/// What `statico_build_info` says, and which counters apply.
+#[derive(Clone, Debug)]
+pub struct Info {
+    pub runtime: String,
+    pub steering: String,
+    /// TLS counters are exported only on an HTTPS port.
+    pub tls: bool,
+}
+
+/// One line of help per counter.
+fn help(c: Counter) -> &'static str {
+    use Counter::*;
+    match c {
+        Requests => "Complete requests received (head and body).",
+        Responses => "Responses written, error responses included.",
+        BytesIn => "HTTP bytes read from clients (plaintext under TLS).",
+        BytesOut => "HTTP bytes written to clients (plaintext under TLS).",
+        ConnsAccepted => "Connections accepted.",
+        ConnsClosed => "Connections closed.",
+        Status400 => "400 Bad Request responses.",
+        Timeouts => "Connections closed by a header, idle or send timeout.",
+        Status413 => "413 Content Too Large responses.",
+        Status431 => "431 Request Header Fields Too Large responses.",
+        Status501 => "501 Not Implemented responses.",
+        Status505 => "505 HTTP Version Not Supported responses.",
+        Reads => "Reads that returned data.",
+        Writes => "Sends that wrote data.",
+        TlsHandshakes => "TLS handshakes completed.",
+        TlsFailures => "TLS connections that failed (the sum of the tls_* causes).",
+        TlsResumed => "TLS handshakes that resumed a session.",
+        TlsNoCommon => "TLS failures: no version, suite or group in common.",
+        TlsBadRecord => "TLS failures: records that are not TLS or break the protocol.",
+        TlsPlainHttp => "TLS failures: plain HTTP on the TLS port.",
+        TlsTimeouts => "TLS failures: handshakes past --header-timeout.",
+        TlsAbandoned => "TLS failures: the client left mid-handshake or sent an alert.",
+        TlsBytesIn => "Ciphertext bytes read from TLS clients.",
+        TlsBytesOut => "Ciphertext bytes written to TLS clients.",
+    }
+}
+
+/// The whole exposition: counters per worker, steering and XDP per CPU, build info.
+pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: &Info) -> String {
+    let mut s = String::new();
+    for (c, name) in Counter::ALL {
+        if name.starts_with("tls_") && !info.tls {
+            continue;
+        }
+        let metric = format!("statico_{name}_total");
+        let _ = writeln!(s, "# HELP {metric} {}\n# TYPE {metric} counter", help(c));
+        for w in 0..workers {
+            let value = counters.worker_snapshot(w).get(c);
+            let _ = writeln!(s, "{metric}{{worker=\"{w}\"}} {value}");
+        }
+    }
+    let steering = [
+        ("runs", "Runs of the steering program (new connections).", 0),
+        (
+            "steered",
+            "Connections sent to the worker on the CPU that took the SYN.",
+            1,
+        ),
+        ("fallbacks", "Connections left to the kernel's hash.", 2),
+    ];
+    for (name, text, i) in steering.iter().filter(|_| !kernel.steering.is_empty()) {
+        let metric = format!("statico_steering_{name}_total");
+        let _ = writeln!(s, "# HELP {metric} {text}\n# TYPE {metric} counter");
+        for (cpu, c) in kernel.steering.iter().enumerate() {
+            let value = [c.runs, c.steered, c.fallbacks][*i];
+            let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
+        }
+    }
+    let xdp = [
+        ("packets", "Packets of the server's port seen by XDP."),
+        ("bytes", "Their bytes."),
+    ];
+    for (i, (name, text)) in xdp.iter().enumerate().filter(|_| !kernel.xdp.is_empty()) {
+        let metric = format!("statico_xdp_{name}_total");
+        let _ = writeln!(s, "# HELP {metric} {text}\n# TYPE {metric} counter");
+        for (cpu, x) in kernel.xdp.iter().enumerate() {
+            let value = [x.packets, x.bytes][i];
+            let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "# HELP statico_build_info statico's version, runtime and steering rung.\n# TYPE statico_build_info gauge\n\
+         statico_build_info{{version=\"{}\",runtime=\"{}\",steering=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        info.runtime,
+        info.steering
+    );
+    s
+}
+
+/// Answers scrapes on `listener` until the future is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, page: &dyn Fn() -> String) {
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await; // out of descriptors: retry
+            continue;
+        };
+        let answer = tokio::time::timeout(Duration::from_secs(2), read_head(&mut conn)).await;
+        let response = match answer {
+            Ok(Some(path)) if path == "/metrics" || path.starts_with("/metrics?") => {
+                let body = page();
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            }
+            Ok(Some(_)) => "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nmetrics are /metrics\n".into(),
+            _ => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+        };
+        let _ =
+            tokio::time::timeout(Duration::from_secs(2), conn.write_all(response.as_bytes())).await;
+    }
+}
+
+/// Reads one request head (framed by statico's parser, 8 KiB at most); returns its path.
+async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
+    let limits = Limits {
+        max_head: 8192,
+        max_body: 0,
+    };
+    let mut parser = Parser::new(limits);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 2048];
+    loop {
+        let n = conn.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match parser.next(&buf).1 {
+            Event::Head { raw, .. } => {
+                let line = raw.split(|&b| b == b'\r').next()?;
+                let path = line.split(|&b| b == b' ').nth(1)?;
+                return Some(String::from_utf8_lossy(path).into_owned());
+            }
+            Event::Incomplete => {}
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_help_type_and_a_series_per_worker() {
+        let counters = Counters::new(2);
+        counters.worker(0).add(Counter::Requests, 3);
+        counters.worker(1).add(Counter::Requests, 4);
+        let kernel = KernelDetail {
+            steering: vec![statico_common::SteerCounters {
+                runs: 5,
+                steered: 4,
+                fallbacks: 1,
+            }],
+            xdp: vec![],
+        };
+        let info = Info {
+            runtime: "tokio".into(),
+            steering: "ebpf".into(),
+            tls: false,
+        };
+        let page = render(&counters, 2, &kernel, &info);
+        assert!(
+            page.contains("# TYPE statico_requests_total counter\n"),
+            "{page}"
+        );
+        assert!(page.contains("statico_requests_total{worker=\"0\"} 3\n"));
+        assert!(page.contains("statico_requests_total{worker=\"1\"} 4\n"));
+        assert!(page.contains("statico_steering_fallbacks_total{cpu=\"0\"} 1\n"));
+        assert!(!page.contains("tls_") && !page.contains("xdp"));
+        assert!(page.contains("statico_build_info{version=\"") && page.ends_with("} 1\n"));
+        let helps = page.lines().filter(|l| l.starts_with("# HELP")).count();
+        let types = page.lines().filter(|l| l.starts_with("# TYPE")).count();
+        assert_eq!((helps, types), (14 + 3 + 1, 14 + 3 + 1));
+    }
+}
