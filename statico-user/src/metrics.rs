@@ -24,6 +24,16 @@ pub struct Info {
     pub tls: bool,
 }
 
+impl Info {
+    pub fn new(runtime: &str, steering: &str, tls: bool) -> Info {
+        Info {
+            runtime: runtime.into(),
+            steering: steering.into(),
+            tls,
+        }
+    }
+}
+
 /// One line of help per counter.
 fn help(c: Counter) -> &'static str {
     use Counter::*;

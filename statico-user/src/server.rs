@@ -62,14 +62,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)?;
     let cores = worker_cores(cli.workers());
     let cpus: Vec<Option<usize>> = cores.iter().map(|c| c.map(|c| c.id)).collect();
-    let listeners = steering::bind(
-        cli.steering,
-        SocketAddr::new(cli.address, cli.port),
-        &cpus,
-        SocketOptions::from_cli(&cli),
-        cli.xdp.as_deref(),
-    )
-    .map_err(StartError::Runtime)?;
+    let listeners = listen(&cli, &cpus).map_err(StartError::Runtime)?;
     let steering::Listeners {
         rung,
         why,
@@ -94,25 +87,19 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let uring = uring_options(&cli, fd_limit);
     let workers = start_workers(&cli, settings.clone(), sockets, &counters, &cores, uring)?;
 
-    // The steering line comes first: "listening on" is the last start-up line, scripts wait for it.
-    eprintln!("statico: steering: {} ({why})", rung.name());
-    if let Some(p) = privileges {
-        eprintln!("statico: {p}");
-    }
-    announce(&cli, local_addr, &runtime_line, &cpus);
+    let steering_line = format!("{} ({why})", rung.name());
+    announce(
+        &cli,
+        local_addr,
+        &runtime_line,
+        &cpus,
+        &steering_line,
+        privileges,
+    );
 
-    let kernel_detail = || meter::KernelDetail {
-        steering: steering_counters(kernel.as_ref()),
-        xdp: xdp_counters(kernel.as_ref()),
-    };
-    let metrics_page = || {
-        let info = crate::metrics::Info {
-            runtime: cli.runtime.kind.name().into(),
-            steering: rung.name().into(),
-            tls: cli.tls(),
-        };
-        crate::metrics::render(&counters, cpus.len(), &kernel_detail(), &info)
-    };
+    let kernel_detail = || kernel_detail(kernel.as_ref());
+    let info = crate::metrics::Info::new(cli.runtime.kind.name(), rung.name(), cli.tls());
+    let metrics_page = || crate::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
     let watch = Watch {
         counters: &counters,
         kernel_detail: &kernel_detail,
@@ -129,6 +116,25 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     #[cfg(all(target_os = "linux", statico_bpf))]
     drop(kernel);
     Ok(())
+}
+
+/// The listeners of the steering rung the flags ask for (or the best that works).
+fn listen(cli: &Cli, cpus: &[Option<usize>]) -> Result<steering::Listeners> {
+    steering::bind(
+        cli.steering,
+        SocketAddr::new(cli.address, cli.port),
+        cpus,
+        SocketOptions::from_cli(cli),
+        cli.xdp.as_deref(),
+    )
+}
+
+/// The per-CPU steering and XDP counters, read from the BPF maps (empty without them).
+fn kernel_detail(kernel: Option<&Kernel>) -> meter::KernelDetail {
+    meter::KernelDetail {
+        steering: steering_counters(kernel),
+        xdp: xdp_counters(kernel),
+    }
 }
 
 /// What every worker shares, from the flags: the response, each connection's policy, HTTP/2's
@@ -356,7 +362,20 @@ fn run_worker(
 }
 
 /// The last start-up lines: what HTTP/2 leaves out, then "listening on", which scripts wait for.
-fn announce(cli: &Cli, local_addr: SocketAddr, runtime_line: &str, cpus: &[Option<usize>]) {
+/// The start-up lines after the site and TLS ones: steering, privileges, then "listening on", last
+/// (scripts wait for it).
+fn announce(
+    cli: &Cli,
+    local_addr: SocketAddr,
+    runtime_line: &str,
+    cpus: &[Option<usize>],
+    steering_line: &str,
+    privileges: Option<String>,
+) {
+    eprintln!("statico: steering: {steering_line}");
+    if let Some(p) = privileges {
+        eprintln!("statico: {p}");
+    }
     let left_out = crate::h2c::left_out_fields(&cli.response_spec());
     if cli.http2 && !left_out.is_empty() {
         eprintln!(
