@@ -118,9 +118,10 @@ pub struct Cli {
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Runtime that moves the bytes: tokio (alias tokio-local) or io-uring (Linux; aliases tokio-uring,
-    /// monoio, glommio map to statico's own io_uring loop)
-    #[arg(long, default_value = "tokio", value_parser = PossibleValuesParser::new(RuntimeChoice::NAMES).map(|s| RuntimeChoice::from_name(&s)))]
+    /// Runtime that moves the bytes: auto (io-uring where the kernel and the flags allow it, else
+    /// tokio; the start-up line says why), tokio (alias tokio-local) or io-uring (Linux; aliases
+    /// tokio-uring, monoio, glommio map to statico's own io_uring loop)
+    #[arg(long, default_value = "auto", value_parser = PossibleValuesParser::new(RuntimeChoice::NAMES).map(|s| RuntimeChoice::from_name(&s)))]
     pub runtime: RuntimeChoice,
 
     /// io_uring: submission queue entries per worker ring
@@ -227,10 +228,13 @@ pub struct RuntimeChoice {
     pub kind: RuntimeKind,
     /// Set for `tokio-uring`, `monoio`, `glommio`: statico prints that they map to its own loop.
     pub alias: Option<&'static str>,
+    /// `auto`: `kind` is decided at start-up (see `server::resolve_runtime`).
+    pub auto: bool,
 }
 
 impl RuntimeChoice {
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
+        "auto",
         "tokio",
         "tokio-local",
         "io-uring",
@@ -247,7 +251,11 @@ impl RuntimeChoice {
             "glommio" => (RuntimeKind::IoUring, Some("glommio")),
             _ => (RuntimeKind::Tokio, None),
         };
-        RuntimeChoice { kind, alias }
+        RuntimeChoice {
+            kind,
+            alias,
+            auto: name == "auto",
+        }
     }
 }
 
@@ -421,6 +429,8 @@ mod tests {
         assert_eq!(c.body_delay, Some(Duration::from_micros(500)));
         assert_eq!(c.receive_buffer_size, Some(65536));
         assert_eq!(c.runtime.kind, RuntimeKind::Tokio);
+        assert!(!c.runtime.auto);
+        assert!(parse(&[]).unwrap().runtime.auto, "auto is the default");
         assert_eq!(c.response_spec().body, b"hi");
         let c = parse(&[
             "--runtime",

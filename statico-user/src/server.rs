@@ -26,6 +26,39 @@ pub enum StartError {
     Runtime(anyhow::Error),
 }
 
+/// `--runtime auto` (the default): io-uring where the kernel has what it needs and the flags are
+/// served there (not `--http2`), else tokio. Returns why, for the start-up line (empty if not auto).
+fn resolve_runtime(cli: &mut Cli, fd_limit: u64) -> String {
+    if !cli.runtime.auto {
+        return String::new();
+    }
+    let (kind, why) = if cli.http2 {
+        (RuntimeKind::Tokio, "--http2 is served by tokio".to_string())
+    } else {
+        uring_works(cli, fd_limit).map_or_else(
+            |e| (RuntimeKind::Tokio, e),
+            |()| {
+                (
+                    RuntimeKind::IoUring,
+                    "the kernel has what io_uring needs".into(),
+                )
+            },
+        )
+    };
+    cli.runtime.kind = kind;
+    format!(" (auto: {why})")
+}
+
+#[cfg(target_os = "linux")]
+fn uring_works(cli: &Cli, fd_limit: u64) -> Result<(), String> {
+    runtime::uring::check_available(uring_options(cli, fd_limit)).map(drop)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn uring_works(_: &Cli, _: u64) -> Result<(), String> {
+    Err("io_uring needs Linux".into())
+}
+
 /// Checks that the runtime asked for works here and describes it; a runtime that cannot work is an
 /// error with the reason, never a silent fallback.
 fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
@@ -56,10 +89,11 @@ fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
 }
 
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
-pub fn run(cli: Cli) -> Result<(), StartError> {
-    let settings = Arc::new(settings(&cli).map_err(StartError::Usage)?);
+pub fn run(mut cli: Cli) -> Result<(), StartError> {
     let fd_limit = crate::sys::raise_fd_limit();
-    let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)?;
+    let auto = resolve_runtime(&mut cli, fd_limit);
+    let settings = Arc::new(settings(&cli).map_err(StartError::Usage)?);
+    let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)? + &auto;
     let cores = worker_cores(cli.workers());
     let cpus: Vec<Option<usize>> = cores.iter().map(|c| c.map(|c| c.id)).collect();
     let listeners = listen(&cli, &cpus).map_err(StartError::Runtime)?;

@@ -283,3 +283,30 @@ fn readme_documents_every_flag_of_help() {
         assert!(documented, "README does not document {flag}");
     }
 }
+
+#[test]
+fn runtime_auto_is_the_default_and_says_what_it_chose_and_why() {
+    // io-uring where the kernel allows it (this machine kind does), tokio for --http2.
+    let s = Server::start(&["--runtime", "auto"]);
+    let line = s.stderr();
+    assert!(
+        line.contains("runtime: io-uring")
+            && line.contains("(auto: the kernel has what io_uring needs)"),
+        "{line}"
+    );
+    drop(s);
+    let s = Server::start(&["--runtime", "auto", "--http2"]);
+    assert!(
+        s.stderr()
+            .contains("runtime: tokio (auto: --http2 is served by tokio)"),
+        "{}",
+        s.stderr()
+    );
+    // Without --runtime at all (the suite's Server adds one, so ask the binary directly).
+    let out = std::process::Command::new(statico_tests::binary())
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[default: auto]"), "{help}");
+}
