@@ -149,6 +149,11 @@ pub struct Cli {
     #[arg(long, value_name = "IFACE")]
     pub xdp: Option<String>,
 
+    /// Check as a start would (flags, files, runtime, steering and BPF, the ports), print what a start
+    /// would use and advice about this node, then exit: 0 if it would start (like nginx -t)
+    #[arg(long)]
+    pub check: bool,
+
     /// After start-up (eBPF attached, maps pinned), switch to this user; capabilities are dropped always
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,

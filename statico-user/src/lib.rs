@@ -20,6 +20,7 @@
 
 #[cfg(all(target_os = "linux", statico_bpf))]
 pub mod bpf;
+pub mod check;
 pub mod cli;
 pub mod connection;
 pub mod dump;

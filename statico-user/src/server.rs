@@ -109,8 +109,11 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
     let kernel: Option<Never> = None;
 
     let (main_rt, signals) = signal_handlers().map_err(StartError::Runtime)?;
-    // Bound before privileges are dropped (a port below 1024 needs them), served by the main thread.
-    let metrics = metrics_listener(&cli).map_err(StartError::Runtime)?;
+    let metrics = metrics_listener(&cli).map_err(StartError::Runtime)?; // before privileges drop
+    let lines = [runtime_line, format!("{} ({why})", rung.name())];
+    if cli.check {
+        return Ok(report_check(&cli, local_addr, &lines));
+    }
     // Workers write their counters into the BPF map when there is one, else into ordinary memory.
     let counters = kernel
         .as_ref()
@@ -121,15 +124,7 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
     let uring = uring_options(&cli, fd_limit);
     let workers = start_workers(&cli, settings.clone(), sockets, &counters, &cores, uring)?;
 
-    let steering_line = format!("{} ({why})", rung.name());
-    announce(
-        &cli,
-        local_addr,
-        &runtime_line,
-        &cpus,
-        &steering_line,
-        privileges,
-    );
+    announce(&cli, local_addr, &cpus, &lines, privileges);
 
     let kernel_detail = || kernel_detail(kernel.as_ref());
     let info = crate::metrics::Info::new(cli.runtime.kind.name(), rung.name(), cli.tls());
@@ -398,12 +393,12 @@ fn run_worker(
 /// The last start-up lines: what HTTP/2 leaves out, then "listening on", which scripts wait for.
 /// The start-up lines after the site and TLS ones: steering, privileges, then "listening on", last
 /// (scripts wait for it).
+/// `lines` are the runtime's and the steering's descriptions.
 fn announce(
     cli: &Cli,
     local_addr: SocketAddr,
-    runtime_line: &str,
     cpus: &[Option<usize>],
-    steering_line: &str,
+    [runtime_line, steering_line]: &[String; 2],
     privileges: Option<String>,
 ) {
     eprintln!("statico: steering: {steering_line}");
@@ -427,6 +422,21 @@ fn announce(
         if cli.http2 { ", HTTP/1.1 and h2c" } else { "" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
     );
+}
+
+/// `--check`: everything a start needs has worked (the listeners and BPF state are released on
+/// return); says what a start would use, and advice about the node.
+fn report_check(cli: &Cli, addr: SocketAddr, [runtime, steering]: &[String; 2]) {
+    let scheme = if cli.tls() { "https" } else { "http" };
+    eprintln!("statico: check: steering {steering}");
+    eprintln!(
+        "statico: check: a start would listen on {scheme}://{addr} with {} workers (runtime: {runtime})",
+        cli.workers()
+    );
+    for line in crate::check::advice(u32::try_from(cli.listen_backlog).unwrap_or(0)) {
+        eprintln!("statico: advice: {line}");
+    }
+    eprintln!("statico: check: OK");
 }
 
 /// What the main thread shows while the workers run: the meter (`-m`) and the metrics page.

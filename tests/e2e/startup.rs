@@ -310,3 +310,54 @@ fn runtime_auto_is_the_default_and_says_what_it_chose_and_why() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("[default: auto]"), "{help}");
 }
+
+#[test]
+fn check_says_what_a_start_would_use_then_exits_without_serving() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let (code, err) = run_to_exit(&[
+        "--check",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--listen-backlog",
+        "1000000",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("statico: check: OK"), "{err}");
+    assert!(
+        err.contains(&format!("would listen on http://127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(err.contains("statico: check: steering "), "{err}");
+    assert!(
+        err.contains("advice: --listen-backlog 1000000 is cut to net.core.somaxconn"),
+        "{err}"
+    );
+    // Nothing was left listening, and no BPF pins were left behind.
+    std::net::TcpListener::bind(format!("127.0.0.1:{port}")).expect("the port is free again");
+    assert!(!std::path::Path::new(&format!("/sys/fs/bpf/statico/{port}")).exists());
+    // A port in use fails the check as it would fail a start (1); a bad flag value is the user's (2).
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port().to_string();
+    let (code, err) = run_to_exit(&["--check", "-a", "127.0.0.1", "-p", &taken]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("already in use") && !err.contains("check: OK"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&[
+        "--check",
+        "--tls-cert",
+        "/nonexistent.pem",
+        "--tls-key",
+        "/nonexistent.pem",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--tls-cert"), "{err}");
+}
