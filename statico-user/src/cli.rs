@@ -62,6 +62,11 @@ pub struct Cli {
     #[arg(long, value_name = "VALUE", requires = "root")]
     pub cache_control: Option<String>,
 
+    /// Static site: Cache-Control for the paths matching GLOB ('*' matches anything, '/' included),
+    /// e.g. '*.css=public, max-age=31536000'; repeatable, the first match wins over --cache-control
+    #[arg(long = "cache-control-for", value_name = "GLOB=VALUE", requires = "root", value_parser = parse_cache_rule)]
+    pub cache_control_for: Vec<(String, String)>,
+
     /// Static site: answer unknown paths with this file (relative to --root) and 200, for
     /// single-page apps
     #[arg(long, value_name = "FILE", requires = "root")]
@@ -328,6 +333,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// `GLOB=VALUE`: split at the first `=` (a glob has none; a Cache-Control value may).
+fn parse_cache_rule(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((glob, value)) if !glob.is_empty() && !value.trim().is_empty() => {
+            Ok((glob.to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!(
+            "{s:?} is not GLOB=VALUE (e.g. '*.css=public, max-age=31536000')"
+        )),
+    }
+}
+
 fn parse_timeout(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
@@ -350,6 +367,7 @@ impl Cli {
         Some(crate::site::SiteOptions {
             root: self.root.clone()?,
             cache_control: self.cache_control.clone(),
+            cache_rules: self.cache_control_for.clone(),
             headers: self.headers.clone(),
             spa_fallback: self.spa_fallback.clone(),
             max_size: self.max_site_size,
@@ -467,6 +485,10 @@ mod tests {
             (&["--root", "/tmp", "-s", "404"][..], "--status"),
             (&["--cache-control", "no-store"][..], "--root"),
             (&["--max-site-size", "lots"][..], "--max-site-size"),
+            (
+                &["--root", "/tmp", "--cache-control-for", "no-equals"][..],
+                "--cache-control-for",
+            ),
         ] {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");

@@ -23,6 +23,8 @@ pub struct SiteOptions {
     pub root: PathBuf,
     /// `--cache-control`: the value of every file's `Cache-Control`.
     pub cache_control: Option<String>,
+    /// `--cache-control-for GLOB=VALUE`, in order: the first glob matching a path gives its value.
+    pub cache_rules: Vec<(String, String)>,
     /// The user's `-H` fields, on every answer.
     pub headers: Vec<(String, String)>,
     /// `--spa-fallback`: a file (relative to the root) that answers unknown paths with 200.
@@ -381,7 +383,11 @@ fn variant(
         "Last-Modified",
         String::from_utf8_lossy(&crate::response::http_date(modified)).into_owned(),
     ));
-    if let Some(cc) = &opts.cache_control {
+    let rule = opts
+        .cache_rules
+        .iter()
+        .find(|(glob, _)| glob_matches(glob, url));
+    if let Some(cc) = rule.map(|(_, v)| v).or(opts.cache_control.as_ref()) {
         caching.push(("Cache-Control", cc.clone()));
     }
     if has_variants {
@@ -442,6 +448,32 @@ fn common_fields(opts: &SiteOptions) -> Vec<(&str, String)> {
         fields.push(("Server", crate::response::SERVER.into()));
     }
     fields
+}
+
+/// Whether `glob` matches the URL path `url`: `*` matches any run of characters, `/` included; a glob
+/// without a leading `/` matches at any depth (`*.css` is every CSS file).
+pub(super) fn glob_matches(glob: &str, url: &str) -> bool {
+    let glob = if glob.starts_with('/') || glob.starts_with('*') {
+        glob.to_string()
+    } else {
+        format!("*/{glob}")
+    };
+    if !glob.contains('*') {
+        return glob == url;
+    }
+    let parts: Vec<&str> = glob.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !url.starts_with(first) || url.len() < first.len() + last.len() || !url.ends_with(last) {
+        return false;
+    }
+    let mut rest = &url[first.len()..url.len() - last.len()];
+    for middle in &parts[1..parts.len().saturating_sub(1)] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// `404.html` from the root if there is one, else a short built-in page.

@@ -214,6 +214,48 @@ fn a_symlink_loop_is_walked_once_and_a_directory_alias_serves_both_names() {
 }
 
 #[test]
+fn cache_control_rules_match_by_glob_and_the_first_match_wins() {
+    let root = tree(
+        "cache",
+        &[("a.css", b"c"), ("img/x.png", b"p"), ("index.html", b"h")],
+    );
+    let opts = SiteOptions {
+        root,
+        cache_control: Some("no-cache".into()),
+        cache_rules: vec![
+            ("*.css".into(), "public, max-age=31536000".into()),
+            ("/img/*".into(), "public, max-age=600".into()),
+            ("/a.css".into(), "shadowed by *.css".into()),
+            ("*".into(), "never reached for css or img".into()),
+        ],
+        max_size: 1 << 20,
+        ..SiteOptions::default()
+    };
+    let s = build(&opts).unwrap();
+    let cc = |path| field(&split(&get(&s, path, &[]).1).0, "Cache-Control").map(str::to_string);
+    assert_eq!(cc("/a.css").as_deref(), Some("public, max-age=31536000"));
+    assert_eq!(cc("/img/x.png").as_deref(), Some("public, max-age=600"));
+    assert_eq!(
+        cc("/index.html").as_deref(),
+        Some("never reached for css or img")
+    );
+    assert!(super::build::glob_matches("/index.html", "/index.html"));
+    assert!(super::build::glob_matches("docs/*.html", "/a/docs/b.html"));
+    assert!(!super::build::glob_matches("/img/*.png", "/img/x.jpg"));
+    let plain = SiteOptions {
+        cache_rules: vec![("*.js".into(), "x".into())],
+        ..opts
+    };
+    let s = build(&plain).unwrap();
+    let cc = |path| field(&split(&get(&s, path, &[]).1).0, "Cache-Control").map(str::to_string);
+    assert_eq!(
+        cc("/index.html").as_deref(),
+        Some("no-cache"),
+        "no rule matches: --cache-control"
+    );
+}
+
+#[test]
 fn review_findings_stay_fixed() {
     let s = site(
         "review",
