@@ -20,7 +20,7 @@ use anyhow::{bail, Result};
 use crate::cmd;
 
 /// (program to look for, or an absolute path, Debian package that provides it)
-const PACKAGES: [(&str, &str); 13] = [
+const PACKAGES: [(&str, &str); 14] = [
     ("curl", "curl"),
     ("openssl", "openssl"),
     ("wrk", "wrk"),
@@ -32,6 +32,7 @@ const PACKAGES: [(&str, &str); 13] = [
     ("perf", "linux-perf"),
     ("testssl", "testssl.sh"),
     ("prometheus", "prometheus"),
+    ("systemd-analyze", "systemd"),
     // `bench --site`: the corpus, and nginx's brotli_static for the peer.
     (
         "/usr/share/doc/python3.11/html/index.html",
