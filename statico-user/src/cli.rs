@@ -159,6 +159,10 @@ pub struct Cli {
     #[arg(long)]
     pub check: bool,
 
+    /// Write the man page and the bash, zsh and fish completions into DIR, then exit (for packaging)
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub generate_docs: Option<std::path::PathBuf>,
+
     /// After start-up (eBPF attached, maps pinned), switch to this user; capabilities are dropped always
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
@@ -360,6 +364,24 @@ impl Cli {
             headers: self.headers.clone(),
             body: self.body.clone().map(|b| b.0).unwrap_or_default(),
         }
+    }
+
+    /// `--generate-docs DIR`: `statico.1`, `statico.bash`, `_statico` (zsh), `statico.fish`, from the clap
+    /// definition, so they never drift from `--help`.
+    pub fn generate_docs(dir: &std::path::Path) -> std::io::Result<()> {
+        use clap::CommandFactory;
+        std::fs::create_dir_all(dir)?;
+        let mut man = Vec::new();
+        clap_mangen::Man::new(Cli::command()).render(&mut man)?;
+        std::fs::write(dir.join("statico.1"), man)?;
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            clap_complete::generate_to(shell, &mut Cli::command(), "statico", dir)?;
+        }
+        Ok(())
     }
 
     /// `--root` and its companions, if a static site is served.

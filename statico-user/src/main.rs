@@ -7,6 +7,13 @@ use statico::server::{self, StartError};
 
 fn main() {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.generate_docs {
+        if let Err(e) = Cli::generate_docs(dir) {
+            eprintln!("statico: error: --generate-docs {}: {e}", dir.display());
+            std::process::exit(1);
+        }
+        return;
+    }
     match server::run(cli) {
         Ok(()) => {}
         Err(StartError::Usage(e)) => {

@@ -5,12 +5,14 @@
 //! - `build`: release build of the `statico` binary.
 //! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it).
 //! - `test`: fmt check, clippy `-D warnings`, unit tests, end-to-end tests against the release binary.
+//! - `package`: the Debian package (see `package.rs`).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`).
 //! - `fuzz`: runs the parser fuzz target for a while (nightly, cargo-fuzz).
 //!
 //! `run`, `test` and `bench` call `setup` first when something is missing.
 
 mod bench;
+mod package;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +41,8 @@ enum Task {
     },
     /// fmt check, clippy -D warnings, unit tests, end-to-end tests
     Test,
+    /// Build the Debian package (target/package/statico_*.deb): binary, man page, completions, units
+    Package,
     /// Benchmark statico against nginx on this machine, in one run
     Bench(bench::BenchArgs),
     /// Fuzz the HTTP parser (needs nightly; installs cargo-fuzz)
@@ -62,6 +66,14 @@ fn main() -> Result<()> {
             exec(root.join("target/release/statico"), &args)
         }
         Task::Test => test(),
+        Task::Package => {
+            setup::run(false)?;
+            build_release()?;
+            let deb = package::build(&root)?;
+            package::check(&deb)?;
+            println!("{}", deb.display());
+            Ok(())
+        }
         Task::Bench(b) => {
             setup::run(false)?;
             build_release()?;
@@ -198,6 +210,9 @@ fn test() -> Result<()> {
             ..Default::default()
         },
     )?;
+    eprintln!("xtask test: package stage: cargo xtask package, contents checked");
+    let deb = package::build(&workspace_root())?;
+    package::check(&deb)?;
     eprintln!("xtask test: all checks passed");
     Ok(())
 }

@@ -76,6 +76,24 @@ pub fn h2spec_path() -> Option<std::path::PathBuf> {
         .or_else(|| which("h2spec"))
 }
 
+/// cargo-deb, which `cargo xtask package` (and the test stage that checks the package) uses.
+fn ensure_cargo_deb() -> Result<()> {
+    let version = Command::new("cargo").args(["deb", "--version"]).output();
+    if matches!(&version, Ok(o) if o.status.success()) {
+        return Ok(());
+    }
+    cmd(
+        "cargo",
+        &[
+            "install",
+            "cargo-deb",
+            "--locked",
+            "--version",
+            crate::package::CARGO_DEB_VERSION,
+        ],
+    )
+}
+
 /// The standard library of `target` for the stable toolchain, through rustup.
 fn ensure_target(target: &str) -> Result<()> {
     let installed = Command::new("rustup")
@@ -132,6 +150,7 @@ pub fn run(report: bool) -> Result<()> {
     }
     ensure_target(NON_LINUX_TARGET)?;
     ensure_h2spec()?;
+    ensure_cargo_deb()?;
     if report {
         eprintln!("setup: done");
     }
