@@ -156,10 +156,9 @@ pub struct Connection {
     /// Input received and not yet consumed: a partial head or chunk line, or requests waiting for the
     /// output to drain or for a paced response to finish.
     pending: Vec<u8>,
-    /// Output not yet sent: own bytes and shared bodies, in order.
+    /// Output not yet sent: own bytes and shared bodies, in order; frozen while a send of it is in
+    /// flight (new output then starts a new chunk).
     out: Output,
-    /// A send of `out.front()` is in flight: it stays put, new output starts a new chunk.
-    in_flight: bool,
     /// A paced response (or its body) waiting for its delay.
     held: Vec<u8>,
     /// Where the body of the held response starts, for `--body-delay`.
@@ -183,7 +182,6 @@ impl Connection {
             dumper: Dumper::new(policy.verbose),
             pending: Vec::new(),
             out: Output::default(),
-            in_flight: false,
             held: Vec::new(),
             body_at: None,
             phase: Phase::Exchange,
@@ -273,7 +271,6 @@ impl Connection {
     /// A send of [`Connection::output`] is in flight: its bytes must stay where they are until
     /// [`Connection::sent`] reports it done.
     pub fn send_started(&mut self) {
-        self.in_flight = true;
         self.out.freeze();
     }
 
@@ -290,7 +287,6 @@ impl Connection {
     /// layer counts its own `writes`, the socket's).
     pub fn taken(&mut self, n: usize, now: Instant, env: Env) {
         let backed_up = self.unsent() >= MAX_UNSENT;
-        self.in_flight = false;
         self.out.sent(n);
         if n > 0 {
             env.counters.add(Counter::BytesOut, n as u64);
@@ -310,7 +306,7 @@ impl Connection {
         if self.phase == Phase::Closed {
             return Status::Close;
         }
-        if self.phase != Phase::Exchange || self.unsent() > 0 || self.in_flight {
+        if self.phase != Phase::Exchange || self.unsent() > 0 || self.out.in_flight() {
             return Status::Open;
         }
         match self.after {

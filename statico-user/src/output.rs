@@ -106,6 +106,11 @@ impl Output {
         self.frozen = self.chunks.len();
     }
 
+    /// Whether a send is in flight (between [`Output::freeze`] and [`Output::sent`]).
+    pub fn in_flight(&self) -> bool {
+        self.frozen > 0
+    }
+
     /// `n` bytes were sent, from the front on (0: the socket took nothing); the send is over.
     pub fn sent(&mut self, n: usize) {
         self.frozen = 0;

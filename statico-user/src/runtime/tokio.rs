@@ -91,7 +91,7 @@ struct Worker {
     /// The same for HTTP/2 streams, with `--http2`.
     h2_response: RefCell<Option<H2Response>>,
     /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
-    site: RefCell<Option<std::sync::Arc<crate::site::Site>>>,
+    site: RefCell<crate::site::WorkerSite>,
     /// Notified at shutdown: HTTP/2 connections send GOAWAY and finish their streams.
     h2_drain: tokio::sync::Notify,
     counters: crate::meter::Counters,
@@ -120,7 +120,7 @@ impl Worker {
         Worker {
             response: RefCell::new(settings.response.clone()),
             h2_response: RefCell::new(settings.h2.as_ref().map(|(_, r)| r.clone())),
-            site: RefCell::new(settings.site.as_ref().map(|h| h.load())),
+            site: RefCell::new(crate::site::WorkerSite::new(settings.site.as_ref())),
             h2_drain: tokio::sync::Notify::new(),
             settings,
             counters,
@@ -138,23 +138,15 @@ impl Worker {
 
     /// Runs `f` with what a connection reads from its worker (the response borrowed only inside).
     fn with_env<R>(&self, f: impl FnOnce(Env) -> R) -> R {
-        self.refresh_site();
+        self.site.borrow_mut().refresh();
         let site = self.site.borrow();
         let response = self.response.borrow();
         f(Env {
             policy: &self.settings.policy,
             response: &response,
-            site: site.as_deref(),
+            site: site.get(),
             counters: self.counters(),
         })
-    }
-
-    /// `--root`: takes the site in force if a rebuild was swapped in since (one relaxed load; the
-    /// worker's copy is borrowed, never cloned, per request).
-    fn refresh_site(&self) {
-        if let (Some(handle), Some(mine)) = (&self.settings.site, self.site.borrow_mut().as_mut()) {
-            handle.refresh(mine);
-        }
     }
 }
 
@@ -436,8 +428,8 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let response = |request: &http::Request<h2::RecvStream>| {
-        w.refresh_site();
-        if let Some(site) = w.site.borrow().as_deref() {
+        w.site.borrow_mut().refresh();
+        if let Some(site) = w.site.borrow().get() {
             return H2Response::from_site(site, request, w.response.borrow().date());
         }
         w.h2_response

@@ -306,17 +306,15 @@ fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<S
     check_size(opts, stats.identity_bytes + stats.compressed_bytes, sizes)?;
     let not_found = not_found_page(&paths, &files);
     let spa = spa_fallback(opts, &paths)?;
+    let common = common_fields(opts);
     Ok(Site {
         generation: 0,
         paths,
         files,
         not_found,
         spa,
-        common: render(&common_fields(opts)),
-        common_pairs: common_fields(opts)
-            .into_iter()
-            .map(|(n, v)| (n.into(), v.into_boxed_str()))
-            .collect(),
+        common: render(&common),
+        common_pairs: pairs(&common),
         stats,
     })
 }
@@ -405,11 +403,17 @@ fn variant(
         etag,
         fields: render(&all),
         fields_304: render(&caching),
-        pairs: all
-            .into_iter()
-            .map(|(n, v)| (n.into(), v.into_boxed_str()))
-            .collect(),
+        pairs: pairs(&all),
+        pairs_304: pairs(&caching),
     }
+}
+
+/// Header fields as (name, value) pairs, for HTTP/2.
+fn pairs(fields: &[(&str, String)]) -> Box<[(Box<str>, Box<str>)]> {
+    fields
+        .iter()
+        .map(|(n, v)| ((*n).into(), v.as_str().into()))
+        .collect()
 }
 
 fn render(fields: &[(&str, String)]) -> Box<[u8]> {
@@ -491,10 +495,8 @@ fn not_found_page(paths: &HashMap<Box<str>, Target>, files: &[File]) -> File {
             etag: "\"404\"".into(),
             fields: render(&fields),
             fields_304: Box::new([]),
-            pairs: fields
-                .into_iter()
-                .map(|(n, v)| (n.into(), v.into_boxed_str()))
-                .collect(),
+            pairs: pairs(&fields),
+            pairs_304: Box::new([]),
         }],
         modified: SystemTime::UNIX_EPOCH,
     }

@@ -40,8 +40,9 @@ pub struct Variant {
     fields: Box<[u8]>,
     /// The same for 304: validators and caching fields, no `Content-Type`/`Content-Encoding`.
     fields_304: Box<[u8]>,
-    /// (name, value) of `fields`, for HTTP/2.
+    /// (name, value) of `fields` and of `fields_304`, for HTTP/2.
     pub pairs: Box<[(Box<str>, Box<str>)]>,
+    pub pairs_304: Box<[(Box<str>, Box<str>)]>,
 }
 
 /// A file: its variants (identity first) and modification time.
@@ -113,6 +114,15 @@ enum Kind {
 enum FileRef {
     File(u32),
     NotFound,
+}
+
+/// A short plain-text answer that is no stored file (see [`Site::plain`]).
+struct Plain {
+    status: u16,
+    reason: &'static str,
+    body: &'static [u8],
+    /// One more header field: `Location`, `Allow`, `Content-Range`.
+    extra: Option<(&'static str, String)>,
 }
 
 /// Status lines and fixed answers.
@@ -203,13 +213,10 @@ impl Site {
         head_only: bool,
         out: &mut impl Sink,
     ) -> u16 {
-        if choice.generation != self.generation {
-            let body = b"The site was rebuilt while this request arrived; send it again.\n";
-            let at = (framing, date, head_only);
-            return self.simple(out, (503, "Service Unavailable"), body, "", at);
+        if let Some(plain) = self.plain(&choice) {
+            return self.simple(out, plain, (framing, date, head_only));
         }
         let at = (framing, date);
-        let plain = (framing, date, head_only);
         match choice.kind {
             Kind::Whole { file, variant } => {
                 let v = &self.file(file).variants[usize::from(variant)];
@@ -247,24 +254,53 @@ impl Site {
                 }
                 206
             }
+            _ => unreachable!("the answers that are no file were written above"),
+        }
+    }
+
+    /// The short plain-text answer `choice` names when it names no stored file (400, 405, 416, a
+    /// 308 with an empty body, a 503 across a rebuild): one definition for HTTP/1.1 and HTTP/2.
+    fn plain(&self, choice: &Choice) -> Option<Plain> {
+        let plain = |status, reason, body: &'static [u8], extra| {
+            Some(Plain {
+                status,
+                reason,
+                body,
+                extra,
+            })
+        };
+        if choice.generation != self.generation {
+            let body = b"The site was rebuilt while this request arrived; send it again.\n";
+            return plain(503, "Service Unavailable", body, None);
+        }
+        match &choice.kind {
             Kind::Unsatisfiable { len } => {
-                let extra = format!("Content-Range: bytes */{len}\r\n");
-                let body = b"The range lies outside the file.\n";
-                self.simple(out, (416, "Range Not Satisfiable"), body, &extra, plain)
+                let range = Some(("Content-Range", format!("bytes */{len}")));
+                plain(
+                    416,
+                    "Range Not Satisfiable",
+                    b"The range lies outside the file.\n",
+                    range,
+                )
             }
             Kind::AddSlash(location) => {
-                let location = format!("Location: {location}\r\n");
-                self.simple(out, (308, "Permanent Redirect"), b"", &location, plain)
+                let location = Some(("Location", location.to_string()));
+                plain(308, "Permanent Redirect", b"", location)
             }
             Kind::MethodNotAllowed => {
-                let body = b"Only GET and HEAD are served here.\n";
-                let allow = "Allow: GET, HEAD\r\n";
-                self.simple(out, (405, "Method Not Allowed"), body, allow, plain)
+                let allow = Some(("Allow", "GET, HEAD".to_string()));
+                plain(
+                    405,
+                    "Method Not Allowed",
+                    b"Only GET and HEAD are served here.\n",
+                    allow,
+                )
             }
             Kind::BadRequest => {
                 let body = b"The path is malformed or leaves the site.\n";
-                self.simple(out, (400, "Bad Request"), body, "", plain)
+                plain(400, "Bad Request", body, None)
             }
+            Kind::Whole { .. } | Kind::NotModified { .. } | Kind::Part { .. } => None,
         }
     }
 
@@ -294,18 +330,19 @@ impl Site {
         });
     }
 
-    /// A short plain-text answer (400, 405, 416, 503) or a redirect, with extra fields.
+    /// A [`Plain`] answer in HTTP/1.1 bytes.
     fn simple(
         &self,
         out: &mut impl Sink,
-        (code, reason): (u16, &str),
-        body: &[u8],
-        extra: &str,
+        plain: Plain,
         (framing, date, head_only): (Framing, &[u8; DATE_LEN], bool),
     ) -> u16 {
-        let status = format!("HTTP/1.1 {code} {reason}\r\n");
-        let fields = format!("Content-Type: text/plain; charset=utf-8\r\n{extra}");
-        let length = Some(body.len() as u64);
+        let status = format!("HTTP/1.1 {} {}\r\n", plain.status, plain.reason);
+        let mut fields = String::from("Content-Type: text/plain; charset=utf-8\r\n");
+        if let Some((name, value)) = &plain.extra {
+            fields.push_str(&format!("{name}: {value}\r\n"));
+        }
+        let length = Some(plain.body.len() as u64);
         self.head(
             out,
             status.as_bytes(),
@@ -314,9 +351,9 @@ impl Site {
             (framing, date),
         );
         if !head_only {
-            out.extend_from_slice(body);
+            out.extend_from_slice(plain.body);
         }
-        code
+        plain.status
     }
 }
 
@@ -369,35 +406,26 @@ pub struct Parts<'a> {
     pub body: Option<bytes::Bytes>,
 }
 
-/// The fields a 304 repeats (RFC 9110 §15.4.5).
-const FIELDS_304: [&str; 4] = ["ETag", "Last-Modified", "Cache-Control", "Vary"];
-
 impl Site {
     /// The answer to `choice` in parts (HTTP/2), the same answer [`Site::write`] renders for HTTP/1.1.
     pub fn parts(&self, choice: Choice) -> Parts<'_> {
         use std::borrow::Cow;
         let variant = |file, i: u8| &self.file(file).variants[usize::from(i)];
-        fn of(v: &Variant) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
-            v.pairs
+        fn of(pairs: &[(Box<str>, Box<str>)]) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
+            pairs
                 .iter()
                 .map(|(n, v)| (&**n, Cow::Borrowed(&**v)))
                 .collect()
         }
-        let text = |status: u16, body: &'static [u8], extra: Vec<(&'static str, String)>| {
+        let mut parts = if let Some(plain) = self.plain(&choice) {
             let mut fields = vec![("Content-Type", Cow::Borrowed("text/plain; charset=utf-8"))];
-            fields.extend(extra.into_iter().map(|(n, v)| (n, Cow::Owned(v))));
+            fields.extend(plain.extra.map(|(n, v)| (n, Cow::Owned(v))));
+            let body = (!plain.body.is_empty()).then(|| bytes::Bytes::from_static(plain.body));
             Parts {
-                status,
+                status: plain.status,
                 fields,
-                body: Some(bytes::Bytes::from_static(body)),
+                body,
             }
-        };
-        let mut parts = if choice.generation != self.generation {
-            text(
-                503,
-                b"The site was rebuilt while this request arrived; send it again.\n",
-                vec![],
-            )
         } else {
             match choice.kind {
                 Kind::Whole { file, variant: i } => {
@@ -405,22 +433,18 @@ impl Site {
                     let status = if file == FileRef::NotFound { 404 } else { 200 };
                     Parts {
                         status,
-                        fields: of(v),
+                        fields: of(&v.pairs),
                         body: Some(v.body.clone()),
                     }
                 }
-                Kind::NotModified { file, variant: i } => {
-                    let mut fields = of(variant(file, i));
-                    fields.retain(|(n, _)| FIELDS_304.contains(n));
-                    Parts {
-                        status: 304,
-                        fields,
-                        body: None,
-                    }
-                }
+                Kind::NotModified { file, variant: i } => Parts {
+                    status: 304,
+                    fields: of(&variant(file, i).pairs_304),
+                    body: None,
+                },
                 Kind::Part { file, start, end } => {
                     let v = variant(file, 0);
-                    let mut fields = of(v);
+                    let mut fields = of(&v.pairs);
                     let range = format!("bytes {start}-{}/{}", end - 1, v.body.len());
                     fields.push(("Content-Range", Cow::Owned(range)));
                     Parts {
@@ -429,24 +453,7 @@ impl Site {
                         body: Some(v.body.slice(start as usize..end as usize)),
                     }
                 }
-                Kind::Unsatisfiable { len } => text(
-                    416,
-                    b"The range lies outside the file.\n",
-                    vec![("Content-Range", format!("bytes */{len}"))],
-                ),
-                Kind::AddSlash(location) => {
-                    let mut p = text(308, b"", vec![("Location", location.to_string())]);
-                    p.body = None;
-                    p
-                }
-                Kind::MethodNotAllowed => text(
-                    405,
-                    b"Only GET and HEAD are served here.\n",
-                    vec![("Allow", "GET, HEAD".into())],
-                ),
-                Kind::BadRequest => {
-                    text(400, b"The path is malformed or leaves the site.\n", vec![])
-                }
+                _ => unreachable!("the answers that are no file were made above"),
             }
         };
         parts.fields.extend(
@@ -512,6 +519,34 @@ impl SiteHandle {
 
     pub fn load(&self) -> Arc<Site> {
         self.current.load_full()
+    }
+}
+
+/// A worker's site (`--root`): its own `Arc<Site>`, borrowed per request and taken again only when a
+/// rebuild has been swapped in — the same for every runtime.
+#[derive(Debug)]
+pub struct WorkerSite {
+    handle: Option<Arc<SiteHandle>>,
+    mine: Option<Arc<Site>>,
+}
+
+impl WorkerSite {
+    pub fn new(handle: Option<&Arc<SiteHandle>>) -> Self {
+        WorkerSite {
+            mine: handle.map(|h| h.load()),
+            handle: handle.cloned(),
+        }
+    }
+
+    /// Takes the site in force if a rebuild was swapped in since (one relaxed load).
+    pub fn refresh(&mut self) {
+        if let (Some(handle), Some(mine)) = (&self.handle, self.mine.as_mut()) {
+            handle.refresh(mine);
+        }
+    }
+
+    pub fn get(&self) -> Option<&Site> {
+        self.mine.as_deref()
     }
 }
 

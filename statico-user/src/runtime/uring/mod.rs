@@ -121,7 +121,7 @@ struct Shared<'a> {
     /// This worker's copy of the response, its `Date` patched by the tick.
     response: Response,
     /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
-    site: Option<std::sync::Arc<crate::site::Site>>,
+    site: crate::site::WorkerSite,
     counters: &'a WorkerCounters,
 }
 
@@ -130,15 +130,8 @@ impl Shared<'_> {
         Env {
             policy: &self.settings.policy,
             response: &self.response,
-            site: self.site.as_deref(),
+            site: self.site.get(),
             counters: self.counters,
-        }
-    }
-
-    /// `--root`: takes the site in force if a rebuild was swapped in since (one relaxed load).
-    fn refresh_site(&mut self) {
-        if let (Some(handle), Some(mine)) = (&self.settings.site, self.site.as_mut()) {
-            handle.refresh(mine);
         }
     }
 }
@@ -214,7 +207,7 @@ impl<'a> Worker<'a> {
             shared: Shared {
                 settings,
                 response: settings.response.clone(),
-                site: settings.site.as_ref().map(|h| h.load()),
+                site: crate::site::WorkerSite::new(settings.site.as_ref()),
                 counters: counters.worker(id),
             },
             listener: listener.into_raw_fd(),
@@ -267,7 +260,7 @@ impl<'a> Worker<'a> {
                 .map(|c| (c.user_data(), c.result(), c.flags())),
         );
         self.now = Instant::now();
-        self.shared.refresh_site();
+        self.shared.site.refresh();
         for &(data, res, flags) in &cqes {
             if !cqueue::more(flags) {
                 self.ring.inflight = self.ring.inflight.saturating_sub(1);
