@@ -268,6 +268,11 @@ impl Connection {
         self.out.slices(slices)
     }
 
+    /// The next send for a runtime that can call `sendfile` (see [`crate::output::Output::next`]).
+    pub fn output_next<'a>(&'a self, slices: &mut [std::io::IoSlice<'a>]) -> crate::output::Next {
+        self.out.next(slices)
+    }
+
     /// A send of [`Connection::output`] is in flight: its bytes must stay where they are until
     /// [`Connection::sent`] reports it done.
     pub fn send_started(&mut self) {

@@ -86,6 +86,26 @@ impl Layer {
         }
     }
 
+    /// The next send for a runtime that can call `sendfile`: without TLS, a site's large bodies come
+    /// as file spans; with TLS, the records, as [`Layer::output_slices`].
+    pub fn output_next<'a>(
+        &'a self,
+        conn: &'a Connection,
+        slices: &mut [std::io::IoSlice<'a>],
+    ) -> crate::output::Next {
+        match self {
+            Layer::Plain => conn.output_next(slices),
+            #[cfg(target_os = "linux")]
+            Layer::Tls(_) => match self.output_slices(conn, slices) {
+                0 => crate::output::Next::Nothing,
+                count => crate::output::Next::Slices {
+                    count,
+                    file_follows: false,
+                },
+            },
+        }
+    }
+
     /// A send of [`Layer::output`] is in flight: those bytes stay put until [`Layer::sent`].
     pub fn send_started(&mut self, conn: &mut Connection) {
         match self {

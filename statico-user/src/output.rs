@@ -5,7 +5,9 @@
 //! copy.
 //!
 //! A runtime sends [`Output::slices`] (up to as many chunks as it has room for, in one `writev` or
-//! `sendmsg`) and reports how much went. While a send is in flight ([`Output::freeze`]) new bytes
+//! `sendmsg`) and reports how much went. A runtime that can call `sendfile` asks [`Output::next`]
+//! instead: a large shared body that lies in a file (a site's sealed store, see `site::store`) then
+//! goes out from that file, the kernel taking its pages rather than copying them. While a send is in flight ([`Output::freeze`]) new bytes
 //! start a new chunk, so nothing the kernel reads moves or grows.
 
 use std::collections::VecDeque;
@@ -15,6 +17,11 @@ use bytes::Bytes;
 /// Bodies at least this long are sent from their shared buffer (one more slice in the send) rather
 /// than copied; shorter ones cost less to copy than to describe.
 pub const SHARE_MIN: usize = 4 * 1024;
+
+/// Shared bodies at least this long that lie in a file are sent with `sendfile` by a runtime that
+/// can (one more syscall, no copy): measured on loopback, `sendfile` costs as much CPU as a copy at
+/// 12 KiB, 10-15% less at 32 KiB, 20-35% less at 128 KiB.
+pub const SENDFILE_MIN: usize = 16 * 1024;
 
 /// Most slices one send carries.
 pub const MAX_SLICES: usize = 64;
@@ -27,8 +34,9 @@ const KEEP_CAPACITY: usize = 4 * 1024;
 /// held for `--delay`, a test).
 pub trait Sink {
     fn extend_from_slice(&mut self, bytes: &[u8]);
-    /// A body stored elsewhere (a static site's): kept by reference where worth it, else copied.
-    fn share(&mut self, body: &Bytes);
+    /// A body stored elsewhere (a static site's), and where it lies in a file if it does: kept by
+    /// reference where worth it, else copied.
+    fn share(&mut self, body: &Bytes, file: Option<FileAt>);
     /// Bytes written and not yet sent.
     fn unsent(&self) -> usize;
 }
@@ -38,7 +46,7 @@ impl Sink for Vec<u8> {
         Vec::extend_from_slice(self, bytes);
     }
 
-    fn share(&mut self, body: &Bytes) {
+    fn share(&mut self, body: &Bytes, _: Option<FileAt>) {
         Vec::extend_from_slice(self, body);
     }
 
@@ -47,17 +55,49 @@ impl Sink for Vec<u8> {
     }
 }
 
+/// Where a shared body's first byte lies in a file that outlives it: the `Bytes` holding the body
+/// owns the file (see `site::store`), so the descriptor is open while a chunk holds the body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileAt {
+    pub fd: std::os::raw::c_int,
+    pub offset: u64,
+}
+
+/// The next send, for a runtime that can call `sendfile` ([`Output::next`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    Nothing,
+    /// Send the first `count` slices; `file_follows`: a file's bytes come next (send with `MSG_MORE`).
+    Slices {
+        count: usize,
+        file_follows: bool,
+    },
+    /// Send `len` bytes of the file from `at`.
+    File {
+        at: FileAt,
+        len: usize,
+    },
+}
+
 #[derive(Debug)]
 enum Chunk {
     Own(Vec<u8>),
-    Shared(Bytes),
+    Shared(Bytes, Option<FileAt>),
 }
 
 impl Chunk {
     fn bytes(&self) -> &[u8] {
         match self {
             Chunk::Own(v) => v,
-            Chunk::Shared(b) => b,
+            Chunk::Shared(b, _) => b,
+        }
+    }
+
+    /// Where this chunk lies in a file, if it is worth `sendfile`.
+    fn file(&self) -> Option<FileAt> {
+        match self {
+            Chunk::Shared(b, Some(at)) if b.len() >= SENDFILE_MIN => Some(*at),
+            _ => None,
         }
     }
 }
@@ -83,8 +123,13 @@ impl Output {
 
     /// The bytes to send next as slices, in order, as many as `slices` holds; returns how many.
     pub fn slices<'a>(&'a self, slices: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.slices_of(self.chunks.len(), slices)
+    }
+
+    /// [`Output::slices`] of the first `chunks` chunks.
+    fn slices_of<'a>(&'a self, chunks: usize, slices: &mut [std::io::IoSlice<'a>]) -> usize {
         let mut k = 0;
-        for (i, chunk) in self.chunks.iter().enumerate() {
+        for (i, chunk) in self.chunks.iter().take(chunks).enumerate() {
             if k == slices.len() {
                 break;
             }
@@ -99,6 +144,39 @@ impl Output {
             }
         }
         k
+    }
+
+    /// The next send when `sendfile` is at hand: a file's bytes if the front chunk lies in one, else
+    /// the slices up to the first chunk that does (written into `slices`).
+    pub fn next<'a>(&'a self, slices: &mut [std::io::IoSlice<'a>]) -> Next {
+        let Some(front) = self.chunks.front() else {
+            return Next::Nothing;
+        };
+        if let Some(at) = front.file() {
+            let len = front.bytes().len() - self.sent;
+            let at = FileAt {
+                offset: at.offset + self.sent as u64,
+                ..at
+            };
+            return Next::File { at, len };
+        }
+        let file = self.chunks.iter().position(|c| c.file().is_some());
+        let upto = file.unwrap_or(self.chunks.len());
+        let count = self.slices_of(upto, slices);
+        match count {
+            0 => Next::Nothing,
+            _ => Next::Slices {
+                count,
+                // Every chunk before the file fitted in the slices.
+                file_follows: file.is_some() && count == self.unsent_chunks(upto),
+            },
+        }
+    }
+
+    /// How many of the first `chunks` chunks have bytes to send (each is one slice).
+    fn unsent_chunks(&self, chunks: usize) -> usize {
+        let rest = self.chunks.iter().take(chunks).skip(1);
+        usize::from(!self.front().is_empty()) + rest.filter(|c| !c.bytes().is_empty()).count()
     }
 
     /// A send of [`Output::front`] or [`Output::slices`] is in flight.
@@ -116,6 +194,9 @@ impl Output {
         self.frozen = 0;
         self.unsent -= n;
         self.sent += n;
+        // A small own buffer sent is kept, emptied, for the next responses (a head sent before a
+        // shared body included): once warm, a connection allocates nothing per response.
+        let mut spare = None;
         while let Some(front) = self.chunks.front() {
             let len = front.bytes().len();
             if self.sent < len || (len == 0 && self.chunks.len() == 1) {
@@ -123,16 +204,16 @@ impl Output {
             }
             self.sent -= len;
             match self.chunks.pop_front() {
-                // The last chunk, small: kept empty for the next responses.
-                Some(Chunk::Own(mut v))
-                    if self.chunks.is_empty() && v.capacity() <= KEEP_CAPACITY =>
-                {
-                    v.clear();
-                    self.chunks.push_back(Chunk::Own(v));
-                    break;
+                Some(Chunk::Own(v)) if spare.is_none() && v.capacity() <= KEEP_CAPACITY => {
+                    spare = Some(v)
                 }
                 _ => {}
             }
+        }
+        let needed = !matches!(self.chunks.back(), Some(Chunk::Own(_)));
+        if let (true, Some(mut v)) = (needed, spare) {
+            v.clear();
+            self.chunks.push_back(Chunk::Own(v));
         }
     }
 
@@ -159,7 +240,7 @@ impl Sink for Output {
         }
     }
 
-    fn share(&mut self, body: &Bytes) {
+    fn share(&mut self, body: &Bytes, file: Option<FileAt>) {
         if body.len() < SHARE_MIN {
             return self.extend_from_slice(body);
         }
@@ -167,7 +248,7 @@ impl Sink for Output {
         if matches!(self.chunks.back(), Some(Chunk::Own(v)) if v.is_empty()) {
             self.chunks.pop_back();
         }
-        self.chunks.push_back(Chunk::Shared(body.clone()));
+        self.chunks.push_back(Chunk::Shared(body.clone(), file));
         self.unsent += body.len();
     }
 
@@ -197,9 +278,9 @@ mod tests {
         let big = Bytes::from(vec![7u8; SHARE_MIN]);
         let mut out = Output::default();
         out.extend_from_slice(b"head1");
-        out.share(&big);
+        out.share(&big, None);
         out.extend_from_slice(b"head2");
-        out.share(&Bytes::from_static(b"small body"));
+        out.share(&Bytes::from_static(b"small body"), None);
         assert_eq!(out.unsent(), 5 + SHARE_MIN + 5 + 10);
         assert_eq!(
             out.front(),
@@ -231,7 +312,7 @@ mod tests {
         let big = Bytes::from(vec![3u8; SHARE_MIN]);
         let mut out = Output::default();
         out.extend_from_slice(b"ab");
-        out.share(&big);
+        out.share(&big, None);
         out.extend_from_slice(b"cd");
         let mut s = [std::io::IoSlice::new(&[]); MAX_SLICES];
         assert_eq!(out.slices(&mut s), 3);
@@ -247,12 +328,71 @@ mod tests {
         assert_eq!(out.unsent(), 3);
     }
 
+    /// [`Output::next`] with room for `room` slices, and the bytes of those slices.
+    fn next(out: &Output, room: usize) -> (Next, Vec<u8>) {
+        let mut s = vec![std::io::IoSlice::new(&[]); room];
+        let next = out.next(&mut s);
+        let n = match next {
+            Next::Slices { count, .. } => count,
+            _ => 0,
+        };
+        (
+            next,
+            s[..n].iter().flat_map(|x| x.iter().copied()).collect(),
+        )
+    }
+
+    #[test]
+    fn next_sends_heads_then_a_file_body_from_where_it_lies() {
+        let at = |offset| FileAt { fd: 7, offset };
+        let slices = |count, file_follows| Next::Slices {
+            count,
+            file_follows,
+        };
+        let big = Bytes::from(vec![5u8; SENDFILE_MIN]);
+        let mid = Bytes::from(vec![6u8; SHARE_MIN]);
+        let mut out = Output::default();
+        out.extend_from_slice(b"head");
+        out.share(&mid, Some(at(0))); // too short for sendfile: a slice
+        out.extend_from_slice(b"head2");
+        out.share(&big, Some(at(100)));
+        out.extend_from_slice(b"tail");
+        assert_eq!(next(&out, MAX_SLICES).0, slices(3, true));
+        out.freeze();
+        out.sent(4 + SHARE_MIN + 5);
+        let len = SENDFILE_MIN;
+        assert_eq!(next(&out, MAX_SLICES).0, Next::File { at: at(100), len });
+        out.freeze();
+        out.sent(1000);
+        let len = SENDFILE_MIN - 1000;
+        assert_eq!(next(&out, MAX_SLICES).0, Next::File { at: at(1100), len });
+        out.freeze();
+        out.sent(len);
+        assert_eq!(next(&out, MAX_SLICES), (slices(1, false), b"tail".to_vec()));
+        out.share(&big, Some(at(0)));
+        assert_eq!(next(&out, 1), (slices(1, true), b"tail".to_vec()));
+        let mut out = Output::default();
+        out.extend_from_slice(b"a");
+        out.share(&mid, None);
+        out.share(&big, Some(at(0)));
+        assert_eq!(
+            next(&out, 1).0,
+            slices(1, false),
+            "no room for all before the file"
+        );
+        assert_eq!(next(&out, 2).0, slices(2, true));
+    }
+
     #[test]
     fn a_small_buffer_is_kept_for_reuse_and_a_large_one_freed() {
         let mut out = Output::default();
-        out.extend_from_slice(b"x");
-        drain(&mut out, 100);
-        assert!(matches!(out.chunks.back(), Some(Chunk::Own(v)) if v.capacity() > 0));
+        out.extend_from_slice(b"head");
+        out.share(&Bytes::from(vec![1u8; SHARE_MIN]), None);
+        let head = out.front().as_ptr();
+        drain(&mut out, usize::MAX);
+        out.extend_from_slice(b"next head");
+        assert_eq!(out.front().as_ptr(), head, "the head's buffer is reused");
+        drain(&mut out, usize::MAX);
         out.extend_from_slice(&[0u8; KEEP_CAPACITY * 2]);
         drain(&mut out, usize::MAX);
         assert!(out.chunks.is_empty());

@@ -3,7 +3,8 @@
 //! goes out byte for byte), validators and 304, HEAD, ranges, directory redirects and index pages,
 //! percent-encoded names, 404 pages and the SPA fallback, 405 on a connection that stays usable,
 //! HTTP/1.0, path traversal sent byte for byte (a client would normalise it), a pipelined batch of
-//! mixed answers going out together, a large file to a reader and to a client that never reads, SIGHUP
+//! mixed answers going out together, large bodies (sent from the sealed store) between small ones to a
+//! slow reader, a large file to a reader and to a client that never reads, SIGHUP
 //! rebuilds under load (a failed one keeping the site in force, a request straddling one answered 503),
 //! and the start-up errors of the site flags.
 //!
@@ -947,6 +948,64 @@ fn http10_requests_are_answered_in_kind() {
     assert_eq!(resp.body, INDEX);
     assert_eq!(resp.header("connection").as_deref(), Some("close"));
     assert!(r.until_closed().is_empty(), "bytes after the last answer");
+}
+
+/// `len` pseudo-random bytes (incompressible: stored as identity only).
+fn noise(len: usize, mut x: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn large_bodies_between_small_answers_reach_a_slow_reader_exact_and_in_order() {
+    // Bodies of 16 KiB and more leave from the site's sealed store (sendfile on tokio), the heads
+    // and small bodies around them from memory: a pipelined batch mixing them, read slowly so that
+    // every send is partial, must still come back byte for byte and in order.
+    let t = Tree::new();
+    let big = noise(3 << 20, 0x9e37_79b9_7f4a_7c15);
+    let mid = noise(20 << 10, 0x2545_f491_4f6c_dd1d);
+    t.write("site/big.bin", &big);
+    t.write("site/mid.bin", &mid);
+    let s = start(&t, &["-t", "1"]);
+    // A small receive window: the server's sends, sendfile included, stop part way, many times.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let stream: std::net::TcpStream = sock.into();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let mut r = Reader::new(stream);
+    let range = request("GET", "/big.bin", "Range: bytes=20000-199999\r\n");
+    let head = request("HEAD", "/big.bin", "");
+    let batch = [
+        get("/big.bin"),
+        get("/index.html"),
+        range,
+        get("/mid.bin"),
+        head,
+        get("/big.bin"),
+    ]
+    .concat();
+    r.send(&batch);
+    thread::sleep(Duration::from_millis(300)); // the socket fills; the server waits for room
+    let want: [(u16, &[u8], bool); 6] = [
+        (200, &big, false),
+        (200, INDEX, false),
+        (206, &big[20000..200000], false),
+        (200, &mid, false),
+        (200, b"", true),
+        (200, &big, false),
+    ];
+    for (i, (status, body, head_only)) in want.into_iter().enumerate() {
+        let resp = r.response(head_only);
+        assert_eq!(resp.status, status, "answer {i}: {}", resp.head);
+        assert!(resp.body == body, "answer {i}: the body differs");
+    }
 }
 
 #[test]

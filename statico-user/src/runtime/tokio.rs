@@ -9,6 +9,9 @@
 //!   read produced (pipelined requests are answered together); if
 //!   the socket takes less, the rest is written when it is writable again, and meanwhile the connection
 //!   reads only while its unsent output is under [`MAX_UNSENT`](crate::connection::MAX_UNSENT);
+//! - for a static site's large bodies (see [`SENDFILE_MIN`](crate::output::SENDFILE_MIN)), which lie
+//!   in the site's sealed memfd: `sendmsg(MSG_MORE)` of what comes before, then `sendfile` of the
+//!   body, so its pages go to the socket without a copy;
 //! - `shutdown(SHUT_WR)` before a lingering close, and `close`;
 //! - `epoll_wait` in tokio's driver when nothing is ready.
 //!
@@ -38,7 +41,7 @@ use crate::connection::{Connection, Env, Status};
 use crate::h2c::{self, H2Response, UpgradeRequest};
 use crate::layer::Layer;
 use crate::meter::WorkerCounters;
-use crate::output::MAX_SLICES;
+use crate::output::{FileAt, Next, MAX_SLICES};
 use crate::response::{DateClock, Response};
 use crate::shutdown;
 
@@ -351,10 +354,13 @@ fn flush(
     loop {
         let written = {
             let mut slices = [io::IoSlice::new(&[]); MAX_SLICES];
-            match layer.output_slices(conn, &mut slices) {
-                0 => return Ok(()),
-                1 => stream.try_write(&slices[0]),
-                k => stream.try_write_vectored(&slices[..k]),
+            match layer.output_next(conn, &mut slices) {
+                Next::Nothing => return Ok(()),
+                Next::Slices {
+                    count,
+                    file_follows,
+                } => send(stream, &slices[..count], file_follows),
+                Next::File { at, len } => send_file(stream, at, len),
             }
         };
         match written {
@@ -363,6 +369,34 @@ fn flush(
             Err(_) => return Err(()),
         }
     }
+}
+
+/// One `write`, `writev`, or `sendmsg(MSG_MORE)` when a file's bytes follow (they leave in the same
+/// segments, not behind a small one).
+fn send(stream: &TcpStream, slices: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
+    match (slices.len(), more) {
+        #[cfg(target_os = "linux")]
+        (_, true) => stream.try_io(tokio::io::Interest::WRITABLE, || {
+            socket2::SockRef::from(stream).send_vectored_with_flags(slices, libc::MSG_MORE)
+        }),
+        (1, _) => stream.try_write(&slices[0]),
+        _ => stream.try_write_vectored(slices),
+    }
+}
+
+/// `sendfile` of `len` bytes of a site's sealed store from `at` (only Linux builds have one).
+fn send_file(stream: &TcpStream, at: FileAt, len: usize) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    return stream.try_io(tokio::io::Interest::WRITABLE, || {
+        use std::os::fd::AsRawFd;
+        let mut offset = at.offset as libc::off_t;
+        // SAFETY: both descriptors are open (the store's is owned by the body the output holds);
+        // `offset` is a local the kernel updates.
+        let n = unsafe { libc::sendfile(stream.as_raw_fd(), at.fd, &mut offset, len) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    });
+    #[cfg(not(target_os = "linux"))]
+    unreachable!("no file-backed bodies off Linux: {at:?} {len}")
 }
 
 /// Waits for what the connection waits for: the socket writable (unsent output), bytes (while it

@@ -8,6 +8,9 @@
 //! in parallel on every CPU.
 
 use bytes::Bytes;
+
+use super::store;
+use crate::output::FileAt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -41,6 +44,8 @@ pub struct BuildStats {
     pub compressed_bytes: u64,
     /// Bodies that were identical to one already stored.
     pub shared: usize,
+    /// The bodies lie in a sealed memfd (sent with `sendfile` where the runtime can).
+    pub sealed: bool,
     pub took: Duration,
 }
 
@@ -48,11 +53,16 @@ impl std::fmt::Display for BuildStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} files, {} bytes (+ {} compressed), {} identical bodies shared, built in {} ms",
+            "{} files, {} bytes (+ {} compressed), {} identical bodies shared, {}, built in {} ms",
             self.files,
             self.identity_bytes,
             self.compressed_bytes,
             self.shared,
+            if self.sealed {
+                "stored in a sealed memfd"
+            } else {
+                "stored on the heap"
+            },
             self.took.as_millis()
         )
     }
@@ -255,44 +265,21 @@ fn compress(coding: Coding, data: &[u8]) -> Result<Vec<u8>> {
 /// Stores the bodies (identical ones once), prepares every header block, and maps URLs to files.
 fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<Site> {
     let mut stats = BuildStats::default();
-    let mut store: HashMap<u128, Bytes> = HashMap::new();
+    let (stored, store) = store_bodies(&found, all, &mut stats)?;
     let mut paths = HashMap::new();
     let mut files = Vec::with_capacity(found.len());
     let mut sizes = Vec::new();
-    for (f, bodies) in found.iter().zip(all) {
-        let mut variants = Vec::new();
-        let mut total = 0;
+    for (f, bodies) in found.iter().zip(stored) {
         let has_variants = bodies.len() > 1;
-        for (coding, body) in bodies {
-            let hash = xxhash_rust::xxh3::xxh3_128(&body);
-            total += body.len() as u64;
-            let len = body.len();
-            let shared = store.entry(hash).or_insert_with(|| {
-                match coding {
-                    Coding::Identity => stats.identity_bytes += len as u64,
-                    _ => stats.compressed_bytes += len as u64,
-                }
-                let mut body = body;
-                body.shrink_to_fit(); // a compressor's buffer grew by doubling
-                Bytes::from(body) // the buffer itself, not a copy
-            });
-            if shared.len() != len {
-                bail!(
-                    "{}: two different bodies with one content hash",
-                    f.path.display()
-                );
-            }
-            let body = shared.clone();
-            variants.push(variant(
-                opts,
-                &f.url,
-                coding,
-                hash,
-                body,
-                f.modified,
-                has_variants,
-            ));
-        }
+        let mut total = 0;
+        let variants = bodies
+            .into_iter()
+            .map(|(coding, hash, slot)| {
+                let body = store.body(slot);
+                total += body.0.len() as u64;
+                variant(opts, &f.url, coding, hash, body, f.modified, has_variants)
+            })
+            .collect();
         sizes.push((total, f.path.clone()));
         let index = files.len() as u32;
         files.push(File {
@@ -302,7 +289,7 @@ fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<S
         add_paths(&mut paths, &f.url, index);
     }
     stats.files = files.len();
-    stats.shared = files.iter().map(|f| f.variants.len()).sum::<usize>() - store.len();
+    stats.sealed = store.is_sealed_file();
     check_size(opts, stats.identity_bytes + stats.compressed_bytes, sizes)?;
     let not_found = not_found_page(&paths, &files);
     let spa = spa_fallback(opts, &paths)?;
@@ -317,6 +304,49 @@ fn assemble(opts: &SiteOptions, found: Vec<Found>, all: Vec<Bodies>) -> Result<S
         common_pairs: pairs(&common),
         stats,
     })
+}
+
+/// Each file's bodies as (coding, content hash, slot in the store).
+type Stored = Vec<Vec<(Coding, u128, store::Slot)>>;
+
+/// Moves every body into the store, identical ones once (same content hash and length).
+fn store_bodies(
+    found: &[Found],
+    all: Vec<Bodies>,
+    stats: &mut BuildStats,
+) -> Result<(Stored, store::Store)> {
+    let mut writer = store::Writer::new();
+    let mut seen: HashMap<u128, (store::Slot, usize)> = HashMap::new();
+    let mut stored = Vec::with_capacity(all.len());
+    let mut uses = 0;
+    for (f, bodies) in found.iter().zip(all) {
+        let mut slots = Vec::with_capacity(bodies.len());
+        for (coding, body) in bodies {
+            let hash = xxhash_rust::xxh3::xxh3_128(&body);
+            let len = body.len();
+            let slot = match seen.get(&hash) {
+                Some(&(_, l)) if l != len => bail!(
+                    "{}: two different bodies with one content hash",
+                    f.path.display()
+                ),
+                Some(&(slot, _)) => slot,
+                None => {
+                    match coding {
+                        Coding::Identity => stats.identity_bytes += len as u64,
+                        _ => stats.compressed_bytes += len as u64,
+                    }
+                    let slot = writer.add(body)?;
+                    seen.insert(hash, (slot, len));
+                    slot
+                }
+            };
+            uses += 1;
+            slots.push((coding, hash, slot));
+        }
+        stored.push(slots);
+    }
+    stats.shared = uses - seen.len();
+    Ok((stored, writer.finish()?))
 }
 
 /// `/a/b.html`, and for an `index.html` its directory: `/a/` (and `/a` → 308).
@@ -367,7 +397,7 @@ fn variant(
     url: &str,
     coding: Coding,
     hash: u128,
-    body: Bytes,
+    (body, file): (Bytes, Option<FileAt>),
     modified: SystemTime,
     has_variants: bool,
 ) -> Variant {
@@ -400,6 +430,7 @@ fn variant(
     Variant {
         coding,
         body,
+        file,
         etag,
         fields: render(&all),
         fields_304: render(&caching),
@@ -492,6 +523,7 @@ fn not_found_page(paths: &HashMap<Box<str>, Target>, files: &[File]) -> File {
         variants: vec![Variant {
             coding: Coding::Identity,
             body,
+            file: None,
             etag: "\"404\"".into(),
             fields: render(&fields),
             fields_304: Box::new([]),

@@ -14,6 +14,7 @@
 
 mod build;
 pub mod request;
+mod store;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -25,7 +26,7 @@ use request::{
     accepts, none_match, not_modified_since, range, BadPath, Coding, RangeAsk, SiteRequest,
 };
 
-use crate::output::Sink;
+use crate::output::{FileAt, Sink};
 use crate::response::{Framing, DATE_LEN};
 
 /// One stored representation of a file.
@@ -34,6 +35,8 @@ pub struct Variant {
     pub coding: Coding,
     /// Shared by every worker and every file with the same bytes.
     pub body: bytes::Bytes,
+    /// Where `body` lies in the site's sealed store file, for `sendfile` (see [`store`]).
+    pub file: Option<FileAt>,
     pub etag: Box<str>,
     /// Header fields after the status line, without `Content-Length`, `Date` and `Connection`: for
     /// 200 and 206.
@@ -227,7 +230,7 @@ impl Site {
                 };
                 self.head(out, status, &v.fields, Some(v.body.len() as u64), at);
                 if !head_only {
-                    out.share(&v.body);
+                    out.share(&v.body, v.file);
                 }
                 if file == FileRef::NotFound {
                     404
@@ -250,7 +253,11 @@ impl Site {
                 );
                 self.head(out, PARTIAL, &fields, Some(end - start), at);
                 if !head_only {
-                    out.share(&v.body.slice(start as usize..end as usize));
+                    let file = v.file.map(|at| FileAt {
+                        offset: at.offset + start,
+                        ..at
+                    });
+                    out.share(&v.body.slice(start as usize..end as usize), file);
                 }
                 206
             }
