@@ -1,20 +1,31 @@
-//! Builds statico's BPF programs (`../statico-ebpf`) for `bpfel-unknown-none` with the nightly
-//! toolchain and `bpf-linker` (both installed by `cargo xtask setup`), so the binary can embed them.
+//! Builds statico's BPF programs (`../statico-ebpf`) for `bpfel-unknown-none` with the pinned nightly
+//! toolchain (the `channel` of `../statico-ebpf/rust-toolchain.toml`) and `bpf-linker` (both installed
+//! by `cargo xtask setup`), so the binary can embed them.
 //!
-//! If they cannot be built (no nightly, no bpf-linker, not Linux) the binary is built without them and
-//! says so at start-up when the `ebpf` steering rung is asked for: a build never fails for lack of BPF
-//! tooling, and a running statico never pretends to have it. `STATICO_NO_BPF=1` skips the build.
+//! If they cannot be built (no pinned nightly, no bpf-linker, not Linux) the binary is built without
+//! them and says so at start-up when the `ebpf` steering rung is asked for: a build never fails for
+//! lack of BPF tooling, and a running statico never pretends to have it. `STATICO_NO_BPF=1` skips the
+//! build.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+const WITHOUT_BPF: &str =
+    "statico is built without its BPF programs; the ebpf steering rung will be unavailable";
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(statico_bpf)");
     println!("cargo:rerun-if-env-changed=STATICO_NO_BPF");
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
     let ebpf = manifest.join("../statico-ebpf");
-    for p in ["src", "Cargo.toml", "Cargo.lock", "../statico-common/src"] {
+    for p in [
+        "src",
+        "Cargo.toml",
+        "Cargo.lock",
+        "rust-toolchain.toml",
+        "../statico-common/src",
+    ] {
         println!("cargo:rerun-if-changed={}", ebpf.join(p).display());
     }
     if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
@@ -24,8 +35,12 @@ fn main() {
         println!("cargo:warning=STATICO_NO_BPF=1: building statico without its BPF programs");
         return;
     }
-    let endian = env::var("CARGO_CFG_TARGET_ENDIAN").unwrap_or_default();
-    let target = if endian == "big" {
+    let Some(nightly) = pinned_nightly(&ebpf.join("rust-toolchain.toml")) else {
+        println!("cargo:warning=BPF build: no `channel = \"nightly-…\"` in statico-ebpf/rust-toolchain.toml");
+        println!("cargo:warning={WITHOUT_BPF}");
+        return;
+    };
+    let target = if env::var("CARGO_CFG_TARGET_ENDIAN").as_deref() == Ok("big") {
         "bpfeb-unknown-none"
     } else {
         "bpfel-unknown-none"
@@ -33,26 +48,42 @@ fn main() {
     // A target directory shared by every profile (check, debug, release), so the BPF object is built
     // once; it is a different directory from the outer build's, so the two cargo locks never meet.
     let target_dir = manifest.join("../target/bpf");
+    if !run(bpf_build(&nightly, &ebpf, target, &target_dir)) {
+        println!(
+            "cargo:warning={WITHOUT_BPF} (run `cargo xtask setup` for {nightly} and bpf-linker)"
+        );
+        return;
+    }
+    let object = target_dir.join(target).join("release/statico-ebpf");
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("statico-ebpf.o");
+    std::fs::copy(&object, &out).expect("copy the BPF object into OUT_DIR");
+    println!("cargo:rustc-cfg=statico_bpf");
+}
+
+/// The toolchain named by `channel = "…"` in the BPF crate's `rust-toolchain.toml`, the one place the
+/// nightly's date is written (`cargo xtask setup` and `cargo xtask fuzz` read it too).
+fn pinned_nightly(toolchain_file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(toolchain_file).ok()?;
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("channel"))
+        .filter_map(|rest| rest.trim_start().strip_prefix('='))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .find(|v| v.starts_with("nightly"))
+}
+
+/// `cargo build` of the BPF crate with `nightly`, cleared of the outer build's toolchain settings.
+fn bpf_build(nightly: &str, ebpf: &Path, target: &str, target_dir: &Path) -> Command {
     let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run",
-        "nightly",
-        "cargo",
-        "build",
-        "--release",
-        "--locked",
-        "-Z",
-        "build-std=core",
-    ])
-    .arg("--manifest-path")
-    .arg(ebpf.join("Cargo.toml"))
-    .args(["--target", target])
-    .arg("--target-dir")
-    .arg(&target_dir)
-    .env(
-        "CARGO_ENCODED_RUSTFLAGS",
-        "-Cdebuginfo=2\x1f-Clink-arg=--btf",
-    );
+    cmd.args(["run", nightly, "cargo", "build", "--release", "--locked"])
+        .args(["-Z", "build-std=core", "--target", target])
+        .arg("--manifest-path")
+        .arg(ebpf.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir)
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "-Cdebuginfo=2\x1f-Clink-arg=--btf",
+        );
     for var in [
         "RUSTC",
         "RUSTC_WRAPPER",
@@ -66,7 +97,12 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    let built = match cmd.output() {
+    cmd
+}
+
+/// Runs the BPF build; on failure passes its error lines on as warnings.
+fn run(mut cmd: Command) -> bool {
+    match cmd.output() {
         Ok(out) if out.status.success() => true,
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
@@ -79,13 +115,5 @@ fn main() {
             println!("cargo:warning=BPF build: cannot run rustup: {e}");
             false
         }
-    };
-    if !built {
-        println!("cargo:warning=statico is built without its BPF programs (run `cargo xtask setup` for nightly and bpf-linker); the ebpf steering rung will be unavailable");
-        return;
     }
-    let object = target_dir.join(target).join("release/statico-ebpf");
-    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("statico-ebpf.o");
-    std::fs::copy(&object, &out).expect("copy the BPF object into OUT_DIR");
-    println!("cargo:rustc-cfg=statico_bpf");
 }

@@ -12,6 +12,9 @@ use std::path::Path;
 /// Lines of advice about this node for a server started with `backlog` (empty: nothing to say).
 pub fn advice(backlog: u32) -> Vec<String> {
     let mut lines = Vec::new();
+    if !cfg!(target_os = "linux") {
+        return lines; // every fact below is read from Linux's /proc and /sys
+    }
     if let Some(max) = read_number("/proc/sys/net/core/somaxconn") {
         if u64::from(backlog) > max {
             lines.push(format!(

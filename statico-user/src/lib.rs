@@ -14,9 +14,10 @@
 //! - [`runtime`]: the workers' I/O loops (`runtime::tokio` is the hot path);
 //! - [`meter`]: per-worker counters and the `-m` report;
 //! - [`dump`]: `-v` request/response printing;
-//! - [`shutdown`]: SIGINT/SIGTERM and draining;
+//! - [`shutdown`]: SIGINT/SIGTERM (Windows: the console's Ctrl-C, Ctrl-Break, close) and draining;
 //! - [`server`]: start-up and shutdown order;
-//! - [`sys`]: the kernel version and the open-files limit, asked in one place.
+//! - [`sys`]: the kernel version, the open-files limit and the platform-dependent socket options, each
+//!   asked in one place.
 
 #[cfg(all(target_os = "linux", statico_bpf))]
 pub mod bpf;

@@ -214,7 +214,18 @@ fn site(cli: &Cli) -> Result<Option<Arc<crate::site::SiteHandle>>> {
     let site = crate::site::build(&opts)?;
     crate::sys::release_free_memory();
     eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
+    site_platform_notes();
     Ok(Some(Arc::new(crate::site::SiteHandle::new(site))))
+}
+
+/// What `--root` cannot do on this platform, said at start-up rather than found out later.
+fn site_platform_notes() {
+    if !cfg!(target_os = "linux") {
+        eprintln!("statico: site: this build has no zstd compressor (Linux builds only): zstd is served from precompressed .zst files only");
+    }
+    if !shutdown::CAN_RELOAD {
+        eprintln!("statico: site: there is no SIGHUP here to rebuild the site: restart statico to serve changes");
+    }
 }
 
 /// SIGHUP with `--root`: rebuilds the site on a thread of its own and swaps it in when it is built;
@@ -277,7 +288,7 @@ fn worker_cores(workers: usize) -> Vec<Option<core_affinity::CoreId>> {
         .collect()
 }
 
-/// The main thread's runtime and the SIGINT/SIGTERM handlers, installed before anything listens for
+/// The main thread's runtime and the stop signals' handlers, installed before anything listens for
 /// clients so that a signal at any time after the "listening" line leads to a clean drain.
 fn signal_handlers() -> Result<(tokio::runtime::Runtime, shutdown::Signals)> {
     let main_rt = tokio::runtime::Builder::new_current_thread()
@@ -286,7 +297,8 @@ fn signal_handlers() -> Result<(tokio::runtime::Runtime, shutdown::Signals)> {
         .context("cannot start the main tokio runtime")?;
     let signals = {
         let _enter = main_rt.enter();
-        shutdown::Signals::install().context("cannot install SIGINT/SIGTERM handlers")?
+        shutdown::Signals::install()
+            .with_context(|| format!("cannot install {} handlers", shutdown::STOP_SIGNALS))?
     };
     Ok((main_rt, signals))
 }

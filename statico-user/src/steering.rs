@@ -121,7 +121,11 @@ pub fn bind(
         let one = listen(addr, false, opts)?;
         let mut sockets = Vec::with_capacity(workers);
         for _ in 1..workers {
-            sockets.push(one.try_clone()?);
+            // Non-blocking stated for each copy: Windows' duplicated sockets need not inherit it, and
+            // a worker that loses the race for a connection must not block in accept.
+            let copy = one.try_clone()?;
+            copy.set_nonblocking(true)?;
+            sockets.push(copy);
         }
         sockets.push(one);
         let why = if kind == SteeringKind::Shared {
@@ -293,19 +297,10 @@ fn set_incoming_cpu(_: &TcpListener, _: usize) -> io::Result<()> {
 
 fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    #[cfg(all(
-        unix,
-        not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
-    ))]
+    crate::sys::allow_quick_rebind(&socket)?;
     if reuse_port {
-        socket.set_reuse_port(true)?;
+        crate::sys::set_reuse_port(&socket)?;
     }
-    #[cfg(not(all(
-        unix,
-        not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
-    )))]
-    let _ = reuse_port;
     if let Some(n) = opts.receive_buffer {
         socket.set_recv_buffer_size(n)?;
     }

@@ -1,4 +1,10 @@
-//! Facts about the machine and process limits that more than one module needs, each asked in one place.
+//! Facts about the machine and process limits that more than one module needs, each asked in one place,
+//! and the few calls whose form differs between platforms (Linux, the BSDs and macOS, Windows), each a
+//! small function here rather than `cfg` through the code.
+
+use std::io;
+
+use socket2::Socket;
 
 /// (major, minor) of the running Linux kernel, (0, 0) if unknown.
 pub fn kernel_version() -> (u32, u32) {
@@ -24,19 +30,56 @@ pub fn raise_fd_limit() -> u64 {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 1024;
         }
-        if lim.rlim_cur < lim.rlim_max {
+        let ceiling = fd_ceiling(lim.rlim_max);
+        if lim.rlim_cur < ceiling {
             let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
+                rlim_cur: ceiling,
                 rlim_max: lim.rlim_max,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
+                lim.rlim_cur = ceiling;
             }
         }
     }
     #[allow(clippy::unnecessary_cast)] // rlim_t is u64 on Linux, i64 on FreeBSD
     let limit = lim.rlim_cur as u64;
     limit
+}
+
+/// The most open files the soft limit can be raised to: the hard limit.
+#[cfg(all(unix, not(target_os = "macos")))]
+fn fd_ceiling(hard: libc::rlim_t) -> libc::rlim_t {
+    hard
+}
+
+/// macOS: the hard limit, and at most `kern.maxfilesperproc`: setrlimit refuses more even under an
+/// unlimited hard limit (the default), which would leave the soft limit at its default of 256.
+#[cfg(target_os = "macos")]
+fn fd_ceiling(hard: libc::rlim_t) -> libc::rlim_t {
+    const OPEN_MAX: libc::rlim_t = 10240; // <sys/syslimits.h>, if the sysctl cannot be read
+    let mut max: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>();
+    // SAFETY: the name is NUL-terminated; `max` and `len` are live locals of the size sysctl is told.
+    let read = unsafe {
+        libc::sysctlbyname(
+            c"kern.maxfilesperproc".as_ptr(),
+            (&raw mut max).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    let per_process = libc::rlim_t::try_from(max)
+        .ok()
+        .filter(|&m| read == 0 && m > 0);
+    hard.min(per_process.unwrap_or(OPEN_MAX))
+}
+
+/// Off Unix (Windows) sockets are handles, with no per-process limit like `RLIMIT_NOFILE` to raise:
+/// the limit in force is "no limit" (only io_uring, a Linux runtime, sizes anything from it).
+#[cfg(not(unix))]
+pub fn raise_fd_limit() -> u64 {
+    u64::MAX
 }
 
 /// Before a large build of long-lived buffers (the static site): buffers of 64 KiB and more get
@@ -58,4 +101,38 @@ pub fn release_free_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Lets a restarted server listen at once on a port its previous run's connections still hold in
+/// TIME_WAIT: SO_REUSEADDR.
+#[cfg(unix)]
+pub fn allow_quick_rebind(socket: &Socket) -> io::Result<()> {
+    socket.set_reuse_address(true)
+}
+
+/// Windows allows a quick rebind by default, and there SO_REUSEADDR would let the socket bind a port
+/// another socket is listening on: it is left off (as Rust's std and Go do).
+#[cfg(not(unix))]
+pub fn allow_quick_rebind(_: &Socket) -> io::Result<()> {
+    Ok(())
+}
+
+/// SO_REUSEPORT: several listeners on one port (asked for only where it balances connections: Linux,
+/// see `steering`).
+#[cfg(all(
+    unix,
+    not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+))]
+pub fn set_reuse_port(socket: &Socket) -> io::Result<()> {
+    socket.set_reuse_port(true)
+}
+
+#[cfg(not(all(
+    unix,
+    not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+)))]
+pub fn set_reuse_port(_: &Socket) -> io::Result<()> {
+    Err(io::Error::other(
+        "SO_REUSEPORT is not available on this platform",
+    ))
 }

@@ -1,13 +1,15 @@
 //! `cargo xtask`: the project's tasks, so that a new machine needs two commands (README).
 //!
 //! - `setup`: installs what a fresh machine lacks, idempotently: Debian packages used by tests and
-//!   benchmarks (curl, wrk, nginx), the nightly toolchain with `rust-src`, and `bpf-linker` 0.10.0.
+//!   benchmarks (curl, wrk, nginx), the pinned nightly toolchain with `rust-src` (the `channel` of
+//!   `statico-ebpf/rust-toolchain.toml`), `bpf-linker` 0.10.0, and the non-Linux targets' std.
 //! - `build`: release build of the `statico` binary.
 //! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it).
-//! - `test`: fmt check, clippy `-D warnings`, unit tests, end-to-end tests against the release binary.
+//! - `test`: fmt check, clippy `-D warnings` (for Linux and for each of `setup::NON_LINUX_TARGETS`), unit
+//!   tests, end-to-end tests against the release binary.
 //! - `package`: the Debian package (see `package.rs`).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`).
-//! - `fuzz`: runs the parser fuzz target for a while (nightly, cargo-fuzz).
+//! - `fuzz`: runs the parser fuzz target for a while (the pinned nightly, cargo-fuzz).
 //!
 //! `run`, `test` and `bench` call `setup` first when something is missing.
 
@@ -45,7 +47,7 @@ enum Task {
     Package,
     /// Benchmark statico against nginx on this machine, in one run
     Bench(bench::BenchArgs),
-    /// Fuzz the HTTP parser (needs nightly; installs cargo-fuzz)
+    /// Fuzz the HTTP parser (with the pinned nightly; installs cargo-fuzz)
     Fuzz {
         /// How long to fuzz, in seconds
         #[arg(long, default_value_t = 60)]
@@ -149,20 +151,22 @@ fn test() -> Result<()> {
             "warnings",
         ],
     )?;
-    // Off Linux statico builds without aya and io_uring, on the shared-listener rung.
-    cmd(
-        &cargo,
-        &[
-            "clippy",
-            "-p",
-            "statico-user",
-            "--target",
-            setup::NON_LINUX_TARGET,
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
+    // Off Linux statico builds without aya, io_uring, TLS and zstd, on the shared-listener rung.
+    for target in setup::NON_LINUX_TARGETS {
+        cmd(
+            &cargo,
+            &[
+                "clippy",
+                "-p",
+                "statico-user",
+                "--target",
+                target,
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )?;
+    }
     build_release()?;
     // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary with
     // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
@@ -218,7 +222,7 @@ fn test() -> Result<()> {
 }
 
 fn fuzz(seconds: u64) -> Result<()> {
-    setup::ensure_nightly()?;
+    let nightly = setup::ensure_nightly()?;
     if Command::new("cargo")
         .args(["fuzz", "--version"])
         .output()
@@ -231,7 +235,7 @@ fn fuzz(seconds: u64) -> Result<()> {
     cmd(
         "cargo",
         &[
-            "+nightly",
+            &format!("+{nightly}"),
             "fuzz",
             "run",
             "parser",

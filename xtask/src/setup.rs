@@ -5,9 +5,11 @@
 //!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`), `testssl.sh` (the
 //!   HTTPS audit in the TLS tests), `prometheus` (scrapes `--metrics` in a test), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
 //!   corpus and nginx's precompressed-file module for `bench --site`).
-//! - The nightly toolchain with `rust-src` (BPF programs and the fuzzer build with nightly).
-//! - `bpf-linker` 0.10.0 (links BPF objects; 0.11+ needs a system libLLVM and fails here).
-//! - The `x86_64-unknown-freebsd` standard library, to check that statico builds off Linux.
+//! - The pinned nightly toolchain with `rust-src` (the BPF programs and the fuzzer build with it): the
+//!   `channel` of `statico-ebpf/rust-toolchain.toml`, the one place its date is written.
+//! - `bpf-linker` 0.10.0, built with that nightly (links BPF objects; 0.11+ needs a system libLLVM and
+//!   fails here).
+//! - The standard libraries of [`NON_LINUX_TARGETS`], to check that statico builds off Linux.
 //! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
@@ -15,7 +17,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cmd;
 
@@ -44,8 +46,15 @@ const PACKAGES: [(&str, &str); 14] = [
     ),
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
-/// A non-Linux target `cargo xtask test` checks statico against (the shared-listener fallback, no aya).
-pub const NON_LINUX_TARGET: &str = "x86_64-unknown-freebsd";
+/// The non-Linux targets `cargo xtask test` checks statico against with clippy (the shared-listener
+/// fallback, tokio only: no aya, io_uring, TLS or zstd).
+pub const NON_LINUX_TARGETS: [&str; 3] = [
+    "x86_64-unknown-freebsd",
+    "x86_64-pc-windows-gnu",
+    "aarch64-apple-darwin",
+];
+/// The file whose `channel` names the pinned nightly (also read by `statico-user/build.rs`).
+const TOOLCHAIN_FILE: &str = "statico-ebpf/rust-toolchain.toml";
 
 /// h2spec (the HTTP/2 conformance suite the `--http2` tests run), from the Go module proxy.
 fn ensure_h2spec() -> Result<()> {
@@ -131,24 +140,14 @@ pub fn run(report: bool) -> Result<()> {
     } else {
         install_debian(&missing)?;
     }
-    ensure_nightly()?;
-    if bpf_linker_version().as_deref() == Some(BPF_LINKER_VERSION) {
-        if report {
-            eprintln!("setup: bpf-linker {BPF_LINKER_VERSION} is installed");
-        }
-    } else {
-        cmd(
-            "cargo",
-            &[
-                "+nightly",
-                "install",
-                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
-                "--locked",
-                "--force",
-            ],
-        )?;
+    let nightly = ensure_nightly()?;
+    if report {
+        eprintln!("setup: {nightly} with rust-src is installed");
     }
-    ensure_target(NON_LINUX_TARGET)?;
+    ensure_bpf_linker(&nightly, report)?;
+    for target in NON_LINUX_TARGETS {
+        ensure_target(target)?;
+    }
     ensure_h2spec()?;
     ensure_cargo_deb()?;
     if report {
@@ -157,15 +156,16 @@ pub fn run(report: bool) -> Result<()> {
     Ok(())
 }
 
-/// The nightly toolchain with `rust-src`, through rustup.
-pub fn ensure_nightly() -> Result<()> {
+/// The pinned nightly (see [`pinned_nightly`]) with `rust-src`, through rustup; returns its name.
+pub fn ensure_nightly() -> Result<String> {
+    let nightly = pinned_nightly()?;
     let installed = Command::new("rustup")
-        .args(["component", "list", "--toolchain", "nightly", "--installed"])
+        .args(["component", "list", "--toolchain", &nightly, "--installed"])
         .output();
     let has_src = matches!(&installed, Ok(o) if o.status.success()
         && String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("rust-src")));
     if has_src {
-        return Ok(());
+        return Ok(nightly);
     }
     if installed.is_err() {
         bail!("rustup is not installed; install it from your distribution or rustup.rs, then run `cargo xtask setup` again");
@@ -175,11 +175,67 @@ pub fn ensure_nightly() -> Result<()> {
         &[
             "toolchain",
             "install",
-            "nightly",
+            &nightly,
             "--profile",
             "minimal",
             "--component",
             "rust-src",
+        ],
+    )?;
+    Ok(nightly)
+}
+
+/// The dated nightly the BPF programs and the fuzzer build with: the `channel` of [`TOOLCHAIN_FILE`].
+pub fn pinned_nightly() -> Result<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(TOOLCHAIN_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    channel(&text).with_context(|| {
+        format!(
+            "{TOOLCHAIN_FILE}: no `channel = \"nightly-YYYY-MM-DD\"` (a dated nightly) in {}",
+            path.display()
+        )
+    })
+}
+
+/// The value of `channel = "…"` in a `rust-toolchain.toml`, if it is a dated nightly.
+fn channel(toml: &str) -> Option<String> {
+    let value = toml
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("channel"))
+        .find_map(|rest| rest.trim_start().strip_prefix('='))?
+        .trim()
+        .trim_matches('"');
+    let date = value.strip_prefix("nightly-")?;
+    let dated = date.len() == 10
+        && date.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    dated.then(|| value.to_string())
+}
+
+/// `bpf-linker` [`BPF_LINKER_VERSION`], built with the pinned nightly.
+fn ensure_bpf_linker(nightly: &str, report: bool) -> Result<()> {
+    if bpf_linker_version().as_deref() == Some(BPF_LINKER_VERSION) {
+        if report {
+            eprintln!("setup: bpf-linker {BPF_LINKER_VERSION} is installed");
+        }
+        return Ok(());
+    }
+    cmd(
+        "cargo",
+        &[
+            &format!("+{nightly}"),
+            "install",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+            "--locked",
+            "--force",
         ],
     )
 }
@@ -226,4 +282,32 @@ fn install_debian(packages: &[&str]) -> Result<()> {
     let mut args = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
     args.extend_from_slice(packages);
     run(&args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repository_pins_a_dated_nightly() {
+        let nightly = pinned_nightly().unwrap();
+        assert!(nightly.starts_with("nightly-20"), "{nightly}");
+    }
+
+    #[test]
+    fn only_a_dated_nightly_is_a_pin() {
+        let file =
+            |c: &str| format!("[toolchain]\nchannel = \"{c}\"\ncomponents = [\"rust-src\"]\n");
+        assert_eq!(
+            channel(&file("nightly-2031-01-02")).as_deref(),
+            Some("nightly-2031-01-02")
+        );
+        assert_eq!(channel(&file("nightly")), None);
+        assert_eq!(channel(&file("stable")), None);
+        assert_eq!(channel(&file("nightly-2031-1-02")), None);
+        assert_eq!(
+            channel("channel=\"nightly-2031-01-02\""),
+            Some("nightly-2031-01-02".into())
+        );
+    }
 }
