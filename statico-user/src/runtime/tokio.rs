@@ -396,7 +396,7 @@ fn send_file(stream: &TcpStream, at: FileAt, len: usize) -> io::Result<usize> {
         usize::try_from(n).map_err(|_| io::Error::last_os_error())
     });
     #[cfg(not(target_os = "linux"))]
-    unreachable!("no file-backed bodies off Linux: {at:?} {len}")
+    unreachable!("no file-backed bodies off Linux: {at:?} {len} on {stream:?}")
 }
 
 /// Waits for what the connection waits for: the socket writable (unsent output), bytes (while it
