@@ -7,18 +7,17 @@
 //! section for the measured figures): brotli quality 5, zstd level 9, gzip level 6, files compressed
 //! in parallel on every CPU.
 
-use bytes::Bytes;
-
-use super::store;
-use crate::output::FileAt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
 
 use super::request::Coding;
+use super::store;
 use super::{File, Site, Target, Variant};
+use crate::output::FileAt;
 
 /// What `--root` and its companion flags ask for.
 #[derive(Clone, Debug, Default)]

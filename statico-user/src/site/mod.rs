@@ -23,7 +23,7 @@ use std::time::SystemTime;
 
 pub use build::{build, BuildStats, SiteOptions};
 use request::{
-    accepts, none_match, not_modified_since, range, BadPath, Coding, RangeAsk, SiteRequest,
+    none_match, not_modified_since, range, Accepted, BadPath, Coding, RangeAsk, SiteRequest,
 };
 
 use crate::output::{FileAt, Sink};
@@ -478,15 +478,18 @@ impl Site {
 /// is sent even when refused if nothing else is acceptable (RFC 9110 allows it; a 406 would help no
 /// one). No allocation.
 fn negotiate(file: &File, accept: Option<&[u8]>) -> u8 {
-    let named = request::names_identity(accept);
-    let identity_q = if named {
-        accepts(accept, Coding::Identity)
+    if file.variants.len() == 1 {
+        return 0;
+    }
+    let accepted = Accepted::parse(accept);
+    let identity_q = if accepted.names_identity() {
+        accepted.q(Coding::Identity)
     } else {
         0
     };
     let mut best = (identity_q, usize::MAX, 0u8);
     for (i, v) in file.variants.iter().enumerate().skip(1) {
-        let q = accepts(accept, v.coding);
+        let q = accepted.q(v.coding);
         if q > 0 && (q > best.0 || (q == best.0 && v.body.len() < best.1)) {
             best = (q, v.body.len(), i as u8);
         }

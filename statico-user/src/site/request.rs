@@ -167,6 +167,7 @@ pub enum Coding {
 
 impl Coding {
     pub const COMPRESSED: [Coding; 3] = [Coding::Brotli, Coding::Zstd, Coding::Gzip];
+    pub const ALL: [Coding; 4] = [Coding::Identity, Coding::Brotli, Coding::Zstd, Coding::Gzip];
 
     /// The token in `Accept-Encoding` and `Content-Encoding`.
     pub fn token(self) -> &'static str {
@@ -189,47 +190,78 @@ impl Coding {
     }
 }
 
-/// The q-value (0–1000) `accept` gives `coding`: RFC 9110 §12.5.3. No header accepts only identity
-/// (any coding may be sent, but a client that sent nothing is best served uncompressed); `*` covers
-/// codings not listed; identity is acceptable unless refused by `identity;q=0` or `*;q=0`.
-pub fn accepts(accept: Option<&[u8]>, coding: Coding) -> u16 {
-    let Some(accept) = accept else {
-        return if coding == Coding::Identity { 1000 } else { 0 };
-    };
-    let mut star = None;
-    for item in accept.split(|&b| b == b',') {
-        let mut parts = item.split(|&b| b == b';');
-        let name = trim(parts.next().unwrap_or_default());
-        let q = parts
-            .find_map(|p| {
-                let p = trim(p);
-                (p.len() > 2 && p[..2].eq_ignore_ascii_case(b"q=")).then(|| parse_q(&p[2..]))
-            })
-            .unwrap_or(1000);
-        if name.eq_ignore_ascii_case(coding.token().as_bytes())
-            || (coding == Coding::Gzip && name.eq_ignore_ascii_case(b"x-gzip"))
-        {
-            return q;
+/// `Accept-Encoding` read once (one pass, no allocation): the q-value (0–1000) it gives each coding
+/// statico stores, RFC 9110 §12.5.3. No header accepts only identity (any coding may be sent, but a
+/// client that sent nothing is best served uncompressed); `*` covers codings not listed; identity is
+/// acceptable unless refused by `identity;q=0` or `*;q=0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    /// By `Coding as usize`; `None`: not named.
+    named: [Option<u16>; 4],
+    star: Option<u16>,
+    present: bool,
+}
+
+impl Accepted {
+    pub fn parse(accept: Option<&[u8]>) -> Accepted {
+        let mut a = Accepted {
+            named: [None; 4],
+            star: None,
+            present: accept.is_some(),
+        };
+        for item in accept.unwrap_or_default().split(|&b| b == b',') {
+            let mut parts = item.split(|&b| b == b';');
+            let name = trim(parts.next().unwrap_or_default());
+            let mut q = || {
+                parts
+                    .find_map(|p| {
+                        let p = trim(p);
+                        (p.len() > 2 && p[..2].eq_ignore_ascii_case(b"q="))
+                            .then(|| parse_q(&p[2..]))
+                    })
+                    .unwrap_or(1000)
+            };
+            let slot = match name {
+                b"*" => &mut a.star,
+                n if n.eq_ignore_ascii_case(b"x-gzip") => &mut a.named[Coding::Gzip as usize],
+                n => match Coding::ALL
+                    .iter()
+                    .find(|c| n.eq_ignore_ascii_case(c.token().as_bytes()))
+                {
+                    Some(&c) => &mut a.named[c as usize],
+                    None => continue,
+                },
+            };
+            // The first mention of a coding counts (a later `*` still replaces an earlier one).
+            if slot.is_none() || name == b"*" {
+                *slot = Some(q());
+            }
         }
-        if name == b"*" {
-            star = Some(q);
+        a
+    }
+
+    /// The q-value given `coding`.
+    pub fn q(&self, coding: Coding) -> u16 {
+        if !self.present {
+            return if coding == Coding::Identity { 1000 } else { 0 };
+        }
+        match (self.named[coding as usize], self.star, coding) {
+            (Some(q), _, _) => q,
+            (None, Some(q), _) => q,
+            (None, None, Coding::Identity) => 1000,
+            (None, None, _) => 0,
         }
     }
-    match (star, coding) {
-        (Some(q), _) => q,
-        (None, Coding::Identity) => 1000,
-        (None, _) => 0,
+
+    /// Whether the header names identity itself or `*` (then identity's q-value competes).
+    pub fn names_identity(&self) -> bool {
+        self.star.is_some() || self.named[Coding::Identity as usize].is_some()
     }
 }
 
-/// Whether `Accept-Encoding` names identity itself or `*` (then identity's q-value competes).
-pub fn names_identity(accept: Option<&[u8]>) -> bool {
-    accept.is_some_and(|a| {
-        a.split(|&b| b == b',').any(|item| {
-            let name = trim(item.split(|&b| b == b';').next().unwrap_or_default());
-            name == b"*" || name.eq_ignore_ascii_case(b"identity")
-        })
-    })
+/// The q-value `accept` gives `coding` (see [`Accepted`]).
+pub fn accepts(accept: Option<&[u8]>, coding: Coding) -> u16 {
+    Accepted::parse(accept).q(coding)
 }
 
 /// A qvalue (`0`, `0.5`, `1.000`) in thousandths; anything else counts as 0.
@@ -413,6 +445,14 @@ mod tests {
         assert_eq!(accepts(Some(b"GZIP;Q=1.0"), Coding::Gzip), 1000);
         assert_eq!(accepts(Some(b"x-gzip"), Coding::Gzip), 1000);
         assert_eq!(accepts(Some(b""), Coding::Identity), 1000);
+        // The first mention of a coding counts; the last `*` covers the codings never named.
+        assert_eq!(accepts(Some(b"gzip;q=0.5, gzip"), Coding::Gzip), 500);
+        assert_eq!(accepts(Some(b"x-gzip;q=0.2, gzip"), Coding::Gzip), 200);
+        assert_eq!(accepts(Some(b"*;q=0.3, br, *;q=0.4"), Coding::Zstd), 400);
+        assert_eq!(accepts(Some(b"*;q=0.3, br"), Coding::Brotli), 1000);
+        assert_eq!(accepts(Some(b"identity;q=0, *"), Coding::Identity), 0);
+        assert!(!Accepted::parse(Some(b"gzip, br")).names_identity());
+        assert!(Accepted::parse(Some(b"gzip, *;q=0")).names_identity());
     }
 
     #[test]
