@@ -145,6 +145,11 @@ pub struct Cli {
     #[arg(long)]
     pub http2: bool,
 
+    /// Also serve HTTP/3 over QUIC on the same port, over UDP (Linux builds; needs --tls-cert and
+    /// --tls-key, or --tls-self-signed); HTTP/1.1 and HTTP/2 responses then carry Alt-Svc: h3=":PORT"
+    #[arg(long)]
+    pub http3: bool,
+
     /// HTTP/2: most streams a client may have open at once on one connection
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
@@ -361,7 +366,7 @@ impl Cli {
     pub fn response_spec(&self) -> ResponseSpec {
         ResponseSpec {
             status: self.status,
-            headers: self.headers.clone(),
+            headers: self.headers(),
             body: self.body.clone().map(|b| b.0).unwrap_or_default(),
         }
     }
@@ -390,10 +395,25 @@ impl Cli {
             root: self.root.clone()?,
             cache_control: self.cache_control.clone(),
             cache_rules: self.cache_control_for.clone(),
-            headers: self.headers.clone(),
+            headers: self.headers(),
             spa_fallback: self.spa_fallback.clone(),
             max_size: self.max_site_size,
         })
+    }
+
+    /// The header fields every response carries besides statico's own: the user's `-H` fields and,
+    /// with `--http3`, `Alt-Svc: h3=":PORT"` (unless the user gives an Alt-Svc), which tells HTTP/1.1
+    /// and HTTP/2 clients where HTTP/3 is. The one place it is added: the pre-built response and the
+    /// site's answers are both made from this list.
+    pub fn headers(&self) -> Vec<(String, String)> {
+        let mut headers = self.headers.clone();
+        let given = headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("alt-svc"));
+        if self.http3 && !given {
+            headers.push(("Alt-Svc".into(), format!("h3=\":{}\"", self.port)));
+        }
+        headers
     }
 
     /// Whether the port serves HTTPS.
@@ -515,6 +535,21 @@ mod tests {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn http3_advertises_itself_with_alt_svc_once() {
+        let c = parse(&["-p", "8443", "--tls-self-signed", "--http3", "-H", "X-A: 1"]).unwrap();
+        let alt: Vec<_> = c
+            .headers()
+            .into_iter()
+            .filter(|(n, _)| n == "Alt-Svc")
+            .collect();
+        assert_eq!(alt, vec![("Alt-Svc".into(), "h3=\":8443\"".into())]);
+        assert_eq!(c.response_spec().headers.len(), 2);
+        let own = parse(&["--http3", "-H", "alt-svc: clear"]).unwrap();
+        assert_eq!(own.headers(), vec![("alt-svc".into(), "clear".into())]);
+        assert!(parse(&["-H", "X-A: 1"]).unwrap().headers().len() == 1);
     }
 
     #[test]

@@ -91,10 +91,10 @@ impl H2Response {
         Ok(response)
     }
 
-    /// A `--root` site's answer to `request`, with `date`.
-    pub fn from_site(
+    /// A `--root` site's answer to `request` (an HTTP/2 or an HTTP/3 one), with `date`.
+    pub fn from_site<B>(
         site: &crate::site::Site,
-        request: &Request<h2::RecvStream>,
+        request: &Request<B>,
         date: &[u8; crate::response::DATE_LEN],
     ) -> Self {
         let target = request

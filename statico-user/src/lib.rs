@@ -8,6 +8,7 @@
 //! - [`connection`]: one connection's policy, shared by every runtime: kept input, backpressure,
 //!   deadlines, pacing, closing;
 //! - [`h2c`]: `--http2`, cleartext HTTP/2 with the `h2` crate (tokio runtime);
+//! - `quic` (Linux): `--http3`, HTTP/3 over QUIC with quinn and h3, on threads of its own;
 //! - [`layer`], `tls` (Linux): what sits between a socket and its connection — nothing, or rustls;
 //! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
 //! - `bpf` (Linux): the eBPF steering program, its maps and pins, loaded with aya;
@@ -31,6 +32,8 @@ pub mod layer;
 pub mod meter;
 pub mod metrics;
 pub mod output;
+#[cfg(target_os = "linux")]
+pub mod quic;
 pub mod response;
 pub mod runtime;
 pub mod server;

@@ -3,7 +3,9 @@
 //! Each worker owns one [`WorkerCounters`] record (the layout of `statico_common::WorkerRecord`, one
 //! 64-byte-aligned block per worker) and is its only writer, so an update is a plain load and store
 //! (`Relaxed`): no locked instruction and no cache line shared between workers on the hot path. Workers
-//! update their record once per read batch, not once per request. The meter thread only reads.
+//! update their record once per read batch, not once per request. The meter thread only reads. With
+//! `--http3`, the worker's QUIC thread (`quic`) writes the `quic_*` slots of the same record and no
+//! other, so every slot still has one writer.
 //!
 //! The report is computed from byte and request counts over a monotonic clock ([`Instant`]), once a
 //! second: requests/s, responses/s, and in/out Gbit/s. `--meter-format json` prints one JSON object a
@@ -189,6 +191,16 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
                     tls[0],
                     total.get(Counter::TlsResumed),
                     tls[1]
+                );
+            }
+            let quic = [Counter::QuicConns, Counter::QuicRequests].map(|c| total.get(c));
+            if quic != [0, 0] {
+                let _ = write!(
+                    s,
+                    "  | h3 conns {} requests {} handshake failures {}",
+                    quic[0],
+                    quic[1],
+                    total.get(Counter::QuicHandshakeFailures)
                 );
             }
             if detail.workers.len() > 1 {

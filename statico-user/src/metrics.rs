@@ -22,14 +22,17 @@ pub struct Info {
     pub steering: String,
     /// TLS counters are exported only on an HTTPS port.
     pub tls: bool,
+    /// QUIC counters are exported only with `--http3`.
+    pub http3: bool,
 }
 
 impl Info {
-    pub fn new(runtime: &str, steering: &str, tls: bool) -> Info {
+    pub fn new(runtime: &str, steering: &str, tls: bool, http3: bool) -> Info {
         Info {
             runtime: runtime.into(),
             steering: steering.into(),
             tls,
+            http3,
         }
     }
 }
@@ -62,6 +65,11 @@ fn help(c: Counter) -> &'static str {
         TlsAbandoned => "TLS failures: the client left mid-handshake or sent an alert.",
         TlsBytesIn => "Ciphertext bytes read from TLS clients.",
         TlsBytesOut => "Ciphertext bytes written to TLS clients.",
+        QuicConns => "HTTP/3: QUIC connections whose handshake completed.",
+        QuicRequests => "HTTP/3: request streams answered.",
+        QuicHandshakeFailures => "HTTP/3: QUIC handshakes that failed.",
+        QuicBytesIn => "HTTP/3: UDP payload bytes received on QUIC connections.",
+        QuicBytesOut => "HTTP/3: UDP payload bytes sent on QUIC connections.",
     }
 }
 
@@ -69,7 +77,7 @@ fn help(c: Counter) -> &'static str {
 pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: &Info) -> String {
     let mut s = String::new();
     for (c, name) in Counter::ALL {
-        if name.starts_with("tls_") && !info.tls {
+        if (name.starts_with("tls_") && !info.tls) || (name.starts_with("quic_") && !info.http3) {
             continue;
         }
         let metric = format!("statico_{name}_total");
@@ -191,6 +199,7 @@ mod tests {
             runtime: "tokio".into(),
             steering: "ebpf".into(),
             tls: false,
+            http3: false,
         };
         let page = render(&counters, 2, &kernel, &info);
         assert!(
@@ -200,7 +209,7 @@ mod tests {
         assert!(page.contains("statico_requests_total{worker=\"0\"} 3\n"));
         assert!(page.contains("statico_requests_total{worker=\"1\"} 4\n"));
         assert!(page.contains("statico_steering_fallbacks_total{cpu=\"0\"} 1\n"));
-        assert!(!page.contains("tls_") && !page.contains("xdp"));
+        assert!(!page.contains("tls_") && !page.contains("xdp") && !page.contains("quic_"));
         assert!(page.contains("statico_build_info{version=\"") && page.ends_with("} 1\n"));
         let helps = page.lines().filter(|l| l.starts_with("# HELP")).count();
         let types = page.lines().filter(|l| l.starts_with("# TYPE")).count();

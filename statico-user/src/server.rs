@@ -90,6 +90,7 @@ fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
 
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
 pub fn run(mut cli: Cli) -> Result<(), StartError> {
+    check_http3(&mut cli)?;
     let fd_limit = crate::sys::raise_fd_limit();
     let auto = resolve_runtime(&mut cli, fd_limit);
     let settings = Arc::new(settings(&cli).map_err(StartError::Usage)?);
@@ -97,6 +98,7 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
     let cores = worker_cores(cli.workers());
     let cpus: Vec<Option<usize>> = cores.iter().map(|c| c.map(|c| c.id)).collect();
     let listeners = listen(&cli, &cpus).map_err(StartError::Runtime)?;
+    let http3 = http3(&cli, &settings)?;
     let steering::Listeners {
         rung,
         why,
@@ -123,12 +125,14 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
     let privileges =
         drop_privileges(kernel.as_ref(), cli.user.as_deref()).map_err(StartError::Runtime)?;
     let uring = uring_options(&cli, fd_limit);
-    let workers = start_workers(&cli, settings.clone(), sockets, &counters, &cores, uring)?;
+    let mut workers = start_workers(&cli, settings.clone(), sockets, &counters, &cores, uring)?;
+    start_http3(http3, &cores, &counters, &mut workers)?;
 
     announce(&cli, local_addr, &cpus, &lines, privileges);
 
     let kernel_detail = || kernel_detail(kernel.as_ref());
-    let info = crate::metrics::Info::new(cli.runtime.kind.name(), rung.name(), cli.tls());
+    let info =
+        crate::metrics::Info::new(cli.runtime.kind.name(), rung.name(), cli.tls(), cli.http3);
     let metrics_page = || crate::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
     let watch = Watch {
         counters: &counters,
@@ -146,6 +150,98 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
     #[cfg(all(target_os = "linux", statico_bpf))]
     drop(kernel);
     Ok(())
+}
+
+/// `--http3` is refused off Linux and without a certificate (exit code 2); with `-p 0`, the port is
+/// chosen now, free for TCP and UDP alike, so that both listen on it and Alt-Svc can name it.
+fn check_http3(cli: &mut Cli) -> Result<(), StartError> {
+    if !cli.http3 {
+        return Ok(());
+    }
+    if !cfg!(target_os = "linux") {
+        return Err(StartError::Usage(anyhow!(
+            "--http3 needs a Linux build of statico (this one has no QUIC)"
+        )));
+    }
+    if !cli.tls() {
+        return Err(StartError::Usage(anyhow!(
+            "--http3 needs a TLS certificate: add --tls-self-signed, or --tls-cert FILE --tls-key FILE"
+        )));
+    }
+    #[cfg(target_os = "linux")]
+    if cli.port == 0 {
+        cli.port = crate::quic::free_port(cli.address).map_err(StartError::Runtime)?;
+    }
+    Ok(())
+}
+
+/// `--http3`: what the QUIC threads share, and their UDP sockets (bound now, with the TCP listeners).
+#[cfg(target_os = "linux")]
+type Http3 = (Arc<crate::quic::Http3>, Vec<std::net::UdpSocket>);
+/// Off Linux there is no HTTP/3 (refused by [`check_http3`]).
+#[cfg(not(target_os = "linux"))]
+type Http3 = std::convert::Infallible;
+
+#[cfg(target_os = "linux")]
+fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
+    let Some(tls) = settings.tls.as_ref().filter(|_| cli.http3) else {
+        return Ok(None);
+    };
+    let options = crate::quic::Http3Options {
+        idle_timeout: cli.idle_timeout,
+        shutdown_timeout: cli.shutdown_timeout,
+        max_body: cli.max_body_size,
+        delay: cli.delay,
+        body_delay: cli.body_delay,
+    };
+    let response = crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
+    let http3 = crate::quic::Http3::new(&tls.load(), options, response, settings.site.clone())
+        .map_err(StartError::Usage)?;
+    let sockets = crate::quic::bind(SocketAddr::new(cli.address, cli.port), cli.workers())
+        .map_err(StartError::Runtime)?;
+    Ok(Some((Arc::new(http3), sockets)))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn http3(_: &Cli, _: &Settings) -> Result<Option<Http3>, StartError> {
+    Ok(None)
+}
+
+/// Starts the QUIC threads (one per worker, on its CPU), which stop with the workers.
+#[cfg(target_os = "linux")]
+fn start_http3(
+    http3: Option<Http3>,
+    cores: &[Option<core_affinity::CoreId>],
+    counters: &Counters,
+    workers: &mut Workers,
+) -> Result<(), StartError> {
+    let Some((http3, sockets)) = http3 else {
+        return Ok(());
+    };
+    let stop = workers.trigger.subscribe();
+    match crate::quic::start(http3, sockets, cores, counters, &stop) {
+        Ok(handles) => {
+            workers.handles.extend(handles);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = workers.trigger.send(true);
+            Err(StartError::Runtime(e))
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_http3(
+    http3: Option<Http3>,
+    _: &[Option<core_affinity::CoreId>],
+    _: &Counters,
+    _: &mut Workers,
+) -> Result<(), StartError> {
+    match http3 {
+        Some(never) => match never {},
+        None => Ok(()),
+    }
 }
 
 /// The listeners of the steering rung the flags ask for (or the best that works).
@@ -428,13 +524,23 @@ fn announce(
     let pinned: Vec<String> = cpus.iter().flatten().map(usize::to_string).collect();
     let workers = cpus.len();
     eprintln!(
-        "statico {}: listening on {}://{local_addr} with {workers} worker{} (runtime: {runtime_line}{}, pinned to CPU {})",
+        "statico {}: listening on {}://{local_addr} with {workers} worker{} (runtime: {runtime_line}{}, pinned to CPU {}){}",
         env!("CARGO_PKG_VERSION"),
         if cli.tls() { "https" } else { "http" },
         if workers == 1 { "" } else { "s" },
         if cli.http2 { ", HTTP/1.1 and h2c" } else { "" },
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
+        h3_on(cli, local_addr),
     );
+}
+
+/// The start-up lines' note that HTTP/3 is served too (empty without `--http3`).
+fn h3_on(cli: &Cli, local_addr: SocketAddr) -> String {
+    if cli.http3 {
+        format!(" and h3 on udp/{}", local_addr.port())
+    } else {
+        String::new()
+    }
 }
 
 /// `--check`: everything a start needs has worked (the listeners and BPF state are released on
@@ -443,8 +549,9 @@ fn report_check(cli: &Cli, addr: SocketAddr, [runtime, steering]: &[String; 2]) 
     let scheme = if cli.tls() { "https" } else { "http" };
     eprintln!("statico: check: steering {steering}");
     eprintln!(
-        "statico: check: a start would listen on {scheme}://{addr} with {} workers (runtime: {runtime})",
-        cli.workers()
+        "statico: check: a start would listen on {scheme}://{addr} with {} workers (runtime: {runtime}){}",
+        cli.workers(),
+        h3_on(cli, addr)
     );
     for line in crate::check::advice(u32::try_from(cli.listen_backlog).unwrap_or(0)) {
         eprintln!("statico: advice: {line}");

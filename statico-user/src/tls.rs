@@ -92,7 +92,7 @@ pub fn server_config(opts: &TlsOptions) -> Result<Option<(Arc<ServerConfig>, Str
 /// (`ignore_client_order`): OpenSSL clients list AES-256-GCM with SHA-384 first, whose handshake hashing
 /// costs more than the rest of the key schedule, for no gain a benchmark node needs; a client without
 /// AES-128-GCM still gets AES-256-GCM or ChaCha20-Poly1305.
-fn provider() -> rustls::crypto::CryptoProvider {
+pub(crate) fn provider() -> rustls::crypto::CryptoProvider {
     use rustls::crypto::aws_lc_rs::cipher_suite as suite;
     rustls::crypto::CryptoProvider {
         cipher_suites: vec![

@@ -7,6 +7,8 @@ mod errors;
 mod hostile_clients;
 mod http11;
 mod http2;
+#[cfg(target_os = "linux")]
+mod http3;
 mod metrics;
 mod operations;
 mod scale;

@@ -1,0 +1,442 @@
+//! `--http3`: HTTP/3 over QUIC on the same port as HTTPS, over UDP (Linux builds).
+//!
+//! QUIC is [quinn] 0.11 (its tokio runtime, and quinn-udp's GSO/GRO and batched `sendmmsg`/`recvmmsg`
+//! underneath), HTTP/3 is [h3] 0.0.8 over h3-quinn 0.0.10. Loss recovery, congestion control, stream
+//! flow control, QPACK and the HTTP/3 framing are theirs: each is a protocol of its own, well tested
+//! there, and none of it is statico's job, which is answering requests with pre-built responses. Both
+//! build on the workspace's rustc (1.95).
+//!
+//! TLS is rustls with the aws-lc-rs provider ([`crate::tls`]'s suites), TLS 1.3 only (QUIC has no
+//! other), ALPN `h3`, and the certificate and key the HTTPS port serves: the QUIC configuration shares
+//! the TCP one's certificate resolver and session-ticket keys, so `--tls-self-signed`'s certificate is
+//! made once for both. (A SIGHUP reload of `--tls-cert` applies to TCP only; QUIC keeps the
+//! certificate it started with.)
+//!
+//! Sockets and threads: one UDP socket per worker, all bound to the port with `SO_REUSEPORT` (the
+//! kernel hashes each client's 4-tuple to one of them, so a connection's packets reach one socket
+//! while the client keeps its address), each served by a quinn [`quinn::Endpoint`] on a thread of its
+//! own that runs a current-thread tokio runtime pinned to the worker's CPU. The QUIC threads are
+//! separate from the workers' runtimes, so `--runtime tokio` and `--runtime io-uring` serve HTTP/3 the
+//! same way; they write only the `quic_*` slots of their worker's counter record, which keeps one
+//! writer per slot (and is why HTTP/3 requests are counted in `quic_requests`, not `requests`).
+//!
+//! Every request stream gets the answer the HTTP/2 path gives ([`H2Response`]: the pre-built response,
+//! or with `--root` [`H2Response::from_site`]), so there is one definition of each answer; HEAD gets
+//! the head only. A request body is read and dropped (over `--max-body-size` the stream is stopped).
+//! `--idle-timeout` is QUIC's max idle timeout; at most [`MAX_STREAMS`] request streams are open at once
+//! per connection (QUIC stream flow control holds a client back beyond it). On SIGINT/SIGTERM each
+//! connection gets GOAWAY, its streams in flight finish, and the endpoint closes within
+//! `--shutdown-timeout`.
+//!
+//! Not here yet: routing QUIC packets to workers by connection ID (eBPF), Retry (address validation).
+
+use std::cell::RefCell;
+use std::net::{SocketAddr, UdpSocket};
+use std::rc::Rc;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, Context, Result};
+use bytes::{Buf, Bytes};
+use statico_common::Counter;
+
+use crate::h2c::H2Response;
+use crate::meter::Counters;
+use crate::response::{DateClock, DATE_LEN};
+use crate::shutdown;
+
+/// Request streams a client may have open at once on one connection.
+pub const MAX_STREAMS: u32 = 100;
+
+/// HTTP/3's "no error" code, for GOAWAY closes (RFC 9114 §8.1).
+const H3_NO_ERROR: u32 = 0x100;
+
+/// After GOAWAY, once no stream is open, how long the client has to close before statico does (as
+/// HTTP/2's grace): closing at once could drop response bytes not yet acknowledged.
+const GOAWAY_GRACE: Duration = crate::connection::LINGER_TIME;
+
+/// What HTTP/3 needs from the flags, besides the TLS configuration and the answers.
+#[derive(Clone, Copy, Debug)]
+pub struct Http3Options {
+    pub idle_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    pub max_body: u64,
+    /// `-d`: before each response.
+    pub delay: Option<Duration>,
+    /// `--body-delay`: between a response's HEADERS and its DATA.
+    pub body_delay: Option<Duration>,
+}
+
+/// Everything every QUIC thread shares, fixed at start-up.
+pub struct Http3 {
+    config: quinn::ServerConfig,
+    options: Http3Options,
+    /// The answer to every request (without `--root`).
+    response: H2Response,
+    site: Option<Arc<crate::site::SiteHandle>>,
+}
+
+impl std::fmt::Debug for Http3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http3")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Http3 {
+    /// From the HTTPS port's TLS configuration (its certificate and ticket keys are shared) and the
+    /// answers. An error is the user's (exit code 2).
+    pub fn new(
+        tls: &rustls::ServerConfig,
+        options: Http3Options,
+        response: H2Response,
+        site: Option<Arc<crate::site::SiteHandle>>,
+    ) -> Result<Self> {
+        Ok(Http3 {
+            config: server_config(tls, options.idle_timeout)?,
+            options,
+            response,
+            site,
+        })
+    }
+}
+
+/// quinn's server configuration: TLS 1.3 and ALPN `h3` with `tls`'s certificate, the idle timeout,
+/// [`MAX_STREAMS`].
+fn server_config(tls: &rustls::ServerConfig, idle: Duration) -> Result<quinn::ServerConfig> {
+    let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("QUIC's TLS 1.3")?
+        .with_no_client_auth()
+        .with_cert_resolver(tls.cert_resolver.clone());
+    crypto.alpn_protocols = vec![b"h3".to_vec()];
+    crypto.ignore_client_order = true;
+    crypto.send_tls13_tickets = tls.send_tls13_tickets;
+    crypto.ticketer = tls.ticketer.clone();
+    crypto.session_storage = tls.session_storage.clone();
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(crypto)
+        .map_err(|e| anyhow!("QUIC's TLS configuration: {e}"))?;
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(idle)
+        .map_err(|_| anyhow!("--idle-timeout is too long for QUIC (at most 2^62 ms)"))?;
+    transport
+        .max_idle_timeout(Some(idle))
+        .max_concurrent_bidi_streams(quinn::VarInt::from_u32(MAX_STREAMS));
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
+/// `--http3 -p 0`: a port free for TCP and UDP alike on `ip`, so both can listen on the same one (and
+/// Alt-Svc, built before the listeners, can name it).
+pub fn free_port(ip: std::net::IpAddr) -> Result<u16> {
+    for _ in 0..16 {
+        let tcp = std::net::TcpListener::bind((ip, 0)).context("cannot find a free port")?;
+        let port = tcp.local_addr()?.port();
+        if UdpSocket::bind((ip, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(anyhow!(
+        "--http3 -p 0: no port was free for both TCP and UDP; give one with -p"
+    ))
+}
+
+/// One UDP socket per worker on `addr`, with `SO_REUSEPORT`, non-blocking (as quinn wants).
+pub fn bind(addr: SocketAddr, workers: usize) -> Result<Vec<UdpSocket>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    (0..workers)
+        .map(|_| {
+            let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+            socket.set_reuse_port(true)?;
+            socket.bind(&addr.into())?;
+            socket.set_nonblocking(true)?;
+            Ok(socket.into())
+        })
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("--http3: cannot listen on udp/{addr}"))
+}
+
+/// Starts one pinned thread per socket (socket i serves worker i's CPU and counters), and waits
+/// until each has its endpoint (or says why not). They stop when `stop` turns true.
+pub fn start(
+    http3: Arc<Http3>,
+    sockets: Vec<UdpSocket>,
+    cores: &[Option<core_affinity::CoreId>],
+    counters: &Counters,
+    stop: &shutdown::Listener,
+) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut handles = Vec::with_capacity(sockets.len());
+    for (id, socket) in sockets.into_iter().enumerate() {
+        let (http3, counters, stop, ready) = (
+            http3.clone(),
+            counters.clone(),
+            stop.clone(),
+            ready_tx.clone(),
+        );
+        let core = cores.get(id).copied().flatten();
+        let handle = std::thread::Builder::new()
+            .name(format!("statico-q{id}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                let thread = Thread::new(http3, counters, id);
+                thread.run(socket, stop, ready);
+            })
+            .with_context(|| format!("cannot start QUIC thread {id}"))?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..handles.len() {
+        ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err("a QUIC thread exited during start-up".into()))
+            .map_err(|e| anyhow!(e))?;
+    }
+    Ok(handles)
+}
+
+/// One QUIC thread's state: the shared settings, its worker's counters, its own copy of the answer
+/// with a live `Date`, its view of the site.
+struct Thread {
+    http3: Arc<Http3>,
+    counters: Counters,
+    id: usize,
+    clock: RefCell<(DateClock, [u8; DATE_LEN], H2Response)>,
+    site: RefCell<crate::site::WorkerSite>,
+}
+
+impl Thread {
+    fn new(http3: Arc<Http3>, counters: Counters, id: usize) -> Self {
+        let site = crate::site::WorkerSite::new(http3.site.as_ref());
+        let date = crate::response::http_date(SystemTime::now());
+        Thread {
+            clock: RefCell::new((DateClock::default(), date, http3.response.clone())),
+            site: RefCell::new(site),
+            http3,
+            counters,
+            id,
+        }
+    }
+
+    fn count(&self, counter: Counter, n: u64) {
+        self.counters.worker(self.id).add(counter, n);
+    }
+
+    /// Runs the endpoint on a current-thread runtime until shutdown; says on `ready` once it serves.
+    fn run(
+        self,
+        socket: UdpSocket,
+        stop: shutdown::Listener,
+        ready: mpsc::Sender<Result<(), String>>,
+    ) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => return drop(ready.send(Err(format!("QUIC thread {}: {e}", self.id)))),
+        };
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let endpoint = match quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(self.http3.config.clone()),
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            ) {
+                Ok(e) => e,
+                Err(e) => return drop(ready.send(Err(format!("QUIC endpoint {}: {e}", self.id)))),
+            };
+            let _ = ready.send(Ok(()));
+            serve(Rc::new(self), endpoint, stop).await;
+        });
+    }
+
+    /// The answer to `request`: the site's, or the pre-built one; `Date` is this second's.
+    fn answer(&self, request: &http::Request<()>) -> H2Response {
+        let mut clock = self.clock.borrow_mut();
+        let (ticker, date, response) = &mut *clock;
+        if let Some(now) = ticker.tick(SystemTime::now()) {
+            *date = now;
+            response.set_date(&now);
+        }
+        let mut site = self.site.borrow_mut();
+        site.refresh();
+        match site.get() {
+            Some(site) => H2Response::from_site(site, request, date),
+            None => response.clone(),
+        }
+    }
+}
+
+/// Accepts connections until shutdown; then refuses new ones, lets each connection drain (GOAWAY),
+/// and closes the endpoint after `--shutdown-timeout` at the latest.
+async fn serve(thread: Rc<Thread>, endpoint: quinn::Endpoint, mut stop: shutdown::Listener) {
+    let mut connections = tokio::task::JoinSet::new();
+    let for_connections = stop.clone();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    connections.spawn_local(connection(thread.clone(), incoming, for_connections.clone()));
+                }
+                None => break,
+            },
+        }
+    }
+    endpoint.set_server_config(None);
+    let all_done = async { while connections.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(thread.http3.options.shutdown_timeout, all_done).await;
+    endpoint.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"shutting down");
+    let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
+}
+
+/// One connection: the handshake, then its request streams until the client leaves, the idle timeout
+/// closes it, or shutdown (GOAWAY, the streams in flight finish, then a grace for the client to close).
+async fn connection(thread: Rc<Thread>, incoming: quinn::Incoming, mut stop: shutdown::Listener) {
+    let Ok(conn) = incoming.await else {
+        return thread.count(Counter::QuicHandshakeFailures, 1);
+    };
+    thread.count(Counter::QuicConns, 1);
+    let mut bytes = Traffic::default();
+    let Ok(mut h3) = h3::server::builder()
+        .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
+        .await
+    else {
+        return bytes.account(&thread, &conn);
+    };
+    let mut requests = tokio::task::JoinSet::new();
+    let mut draining = *stop.borrow();
+    loop {
+        if draining && requests.is_empty() {
+            let _ = tokio::time::timeout(GOAWAY_GRACE, conn.closed()).await;
+            break;
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s), if !draining => {
+                draining = true;
+                let _ = h3.shutdown(0).await;
+            }
+            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+            accepted = h3.accept() => match accepted {
+                Ok(Some(resolver)) => {
+                    requests.spawn_local(request(thread.clone(), resolver));
+                }
+                _ => break,
+            },
+        }
+        bytes.account(&thread, &conn);
+    }
+    conn.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+    bytes.account(&thread, &conn);
+}
+
+/// A connection's UDP bytes counted so far, to add what is new since.
+#[derive(Default)]
+struct Traffic {
+    rx: u64,
+    tx: u64,
+}
+
+impl Traffic {
+    fn account(&mut self, thread: &Thread, conn: &quinn::Connection) {
+        let stats = conn.stats();
+        thread.count(Counter::QuicBytesIn, stats.udp_rx.bytes - self.rx);
+        thread.count(Counter::QuicBytesOut, stats.udp_tx.bytes - self.tx);
+        (self.rx, self.tx) = (stats.udp_rx.bytes, stats.udp_tx.bytes);
+    }
+}
+
+type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+/// One request stream: its head, its body (read and dropped), then the answer.
+async fn request(thread: Rc<Thread>, resolver: Resolver) {
+    let Ok((head, mut stream)) = resolver.resolve_request().await else {
+        return;
+    };
+    let options = thread.http3.options;
+    if !read_body(&mut stream, options.max_body).await {
+        return;
+    }
+    let response = thread.answer(&head);
+    if let Some(d) = options.delay {
+        tokio::time::sleep(d).await;
+    }
+    let (response, body) = response.into_parts();
+    if stream.send_response(response).await.is_err() {
+        return;
+    }
+    if head.method() != http::Method::HEAD && !body.is_empty() {
+        if let Some(d) = options.body_delay {
+            tokio::time::sleep(d).await;
+        }
+        if stream.send_data(body).await.is_err() {
+            return;
+        }
+    }
+    if stream.finish().await.is_ok() {
+        thread.count(Counter::QuicRequests, 1);
+    }
+}
+
+/// Reads a request body to its end; one over `max` stops the stream (H3_REQUEST_REJECTED). Returns
+/// whether the body ended well.
+async fn read_body(stream: &mut Stream, max: u64) -> bool {
+    let mut received = 0u64;
+    loop {
+        match stream.recv_data().await {
+            Ok(Some(chunk)) => {
+                received += chunk.remaining() as u64;
+                if received > max {
+                    stream.stop_sending(h3::error::Code::H3_REQUEST_REJECTED);
+                    stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
+                    return false;
+                }
+            }
+            Ok(None) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tls() -> rustls::ServerConfig {
+        let opts = crate::tls::TlsOptions {
+            self_signed: true,
+            min: "1.2".into(),
+            tickets: 2,
+            ..Default::default()
+        };
+        let (config, _) = crate::tls::server_config(&opts).unwrap().unwrap();
+        Arc::unwrap_or_clone(config)
+    }
+
+    #[test]
+    fn the_quic_configuration_takes_the_https_certificate() {
+        assert!(server_config(&tls(), Duration::from_secs(1)).is_ok());
+        let err = server_config(&tls(), Duration::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--idle-timeout"), "{err}");
+    }
+
+    #[test]
+    fn sockets_share_the_port() {
+        let port = free_port("127.0.0.1".parse().unwrap()).unwrap();
+        let sockets = bind(SocketAddr::from(([127, 0, 0, 1], port)), 3).unwrap();
+        assert_eq!(sockets.len(), 3);
+        for s in &sockets {
+            assert_eq!(s.local_addr().unwrap().port(), port);
+        }
+    }
+}

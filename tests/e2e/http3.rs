@@ -1,0 +1,368 @@
+//! `--http3`: HTTP/3 over QUIC on the runtime under test, with a real quinn + h3 client that trusts
+//! the self-signed certificate statico saves: many requests and concurrent streams on one connection,
+//! HEAD, Alt-Svc on HTTPS responses, the start-up error without a certificate, garbage datagrams, the
+//! idle timeout, `--root`, the counters, and a drain on SIGTERM.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use statico_tests::{rss_kib, run_client, run_to_exit, Server};
+
+type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+
+/// A fresh directory for this test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("statico-h3-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// statico with `--http3` and a self-signed certificate saved in `dir`.
+fn start(dir: &Path, extra: &[&str]) -> Server {
+    let out = dir.to_str().unwrap();
+    let tls = ["--tls-self-signed", "--tls-self-signed-out", out, "--http3"];
+    Server::start(&[&tls[..], extra].concat())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A QUIC client endpoint that trusts `dir/cert.pem` and offers `alpn`.
+fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(dir.join("cert.pem")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    endpoint
+}
+
+/// An HTTP/3 connection to `addr` (its driver runs as a task of the current runtime).
+async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection, SendRequest) {
+    let endpoint = client(dir, b"h3");
+    let conn = endpoint
+        .connect(addr, "localhost")
+        .unwrap()
+        .await
+        .expect("QUIC handshake");
+    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
+        .await
+        .expect("HTTP/3 connection");
+    tokio::spawn(async move {
+        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        drop(endpoint);
+    });
+    (conn, send)
+}
+
+/// One request: the response head and the body.
+async fn request(
+    send: &mut SendRequest,
+    method: &str,
+    path: &str,
+) -> (http::Response<()>, Vec<u8>) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost{path}"))
+        .body(())
+        .unwrap();
+    let mut stream = send.send_request(req).await.expect("send request");
+    stream.finish().await.expect("finish request");
+    let response = stream.recv_response().await.expect("response head");
+    let mut body = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await.expect("response body") {
+        body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
+    }
+    (response, body)
+}
+
+fn header(r: &http::Response<()>, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+#[test]
+fn two_hundred_requests_over_one_connection_twenty_streams_at_a_time() {
+    let dir = scratch("many");
+    let s = start(
+        &dir,
+        &[
+            "-b",
+            "hello h3",
+            "-H",
+            "Content-Type: text/plain",
+            "-H",
+            "X-Test: yes",
+        ],
+    );
+    let line = s.stderr();
+    let port = s.addr.port();
+    assert!(line.contains(&format!("and h3 on udp/{port}")), "{line}");
+    runtime().block_on(async {
+        let (_conn, send) = connect(&dir, s.addr).await;
+        for _ in 0..10 {
+            let mut streams = tokio::task::JoinSet::new();
+            for _ in 0..20 {
+                let mut send = send.clone();
+                streams.spawn(async move { request(&mut send, "GET", "/x").await });
+            }
+            while let Some(answer) = streams.join_next().await {
+                let (r, body) = answer.unwrap();
+                assert_eq!(r.status(), 200);
+                assert_eq!(header(&r, "content-type").as_deref(), Some("text/plain"));
+                assert_eq!(header(&r, "x-test").as_deref(), Some("yes"));
+                assert_eq!(header(&r, "content-length").as_deref(), Some("8"));
+                assert!(header(&r, "date").is_some());
+                assert_eq!(body, b"hello h3");
+            }
+        }
+    });
+    let stopped = s.stop();
+    assert_eq!(stopped.total("quic_requests"), 200);
+    assert_eq!(stopped.total("quic_conns"), 1);
+}
+
+#[test]
+fn head_gets_the_head_and_no_body() {
+    let dir = scratch("head");
+    let s = start(&dir, &["-b", "twelve bytes"]);
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        let (r, body) = request(&mut send, "HEAD", "/").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "content-length").as_deref(), Some("12"));
+        assert!(body.is_empty(), "HEAD got a body: {body:?}");
+        let (_, body) = request(&mut send, "GET", "/").await;
+        assert_eq!(body, b"twelve bytes");
+    });
+}
+
+/// The response head curl gets over HTTPS (HTTP/1.1).
+fn curl_head(port: u16) -> String {
+    let url = format!("https://127.0.0.1:{port}/");
+    let (ok, out, err) = run_client("curl", &["-sk", "--http1.1", "-D-", "-o/dev/null", &url]);
+    assert!(ok, "curl: {err}");
+    out.to_ascii_lowercase()
+}
+
+#[test]
+fn https_responses_advertise_h3_with_alt_svc_only_with_http3() {
+    let dir = scratch("altsvc");
+    let s = start(&dir, &["-b", "ok"]);
+    let head = curl_head(s.addr.port());
+    let want = format!("alt-svc: h3=\":{}\"", s.addr.port());
+    assert!(head.contains(&want), "{head}");
+    drop(s);
+    // HTTP/2 (ALPN h2, tokio runtime) carries it too.
+    let h2 = start(&dir, &["-b", "ok", "--http2", "--runtime", "tokio"]);
+    let url = format!("https://127.0.0.1:{}/", h2.addr.port());
+    let (ok, out, err) = run_client("curl", &["-sk", "--http2", "-D-", "-o/dev/null", &url]);
+    assert!(ok, "curl: {err}");
+    let want = format!("alt-svc: h3=\":{}\"", h2.addr.port());
+    assert!(
+        out.starts_with("HTTP/2 200") && out.contains(&want),
+        "{out}"
+    );
+    drop(h2);
+    let plain = Server::start(&["--tls-self-signed", "-b", "ok"]);
+    let head = curl_head(plain.addr.port());
+    assert!(
+        head.starts_with("http/1.1 200") && !head.contains("alt-svc"),
+        "{head}"
+    );
+}
+
+#[test]
+fn http3_without_a_certificate_is_refused_with_the_flag_and_the_fix() {
+    let (code, err) = run_to_exit(&["--http3", "-a", "127.0.0.1", "-p", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("--http3") && lines[0].contains("--tls-self-signed"),
+        "{err}"
+    );
+}
+
+/// Sizes and bytes from a fixed xorshift, so a failure can be replayed.
+fn garbage(seed: &mut u64) -> Vec<u8> {
+    let mut next = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    };
+    let len = 1 + (next() % 1500) as usize;
+    (0..len).map(|_| next() as u8).collect()
+}
+
+#[test]
+fn garbage_datagrams_are_dropped_and_the_server_goes_on_without_growing() {
+    let dir = scratch("garbage");
+    let s = start(&dir, &["-b", "still here"]);
+    let rt = runtime();
+    rt.block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        assert_eq!(request(&mut send, "GET", "/").await.1, b"still here");
+    });
+    let before = rss_kib(s.pid());
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..1000 {
+        udp.send_to(&garbage(&mut seed), s.addr).unwrap();
+        if i % 100 == 99 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    rt.block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        let (r, body) = request(&mut send, "GET", "/").await;
+        assert_eq!(
+            (r.status().as_u16(), body.as_slice()),
+            (200, &b"still here"[..])
+        );
+    });
+    let grown = rss_kib(s.pid()).saturating_sub(before);
+    assert!(grown < 4096, "RSS grew by {grown} KiB after garbage");
+}
+
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let dir = scratch("idle");
+    let s = start(&dir, &["--idle-timeout", "1s"]);
+    runtime().block_on(async {
+        let (conn, mut send) = connect(&dir, s.addr).await;
+        assert_eq!(request(&mut send, "GET", "/").await.0.status(), 200);
+        let idle_from = Instant::now();
+        let why = tokio::time::timeout(Duration::from_secs(10), conn.closed())
+            .await
+            .expect("the connection was never closed");
+        let after = idle_from.elapsed();
+        assert!(
+            after >= Duration::from_millis(900) && after <= Duration::from_secs(3),
+            "closed after {after:?}: {why}"
+        );
+        assert!(matches!(why, quinn::ConnectionError::TimedOut), "{why}");
+    });
+}
+
+#[test]
+fn root_serves_a_files_bytes_over_http3() {
+    let dir = scratch("root");
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let bytes: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(site.join("data.bin"), &bytes).unwrap();
+    std::fs::write(site.join("index.html"), "<p>home</p>").unwrap();
+    let s = start(&dir, &["--root", site.to_str().unwrap()]);
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        let (r, body) = request(&mut send, "GET", "/data.bin").await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(body.len(), bytes.len());
+        assert!(body == bytes, "the file's bytes differ");
+        let (r, body) = request(&mut send, "GET", "/").await;
+        assert_eq!(
+            (r.status().as_u16(), body.as_slice()),
+            (200, &b"<p>home</p>"[..])
+        );
+        assert!(header(&r, "content-type").unwrap().starts_with("text/html"));
+        // The site's answers are made with the same fields as HTTPS ones, Alt-Svc included.
+        let want = format!("h3=\":{}\"", s.addr.port());
+        assert_eq!(header(&r, "alt-svc"), Some(want));
+        let (r, _) = request(&mut send, "GET", "/missing").await;
+        assert_eq!(r.status(), 404);
+    });
+}
+
+#[test]
+fn the_totals_count_http3_connections_requests_bytes_and_failed_handshakes() {
+    let dir = scratch("counters");
+    let s = start(&dir, &["-b", "counted"]);
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        for _ in 0..7 {
+            assert_eq!(request(&mut send, "GET", "/").await.1, b"counted");
+        }
+        // A client that offers only h2 shares no ALPN protocol with the QUIC port.
+        let wrong = client(&dir, b"h2");
+        let refused = wrong.connect(s.addr, "localhost").unwrap().await;
+        assert!(refused.is_err(), "a handshake without h3 succeeded");
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    assert_eq!(stopped.total("quic_requests"), 7);
+    assert_eq!(stopped.total("quic_conns"), 1);
+    assert_eq!(stopped.total("quic_handshake_failures"), 1);
+    assert!(stopped.total("quic_bytes_out") > 7 * 7);
+    assert!(stopped.total("quic_bytes_in") > 0);
+    assert_eq!(stopped.total("requests"), 0, "no TCP request was made");
+}
+
+#[test]
+fn sigterm_lets_a_request_in_flight_finish_then_the_process_exits() {
+    let dir = scratch("drain");
+    let s = start(
+        &dir,
+        &["-b", "late", "-d", "700ms", "--shutdown-timeout", "5s"],
+    );
+    let pid = s.pid();
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        let in_flight = tokio::spawn(async move { request(&mut send, "GET", "/").await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        statico_tests::signal(pid, "TERM");
+        let (r, body) = in_flight.await.unwrap();
+        assert_eq!((r.status().as_u16(), body.as_slice()), (200, &b"late"[..]));
+    });
+    let started = Instant::now();
+    let stopped = s.stop_after_signal();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(stopped.total("quic_requests"), 1);
+}
+
+#[test]
+fn a_client_opening_more_than_100_streams_at_once_is_held_back_not_refused() {
+    let dir = scratch("streams");
+    let s = start(&dir, &["-b", "slow", "-d", "400ms"]);
+    runtime().block_on(async {
+        let (_conn, send) = connect(&dir, s.addr).await;
+        let started = Instant::now();
+        let mut streams = tokio::task::JoinSet::new();
+        for _ in 0..150 {
+            let mut send = send.clone();
+            streams.spawn(async move { request(&mut send, "GET", "/").await });
+        }
+        while let Some(answer) = streams.join_next().await {
+            assert_eq!(answer.unwrap().1, b"slow");
+        }
+        let took = started.elapsed();
+        // 100 streams at once: the last 50 wait for the first ones, so two delays pass, not one.
+        assert!(
+            took >= Duration::from_millis(780) && took < Duration::from_secs(4),
+            "150 requests took {took:?}"
+        );
+    });
+}
