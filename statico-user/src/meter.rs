@@ -8,8 +8,8 @@
 //! other, so every slot still has one writer.
 //!
 //! The report is computed from byte and request counts over a monotonic clock ([`Instant`]), once a
-//! second: requests/s, responses/s, and in/out Gbit/s. `--meter-format json` prints one JSON object a
-//! line for scripts.
+//! second: requests/s, responses/s, and in/out Gbit/s (HTTP/3's `quic_*` requests and UDP bytes
+//! included). `--meter-format json` prints one JSON object a line for scripts.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -143,14 +143,21 @@ pub struct Rates {
     pub out_gbps: f64,
 }
 
+/// Rates count every protocol: HTTP/3's requests (answered streams) and UDP bytes, which have slots
+/// of their own (`quic_*`, written by the QUIC threads), are added to HTTP/1.1's and HTTP/2's.
 pub fn rates(prev: &Snapshot, now: &Snapshot, elapsed: Duration) -> Rates {
     let secs = elapsed.as_secs_f64().max(1e-9);
-    let d = |c: Counter| now.get(c).wrapping_sub(prev.get(c)) as f64;
+    let d = |cs: &[Counter]| {
+        cs.iter()
+            .map(|&c| now.get(c).wrapping_sub(prev.get(c)))
+            .fold(0u64, u64::wrapping_add) as f64
+    };
+    use Counter::*;
     Rates {
-        req_per_s: d(Counter::Requests) / secs,
-        resp_per_s: d(Counter::Responses) / secs,
-        in_gbps: d(Counter::BytesIn) * 8.0 / secs / 1e9,
-        out_gbps: d(Counter::BytesOut) * 8.0 / secs / 1e9,
+        req_per_s: d(&[Requests, QuicRequests]) / secs,
+        resp_per_s: d(&[Responses, QuicRequests]) / secs,
+        in_gbps: d(&[BytesIn, QuicBytesIn]) * 8.0 / secs / 1e9,
+        out_gbps: d(&[BytesOut, QuicBytesOut]) * 8.0 / secs / 1e9,
     }
 }
 
@@ -292,7 +299,10 @@ pub async fn run(counters: Counters, format: MeterFormat, kernel: &dyn Fn() -> K
     tick.tick().await;
     let per_worker = |c: &Counters| -> Vec<u64> {
         (0..c.workers())
-            .map(|i| c.worker_snapshot(i).get(Counter::Requests))
+            .map(|i| {
+                let s = c.worker_snapshot(i);
+                s.get(Counter::Requests) + s.get(Counter::QuicRequests)
+            })
             .collect()
     };
     let mut prev = counters.snapshot();
@@ -349,6 +359,27 @@ mod tests {
         let r = rates(&a, &b, Duration::from_secs(2));
         assert_eq!(r.req_per_s, 100.0);
         assert_eq!(r.out_gbps, 4.0);
+        b.values[Counter::QuicRequests as usize] = 200;
+        b.values[Counter::QuicBytesOut as usize] = 1_000_000_000;
+        let r = rates(&a, &b, Duration::from_secs(2));
+        assert_eq!((r.req_per_s, r.resp_per_s, r.out_gbps), (200.0, 100.0, 8.0));
+    }
+
+    #[test]
+    fn the_text_line_shows_http3_only_when_there_is_some() {
+        let mut s = Snapshot::default();
+        let r = rates(&Snapshot::default(), &s, Duration::from_secs(1));
+        let line = format_line(MeterFormat::Text, &r, &s, &Detail::default());
+        assert!(!line.contains("h3"), "{line}");
+        s.values[Counter::QuicConns as usize] = 2;
+        s.values[Counter::QuicRequests as usize] = 9;
+        s.values[Counter::QuicHandshakeFailures as usize] = 1;
+        let line = format_line(MeterFormat::Text, &r, &s, &Detail::default());
+        assert!(
+            line.contains("| h3 conns 2 requests 9 handshake failures 1"),
+            "{line}"
+        );
+        assert!(format_totals(&s).ends_with(" quic_bytes_out=0"));
     }
 
     #[test]

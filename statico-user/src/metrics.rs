@@ -214,5 +214,17 @@ mod tests {
         let helps = page.lines().filter(|l| l.starts_with("# HELP")).count();
         let types = page.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!((helps, types), (14 + 3 + 1, 14 + 3 + 1));
+        let h3 = Info {
+            http3: true,
+            ..info
+        };
+        counters.worker(1).add(Counter::QuicRequests, 5);
+        let page = render(&counters, 2, &kernel, &h3);
+        assert!(
+            page.contains("statico_quic_requests_total{worker=\"1\"} 5\n"),
+            "{page}"
+        );
+        assert!(page.contains("# HELP statico_quic_handshake_failures_total "));
+        assert!(!page.contains("tls_"));
     }
 }

@@ -8,9 +8,9 @@
 //!
 //! TLS is rustls with the aws-lc-rs provider ([`crate::tls`]'s suites), TLS 1.3 only (QUIC has no
 //! other), ALPN `h3`, and the certificate and key the HTTPS port serves: the QUIC configuration shares
-//! the TCP one's certificate resolver and session-ticket keys, so `--tls-self-signed`'s certificate is
-//! made once for both. (A SIGHUP reload of `--tls-cert` applies to TCP only; QUIC keeps the
-//! certificate it started with.)
+//! the TCP one's session-ticket keys, and its certificate through [`Following`], which asks the TCP
+//! configuration in force: `--tls-self-signed`'s certificate is made once for both, and a SIGHUP
+//! reload of `--tls-cert` applies to new QUIC handshakes as it does to new TLS ones.
 //!
 //! Sockets and threads: one UDP socket per worker, all bound to the port with `SO_REUSEPORT` (the
 //! kernel hashes each client's 4-tuple to one of them, so a connection's packets reach one socket
@@ -26,7 +26,8 @@
 //! `--idle-timeout` is QUIC's max idle timeout; at most [`MAX_STREAMS`] request streams are open at once
 //! per connection (QUIC stream flow control holds a client back beyond it). On SIGINT/SIGTERM each
 //! connection gets GOAWAY, its streams in flight finish, and the endpoint closes within
-//! `--shutdown-timeout`.
+//! `--shutdown-timeout`. `-v` prints requests and statuses as HTTP/2's dump does;
+//! `--receive-buffer-size`/`--send-buffer-size` size the UDP sockets too.
 //!
 //! Not here yet: routing QUIC packets to workers by connection ID (eBPF), Retry (address validation).
 
@@ -65,6 +66,11 @@ pub struct Http3Options {
     pub delay: Option<Duration>,
     /// `--body-delay`: between a response's HEADERS and its DATA.
     pub body_delay: Option<Duration>,
+    /// `-v`: print each request's line (`-vv`: and headers) and each response's status.
+    pub verbose: u8,
+    /// `--receive-buffer-size`, `--send-buffer-size`: `SO_RCVBUF`/`SO_SNDBUF` of the UDP sockets.
+    pub receive_buffer: Option<usize>,
+    pub send_buffer: Option<usize>,
 }
 
 /// Everything every QUIC thread shares, fixed at start-up.
@@ -85,10 +91,10 @@ impl std::fmt::Debug for Http3 {
 }
 
 impl Http3 {
-    /// From the HTTPS port's TLS configuration (its certificate and ticket keys are shared) and the
-    /// answers. An error is the user's (exit code 2).
+    /// From the HTTPS port's TLS configuration (its certificate, also after a reload, and its ticket
+    /// keys are shared) and the answers. An error is the user's (exit code 2).
     pub fn new(
-        tls: &rustls::ServerConfig,
+        tls: &crate::layer::TlsConfig,
         options: Http3Options,
         response: H2Response,
         site: Option<Arc<crate::site::SiteHandle>>,
@@ -102,14 +108,28 @@ impl Http3 {
     }
 }
 
+/// The certificate of the HTTPS port's configuration in force (swapped on a SIGHUP reload).
+#[derive(Debug)]
+struct Following(crate::layer::TlsConfig);
+
+impl rustls::server::ResolvesServerCert for Following {
+    fn resolve(
+        &self,
+        hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.load().cert_resolver.resolve(hello)
+    }
+}
+
 /// quinn's server configuration: TLS 1.3 and ALPN `h3` with `tls`'s certificate, the idle timeout,
 /// [`MAX_STREAMS`].
-fn server_config(tls: &rustls::ServerConfig, idle: Duration) -> Result<quinn::ServerConfig> {
+fn server_config(tls: &crate::layer::TlsConfig, idle: Duration) -> Result<quinn::ServerConfig> {
     let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .context("QUIC's TLS 1.3")?
         .with_no_client_auth()
-        .with_cert_resolver(tls.cert_resolver.clone());
+        .with_cert_resolver(Arc::new(Following(tls.clone())));
+    let tls = tls.load();
     crypto.alpn_protocols = vec![b"h3".to_vec()];
     crypto.ignore_client_order = true;
     crypto.send_tls13_tickets = tls.send_tls13_tickets;
@@ -143,13 +163,20 @@ pub fn free_port(ip: std::net::IpAddr) -> Result<u16> {
     ))
 }
 
-/// One UDP socket per worker on `addr`, with `SO_REUSEPORT`, non-blocking (as quinn wants).
-pub fn bind(addr: SocketAddr, workers: usize) -> Result<Vec<UdpSocket>> {
+/// One UDP socket per worker on `addr`, with `SO_REUSEPORT` and the buffer sizes asked for,
+/// non-blocking (as quinn wants).
+pub fn bind(addr: SocketAddr, workers: usize, options: &Http3Options) -> Result<Vec<UdpSocket>> {
     use socket2::{Domain, Protocol, Socket, Type};
     (0..workers)
         .map(|_| {
             let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
             socket.set_reuse_port(true)?;
+            if let Some(size) = options.receive_buffer {
+                socket.set_recv_buffer_size(size)?;
+            }
+            if let Some(size) = options.send_buffer {
+                socket.set_send_buffer_size(size)?;
+            }
             socket.bind(&addr.into())?;
             socket.set_nonblocking(true)?;
             Ok(socket.into())
@@ -362,10 +389,16 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) {
         return;
     };
     let options = thread.http3.options;
+    if options.verbose > 0 {
+        dump_request(&head, stream.id(), options.verbose);
+    }
     if !read_body(&mut stream, options.max_body).await {
         return;
     }
     let response = thread.answer(&head);
+    if options.verbose > 0 {
+        println!("↪ response (HTTP/3): {}", response.status);
+    }
     if let Some(d) = options.delay {
         tokio::time::sleep(d).await;
     }
@@ -384,6 +417,21 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) {
     if stream.finish().await.is_ok() {
         thread.count(Counter::QuicRequests, 1);
     }
+}
+
+/// `-v`: the request line as HTTP/2's dump prints it (`-vv`: and its headers).
+fn dump_request(head: &http::Request<()>, stream: impl std::fmt::Debug, verbose: u8) {
+    let mut s = format!(
+        "↩ request (HTTP/3 stream {stream:?}):\n{} {} HTTP/3\n",
+        head.method(),
+        head.uri()
+    );
+    if verbose > 1 {
+        for (n, v) in head.headers() {
+            s.push_str(&format!("{n}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+        }
+    }
+    print!("{s}");
 }
 
 /// Reads a request body to its end; one over `max` stops the stream (H3_REQUEST_REJECTED). Returns
@@ -410,7 +458,7 @@ async fn read_body(stream: &mut Stream, max: u64) -> bool {
 mod tests {
     use super::*;
 
-    fn tls() -> rustls::ServerConfig {
+    fn tls() -> crate::layer::TlsConfig {
         let opts = crate::tls::TlsOptions {
             self_signed: true,
             min: "1.2".into(),
@@ -418,7 +466,7 @@ mod tests {
             ..Default::default()
         };
         let (config, _) = crate::tls::server_config(&opts).unwrap().unwrap();
-        Arc::unwrap_or_clone(config)
+        Arc::new(arc_swap::ArcSwap::new(config))
     }
 
     #[test]
@@ -433,7 +481,18 @@ mod tests {
     #[test]
     fn sockets_share_the_port() {
         let port = free_port("127.0.0.1".parse().unwrap()).unwrap();
-        let sockets = bind(SocketAddr::from(([127, 0, 0, 1], port)), 3).unwrap();
+        let options = Http3Options {
+            idle_timeout: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(1),
+            max_body: 0,
+            delay: None,
+            body_delay: None,
+            verbose: 0,
+            receive_buffer: Some(1 << 20),
+            send_buffer: None,
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let sockets = bind(addr, 3, &options).unwrap();
         assert_eq!(sockets.len(), 3);
         for s in &sockets {
             assert_eq!(s.local_addr().unwrap().port(), port);

@@ -193,12 +193,19 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
         max_body: cli.max_body_size,
         delay: cli.delay,
         body_delay: cli.body_delay,
+        verbose: cli.verbose,
+        receive_buffer: SocketOptions::from_cli(cli).receive_buffer,
+        send_buffer: SocketOptions::from_cli(cli).send_buffer,
     };
     let response = crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
-    let http3 = crate::quic::Http3::new(&tls.load(), options, response, settings.site.clone())
+    let http3 = crate::quic::Http3::new(tls, options, response, settings.site.clone())
         .map_err(StartError::Usage)?;
-    let sockets = crate::quic::bind(SocketAddr::new(cli.address, cli.port), cli.workers())
-        .map_err(StartError::Runtime)?;
+    let sockets = crate::quic::bind(
+        SocketAddr::new(cli.address, cli.port),
+        cli.workers(),
+        &options,
+    )
+    .map_err(StartError::Runtime)?;
     Ok(Some((Arc::new(http3), sockets)))
 }
 

@@ -144,7 +144,7 @@ fn two_hundred_requests_over_one_connection_twenty_streams_at_a_time() {
 #[test]
 fn head_gets_the_head_and_no_body() {
     let dir = scratch("head");
-    let s = start(&dir, &["-b", "twelve bytes"]);
+    let s = start(&dir, &["-b", "twelve bytes", "-v"]);
     runtime().block_on(async {
         let (_conn, mut send) = connect(&dir, s.addr).await;
         let (r, body) = request(&mut send, "HEAD", "/").await;
@@ -154,6 +154,10 @@ fn head_gets_the_head_and_no_body() {
         let (_, body) = request(&mut send, "GET", "/").await;
         assert_eq!(body, b"twelve bytes");
     });
+    // -v prints HTTP/3 requests and statuses as it does HTTP/2's.
+    let out = s.wait_stdout("GET https://localhost/ HTTP/3");
+    assert!(out.contains("HEAD https://localhost/ HTTP/3"), "{out}");
+    assert!(out.contains("↪ response (HTTP/3): 200 OK"), "{out}");
 }
 
 /// The response head curl gets over HTTPS (HTTP/1.1).
@@ -365,4 +369,45 @@ fn a_client_opening_more_than_100_streams_at_once_is_held_back_not_refused() {
             "150 requests took {took:?}"
         );
     });
+}
+
+/// Whether a QUIC handshake with ALPN h3 succeeds for a client that trusts only `ca/cert.pem`.
+fn trusted_by(ca: &Path, addr: SocketAddr) -> bool {
+    runtime().block_on(async {
+        let endpoint = client(ca, b"h3");
+        let ok = endpoint.connect(addr, "localhost").unwrap().await.is_ok();
+        endpoint.wait_idle().await;
+        ok
+    })
+}
+
+#[test]
+fn sighup_reloads_the_certificate_for_new_quic_handshakes_too() {
+    let dir = scratch("reload");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+        drop(start(d, &[]));
+    }
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::copy(a.join("cert.pem"), &cert).unwrap();
+    std::fs::copy(a.join("key.pem"), &key).unwrap();
+    let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let s = Server::start(&["--tls-cert", c, "--tls-key", k, "--http3", "-b", "ok"]);
+    assert!(
+        trusted_by(&a, s.addr) && !trusted_by(&b, s.addr),
+        "pair A in use"
+    );
+    std::fs::copy(b.join("cert.pem"), &cert).unwrap();
+    std::fs::copy(b.join("key.pem"), &key).unwrap();
+    statico_tests::signal(s.pid(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.stderr().contains("SIGHUP: reloaded") {
+        assert!(Instant::now() < deadline, "no reload line:\n{}", s.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        trusted_by(&b, s.addr) && !trusted_by(&a, s.addr),
+        "new QUIC clients get pair B"
+    );
 }
