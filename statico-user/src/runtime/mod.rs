@@ -78,6 +78,19 @@ impl AcceptErrors {
         self.reported = None;
     }
 
+    /// An accept failed with `e`: a peer that vanished or a signal is retried at once on every
+    /// platform (by kind: Windows reports its own codes, not errno's); the rest as [`Self::failed`].
+    pub fn failed_io(&mut self, e: &std::io::Error) -> AcceptRetry {
+        use std::io::ErrorKind::*;
+        if matches!(
+            e.kind(),
+            ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+        ) {
+            return AcceptRetry::Now;
+        }
+        self.failed(e.raw_os_error().unwrap_or(0))
+    }
+
     /// An accept failed with `errno`: says when to retry, and reports it if it is new.
     pub fn failed(&mut self, errno: i32) -> AcceptRetry {
         if [libc::ECONNABORTED, libc::EINTR, libc::EAGAIN, libc::EPROTO].contains(&errno) {
@@ -113,6 +126,10 @@ mod tests {
         assert_eq!(e.failed(libc::EMFILE), AcceptRetry::Later);
         assert_eq!(e.reported, Some(libc::EMFILE));
         assert_eq!(e.failed(libc::EINVAL), AcceptRetry::Later);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(e.failed_io(&reset), AcceptRetry::Now);
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        assert_eq!(e.failed_io(&emfile), AcceptRetry::Later);
         e.succeeded();
         assert_eq!(e.reported, None);
     }

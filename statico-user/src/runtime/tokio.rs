@@ -186,8 +186,7 @@ async fn accept_loop(worker: &Rc<Worker>, listener: TcpListener, mut shutdown: s
                 spawn_connection(worker, stream);
             }
             Err(e) => {
-                let errno = e.raw_os_error().unwrap_or(0);
-                if errors.failed(errno) == AcceptRetry::Later {
+                if errors.failed_io(&e) == AcceptRetry::Later {
                     tokio::select! {
                         biased;
                         () = &mut stop => return,
