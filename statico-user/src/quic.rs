@@ -339,7 +339,7 @@ async fn connection(thread: Rc<Thread>, incoming: quinn::Incoming, mut stop: shu
         return bytes.account(&thread, &conn);
     };
     let mut requests = tokio::task::JoinSet::new();
-    let mut draining = *stop.borrow();
+    let mut draining = false; // `wait_for` sees a stop that came before this connection, too
     loop {
         if draining && requests.is_empty() {
             let _ = tokio::time::timeout(GOAWAY_GRACE, conn.closed()).await;
@@ -348,7 +348,8 @@ async fn connection(thread: Rc<Thread>, incoming: quinn::Incoming, mut stop: shu
         tokio::select! {
             _ = stop.wait_for(|s| *s), if !draining => {
                 draining = true;
-                let _ = h3.shutdown(0).await;
+                // GOAWAY names the first stream not processed: the one after the last accepted.
+                let _ = h3.shutdown(1).await;
             }
             Some(_) = requests.join_next(), if !requests.is_empty() => {}
             accepted = h3.accept() => match accepted {

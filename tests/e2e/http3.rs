@@ -79,19 +79,29 @@ async fn request(
     method: &str,
     path: &str,
 ) -> (http::Response<()>, Vec<u8>) {
+    try_request(send, method, path).await.unwrap()
+}
+
+/// One request, or the step at which it failed.
+async fn try_request(
+    send: &mut SendRequest,
+    method: &str,
+    path: &str,
+) -> Result<(http::Response<()>, Vec<u8>), String> {
     let req = http::Request::builder()
         .method(method)
         .uri(format!("https://localhost{path}"))
         .body(())
         .unwrap();
-    let mut stream = send.send_request(req).await.expect("send request");
-    stream.finish().await.expect("finish request");
-    let response = stream.recv_response().await.expect("response head");
+    let fail = |step: &'static str| move |e: h3::error::StreamError| format!("{step}: {e}");
+    let mut stream = send.send_request(req).await.map_err(fail("send"))?;
+    stream.finish().await.map_err(fail("finish"))?;
+    let response = stream.recv_response().await.map_err(fail("head"))?;
     let mut body = Vec::new();
-    while let Some(mut chunk) = stream.recv_data().await.expect("response body") {
+    while let Some(mut chunk) = stream.recv_data().await.map_err(fail("body"))? {
         body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
     }
-    (response, body)
+    Ok((response, body))
 }
 
 fn header(r: &http::Response<()>, name: &str) -> Option<String> {
@@ -334,11 +344,18 @@ fn sigterm_lets_a_request_in_flight_finish_then_the_process_exits() {
     let pid = s.pid();
     runtime().block_on(async {
         let (_conn, mut send) = connect(&dir, s.addr).await;
-        let in_flight = tokio::spawn(async move { request(&mut send, "GET", "/").await });
+        let mut first = send.clone();
+        let in_flight = tokio::spawn(async move { request(&mut first, "GET", "/").await });
         tokio::time::sleep(Duration::from_millis(200)).await;
         statico_tests::signal(pid, "TERM");
         let (r, body) = in_flight.await.unwrap();
         assert_eq!((r.status().as_u16(), body.as_slice()), (200, &b"late"[..]));
+        // GOAWAY came: a new request on the connection is not served.
+        let late = try_request(&mut send, "GET", "/").await;
+        assert!(
+            late.is_err(),
+            "a request after GOAWAY was answered: {late:?}"
+        );
     });
     let started = Instant::now();
     let stopped = s.stop_after_signal();
