@@ -182,7 +182,9 @@ pub fn bind(addr: SocketAddr, workers: usize, options: &Http3Options) -> Result<
             Ok(socket.into())
         })
         .collect::<std::io::Result<_>>()
-        .with_context(|| format!("--http3: cannot listen on udp/{addr}"))
+        .map_err(|e| {
+            anyhow!("--http3: cannot listen on udp/{addr}: {e}; if another server holds that UDP port, stop it or choose another port with -p")
+        })
 }
 
 /// Starts one pinned thread per socket (socket i serves worker i's CPU and counters), and waits

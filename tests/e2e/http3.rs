@@ -428,3 +428,27 @@ fn sighup_reloads_the_certificate_for_new_quic_handshakes_too() {
         "new QUIC clients get pair B"
     );
 }
+
+#[test]
+fn a_udp_port_held_by_another_program_is_exit_code_1_with_the_fix() {
+    let holder = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port().to_string();
+    let args = [
+        "--tls-self-signed",
+        "--http3",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &port,
+    ];
+    let (code, err) = run_to_exit(&args);
+    assert_eq!(code, Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("udp/127.0.0.1:{port}")) && line.contains("-p"),
+        "{err}"
+    );
+}
