@@ -452,3 +452,53 @@ fn a_udp_port_held_by_another_program_is_exit_code_1_with_the_fix() {
         "{err}"
     );
 }
+
+#[test]
+fn metrics_show_the_quic_counters_and_check_says_h3_would_be_served() {
+    let dir = scratch("metrics");
+    let s = start(&dir, &["--metrics", "127.0.0.1:0"]);
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(&dir, s.addr).await;
+        for _ in 0..3 {
+            assert_eq!(request(&mut send, "GET", "/").await.0.status(), 200);
+        }
+    });
+    let addr = s
+        .stderr()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("statico: metrics on http://")?
+                .strip_suffix("/metrics")
+        })
+        .map(str::to_string)
+        .expect("the metrics line");
+    let page = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let requests: u64 = page
+        .lines()
+        .filter(|l| l.starts_with("statico_quic_requests_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(requests, 3, "{page}");
+    assert!(page.contains("# HELP statico_quic_handshake_failures_total "));
+
+    let args = [
+        "--check",
+        "--tls-self-signed",
+        "--http3",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "0",
+    ];
+    let (code, err) = run_to_exit(&args);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(" and h3 on udp/") && err.contains("check: OK"),
+        "{err}"
+    );
+}
