@@ -187,6 +187,7 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
     let Some(tls) = settings.tls.as_ref().filter(|_| cli.http3) else {
         return Ok(None);
     };
+    let buffers = SocketOptions::from_cli(cli);
     let options = crate::quic::Http3Options {
         idle_timeout: cli.idle_timeout,
         shutdown_timeout: cli.shutdown_timeout,
@@ -194,8 +195,8 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
         delay: cli.delay,
         body_delay: cli.body_delay,
         verbose: cli.verbose,
-        receive_buffer: SocketOptions::from_cli(cli).receive_buffer,
-        send_buffer: SocketOptions::from_cli(cli).send_buffer,
+        receive_buffer: buffers.receive_buffer,
+        send_buffer: buffers.send_buffer,
     };
     let response = crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
     let http3 = crate::quic::Http3::new(tls, options, response, settings.site.clone())
