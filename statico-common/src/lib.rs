@@ -185,6 +185,32 @@ pub mod names {
     pub const MAP_XDP_PORT: &str = "XDP_PORT";
     /// `PERCPU_ARRAY` of one [`super::XdpCounters`].
     pub const MAP_XDP_STATS: &str = "XDP_STATS";
+    /// The `SK_REUSEPORT` program of the QUIC (UDP) sockets (`--http3`).
+    pub const PROG_STEER_QUIC: &str = "statico_steer_quic";
+    /// `REUSEPORT_SOCKARRAY`: slot → UDP socket of a worker.
+    pub const MAP_QUIC_SOCKETS: &str = "QUIC_SOCKETS";
+    /// `PERCPU_ARRAY` of one [`super::QuicSteerCounters`].
+    pub const MAP_QUIC_STEERING: &str = "QUIC_STEERING";
+}
+
+/// Length of the connection IDs statico issues for QUIC. Their first byte is the index of the worker
+/// that holds the connection (the rest is random), so the QUIC steering program can send a packet to
+/// that worker's socket whatever address it comes from.
+pub const QUIC_CID_LEN: usize = 8;
+
+/// What the QUIC steering program did, counted per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuicSteerCounters {
+    /// Times the program ran (datagrams reaching the reuseport group).
+    pub runs: u64,
+    /// Datagrams sent to the worker named by their destination connection ID (short header, Handshake).
+    pub by_id: u64,
+    /// Datagrams sent to the worker on this CPU: Initial and 0-RTT packets (their connection ID is the
+    /// client's), unreadable ones, or an ID naming no worker.
+    pub by_cpu: u64,
+    /// Datagrams left to the kernel's hash: no worker for this CPU either.
+    pub fallbacks: u64,
 }
 
 /// Packets and bytes of the server's TCP port (either direction) seen by the XDP program, per CPU.
@@ -213,6 +239,8 @@ pub struct SteerCounters {
 // SAFETY: plain `#[repr(C)]` records of u64s: every bit pattern is valid, no padding, no pointers.
 #[cfg(all(feature = "user", target_os = "linux"))]
 unsafe impl aya::Pod for SteerCounters {}
+#[cfg(all(feature = "user", target_os = "linux"))]
+unsafe impl aya::Pod for QuicSteerCounters {}
 #[cfg(all(feature = "user", target_os = "linux"))]
 unsafe impl aya::Pod for WorkerRecord {}
 #[cfg(all(feature = "user", target_os = "linux"))]

@@ -7,6 +7,14 @@
 //! `SO_REUSEPORT` would. It never drops (`SK_DROP` would make the client see a reset). Per-CPU counters
 //! in `STEERING` say how many connections were steered and how many fell back.
 //!
+//! `statico_steer_quic` steers the datagrams of the QUIC sockets (`--http3`, one UDP socket per worker):
+//! a packet whose destination connection ID is one statico issued (short-header and Handshake
+//! packets) goes to the worker that ID names — its first byte, see `QUIC_CID_LEN` — whatever address
+//! or CPU it comes from, so a client whose address changes (NAT rebinding, migration) still reaches the
+//! worker holding its connection. Initial and 0-RTT packets carry the client's own ID and go by CPU, as
+//! TCP connections do; so does a packet that is too short or names no worker. Counted per CPU in
+//! `QUIC_STEERING`.
+//!
 //! `statico_xdp` (attached with `--xdp IFACE`) counts, per CPU, the packets and bytes of IPv4 and IPv6
 //! TCP segments to or from the server's port (`XDP_PORT`) and passes every packet on unchanged.
 //!
@@ -19,10 +27,13 @@
 use aya_ebpf::bindings::sk_action::SK_PASS;
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::btf_maps::{Array, PerCpuArray, ReusePortSockArray};
-use aya_ebpf::helpers::bpf_get_smp_processor_id;
+use aya_ebpf::cty::c_void;
+use aya_ebpf::helpers::{bpf_get_smp_processor_id, bpf_skb_load_bytes};
 use aya_ebpf::macros::{btf_map, sk_reuseport, xdp};
 use aya_ebpf::programs::{SkReuseportContext, XdpContext};
-use statico_common::{SteerCounters, WorkerRecord, XdpCounters, NO_SLOT};
+use statico_common::{
+    QuicSteerCounters, SteerCounters, WorkerRecord, XdpCounters, NO_SLOT, QUIC_CID_LEN,
+};
 
 /// `BPF_F_MMAPABLE`, as the map flags generic parameter takes it.
 const MMAPABLE: usize = aya_ebpf::bindings::BPF_F_MMAPABLE as usize;
@@ -59,6 +70,66 @@ pub fn statico_steer(ctx: SkReuseportContext) -> u32 {
         }
     }
     SK_PASS
+}
+
+#[btf_map]
+static QUIC_SOCKETS: ReusePortSockArray<1> = ReusePortSockArray::new();
+
+#[btf_map]
+static QUIC_STEERING: PerCpuArray<QuicSteerCounters, 1> = PerCpuArray::new();
+
+/// Where the UDP payload starts: for UDP the program sees the datagram from its UDP header.
+const UDP_HLEN: u32 = 8;
+
+#[sk_reuseport]
+pub fn statico_steer_quic(ctx: SkReuseportContext) -> u32 {
+    let by_id = quic_worker(&ctx).is_some_and(|w| QUIC_SOCKETS.select_reuseport(&ctx, w).is_ok());
+    let by_cpu = !by_id && {
+        // SAFETY: a helper without arguments, valid in every program type.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        let slot = CPU_SLOTS.get(cpu).copied().unwrap_or(NO_SLOT);
+        slot != NO_SLOT && QUIC_SOCKETS.select_reuseport(&ctx, slot).is_ok()
+    };
+    if let Some(c) = QUIC_STEERING.get_ptr_mut(0) {
+        // SAFETY: a per-CPU value: only this CPU writes it, and the pointer is valid for the run.
+        unsafe {
+            (*c).runs += 1;
+            if by_id {
+                (*c).by_id += 1;
+            } else if by_cpu {
+                (*c).by_cpu += 1;
+            } else {
+                (*c).fallbacks += 1;
+            }
+        }
+    }
+    SK_PASS
+}
+
+/// The worker a QUIC packet's destination connection ID names, if it is one statico issued: the byte
+/// after the first of a short header (1-RTT), or after the lengths of a Handshake packet's long header.
+fn quic_worker(ctx: &SkReuseportContext) -> Option<u32> {
+    let mut head = [0u8; 7];
+    // SAFETY: the helper copies at most `head.len()` bytes of the packet into `head`, or fails.
+    let read = unsafe {
+        bpf_skb_load_bytes(
+            ctx.md as *const c_void,
+            UDP_HLEN,
+            head.as_mut_ptr() as *mut c_void,
+            head.len() as u32,
+        )
+    };
+    if read != 0 {
+        return None;
+    }
+    let first = head[0];
+    if first & 0x80 == 0 {
+        return Some(u32::from(head[1])); // short header: the ID follows the first byte
+    }
+    // Long header: type 2 is Handshake (types 0 and 1, Initial and 0-RTT, carry the client's ID);
+    // then version (4 bytes), the ID's length, the ID.
+    let handshake = (first >> 4) & 0x3 == 2;
+    (handshake && usize::from(head[5]) == QUIC_CID_LEN).then(|| u32::from(head[6]))
 }
 
 #[btf_map]

@@ -6,7 +6,10 @@
 //!   [`NO_SLOT`], so the kernel hashes their connections);
 //! - `STEERING` (per-CPU): how many connections each CPU steered and let fall back;
 //! - `WORKERS` (`BPF_F_MMAPABLE`): the workers' counter records, written by the workers through an
-//!   mmap of the map — no syscall on the hot path — and readable by `bpftool` while statico runs.
+//!   mmap of the map — no syscall on the hot path — and readable by `bpftool` while statico runs;
+//! - `QUIC_SOCKETS`, `QUIC_STEERING` (`--http3`): worker i's UDP socket at slot i, and per CPU how
+//!   many datagrams the QUIC program steered by connection ID, by CPU, or left to the hash
+//!   ([`Kernel::attach_quic`]).
 //!
 //! Maps are pinned under `/sys/fs/bpf/statico/<port>/` (bpffs is mounted there if it is not). A stale
 //! directory left by a crashed run on the same port is replaced (the port was just proven free, so no
@@ -14,7 +17,7 @@
 //! the pins: a clean exit leaves nothing behind.
 
 use std::fs;
-use std::net::TcpListener;
+use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -23,10 +26,10 @@ use aya::maps::{Array, Map, MapData, PerCpuArray, ReusePortSockArray};
 use aya::programs::{SkReuseport, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use statico_common::names::{
-    MAP_CPU_SLOTS, MAP_SOCKETS, MAP_STEERING, MAP_WORKERS, MAP_XDP_PORT, MAP_XDP_STATS, PROG_STEER,
-    PROG_XDP,
+    MAP_CPU_SLOTS, MAP_QUIC_SOCKETS, MAP_QUIC_STEERING, MAP_SOCKETS, MAP_STEERING, MAP_WORKERS,
+    MAP_XDP_PORT, MAP_XDP_STATS, PROG_STEER, PROG_STEER_QUIC, PROG_XDP,
 };
-use statico_common::{SteerCounters, WorkerRecord, XdpCounters, NO_SLOT};
+use statico_common::{QuicSteerCounters, SteerCounters, WorkerRecord, XdpCounters, NO_SLOT};
 
 use crate::meter::{Counters, WorkerCounters};
 
@@ -49,6 +52,13 @@ pub struct Kernel {
     group: OwnedFd,
     sockets: ReusePortSockArray<MapData>,
     steering: PerCpuArray<MapData, SteerCounters>,
+    /// `--http3`: a duplicate of one UDP socket of the QUIC group, and the QUIC socket array, once
+    /// [`Kernel::attach_quic`] has attached the QUIC program.
+    quic: Option<(OwnedFd, ReusePortSockArray<MapData>)>,
+    /// Whether the QUIC steering program loaded (the verifier's word if not).
+    quic_program: Result<(), String>,
+    quic_sockets: Option<Map>,
+    quic_steering: PerCpuArray<MapData, QuicSteerCounters>,
     _workers_map: Map,
     workers: usize,
     pins: Pins,
@@ -113,6 +123,7 @@ pub fn attach(
         .map_err(|(what, e)| anyhow!("cannot count possible CPUs ({what}): {e}"))?;
     let mut ebpf = EbpfLoader::new()
         .map_max_entries(MAP_SOCKETS, workers as u32)
+        .map_max_entries(MAP_QUIC_SOCKETS, workers as u32)
         .map_max_entries(MAP_CPU_SLOTS, cpus as u32)
         .map_max_entries(MAP_WORKERS, workers as u32)
         .load(OBJECT)
@@ -126,6 +137,9 @@ pub fn attach(
         .load()
         .map_err(|e| privilege_hint(anyhow!(e), "loading the SK_REUSEPORT program"))?;
 
+    // Loaded now, while every map it refers to is open here; attached by `attach_quic` with `--http3`.
+    let quic_program = load_quic_program(&mut ebpf);
+
     let pins = pin_all(
         &ebpf,
         &Path::new(PIN_ROOT).join(port.to_string()),
@@ -134,6 +148,8 @@ pub fn attach(
             (MAP_CPU_SLOTS, "cpu_slots"),
             (MAP_STEERING, "steering"),
             (MAP_WORKERS, "workers"),
+            (MAP_QUIC_SOCKETS, "quic_sockets"),
+            (MAP_QUIC_STEERING, "quic_steering"),
         ],
     )?;
 
@@ -152,6 +168,8 @@ pub fn attach(
         cpu_slots.set(cpu as u32, slot, 0)?;
     }
     let steering = PerCpuArray::try_from(take(&mut ebpf, MAP_STEERING)?)?;
+    let quic_sockets = Some(take(&mut ebpf, MAP_QUIC_SOCKETS)?);
+    let quic_steering = PerCpuArray::try_from(take(&mut ebpf, MAP_QUIC_STEERING)?)?;
     let workers_map = take(&mut ebpf, MAP_WORKERS)?;
     let counters = map_workers(&workers_map, workers)?;
 
@@ -172,6 +190,10 @@ pub fn attach(
         group,
         sockets,
         steering,
+        quic: None,
+        quic_program,
+        quic_sockets,
+        quic_steering,
         _workers_map: workers_map,
         workers,
         pins,
@@ -188,6 +210,44 @@ impl Kernel {
     /// The steering counters of every possible CPU.
     pub fn steering(&self) -> Vec<SteerCounters> {
         self.steering
+            .get(&0, 0)
+            .map(|values| values.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// `--http3`: puts worker i's UDP socket at slot i of `QUIC_SOCKETS` and attaches the QUIC steering
+    /// program to the group, so packets carrying a connection ID statico issued reach the worker that
+    /// holds the connection (see `statico-ebpf`).
+    pub fn attach_quic(&mut self, sockets: &[UdpSocket]) -> Result<()> {
+        self.quic_program.clone().map_err(|e| anyhow!(e))?;
+        let map = self
+            .quic_sockets
+            .take()
+            .context("the QUIC program is attached already")?;
+        let mut array = ReusePortSockArray::try_from(map)?;
+        for (slot, socket) in sockets.iter().enumerate() {
+            array.set(slot as u32, socket, 0).with_context(|| {
+                format!("cannot put worker {slot}'s UDP socket in the socket array")
+            })?;
+        }
+        let program: &mut SkReuseport = self
+            .ebpf
+            .program_mut(PROG_STEER_QUIC)
+            .context("the BPF object has no QUIC steering program")?
+            .try_into()?;
+        program
+            .attach(&sockets[0])
+            .map_err(|e| privilege_hint(anyhow!(e), "attaching the program to the UDP sockets"))?;
+        self.quic = Some((sockets[0].as_fd().try_clone_to_owned()?, array));
+        Ok(())
+    }
+
+    /// The QUIC steering counters of every possible CPU (none unless [`Kernel::attach_quic`] ran).
+    pub fn quic_steering(&self) -> Vec<QuicSteerCounters> {
+        if self.quic.is_none() {
+            return Vec::new();
+        }
+        self.quic_steering
             .get(&0, 0)
             .map(|values| values.iter().copied().collect())
             .unwrap_or_default()
@@ -229,6 +289,12 @@ impl Drop for Kernel {
         for slot in 0..self.workers as u32 {
             let _ = self.sockets.clear_index(&slot);
         }
+        if let Some((group, mut quic)) = self.quic.take() {
+            let _ = SkReuseport::detach(&group);
+            for slot in 0..self.workers as u32 {
+                let _ = quic.clear_index(&slot);
+            }
+        }
         // The pins go with `self.pins`.
     }
 }
@@ -256,6 +322,18 @@ fn attach_xdp(
         anyhow!("cannot attach XDP to {iface:?}: {e}; check the interface name (ip link)")
     })?;
     Ok((iface.to_string(), link, stats))
+}
+
+/// Loads the QUIC steering program; its failure is kept for `--http3` to report, not fatal to TCP.
+fn load_quic_program(ebpf: &mut Ebpf) -> Result<(), String> {
+    let program: &mut SkReuseport = ebpf
+        .program_mut(PROG_STEER_QUIC)
+        .ok_or("the BPF object has no QUIC steering program")?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    program
+        .load()
+        .map_err(|e| format!("loading the QUIC SK_REUSEPORT program: {e}"))
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<Map> {

@@ -146,7 +146,7 @@ pub struct Cli {
     pub http2: bool,
 
     /// Also serve HTTP/3 over QUIC on the same port, over UDP (Linux builds; needs --tls-cert and
-    /// --tls-key, or --tls-self-signed); HTTP/1.1 and HTTP/2 responses then carry Alt-Svc: h3=":PORT"
+    /// --tls-key, or --tls-self-signed). HTTP/1.1 and HTTP/2 responses then carry Alt-Svc: h3=":PORT"
     #[arg(long)]
     pub http3: bool,
 

@@ -177,6 +177,8 @@ pub struct Detail {
 pub struct KernelDetail {
     pub steering: Vec<SteerCounters>,
     pub xdp: Vec<XdpCounters>,
+    /// `--http3` on the ebpf rung: the QUIC steering program's counters per CPU.
+    pub quic_steering: Vec<statico_common::QuicSteerCounters>,
 }
 
 /// Formats one meter line.

@@ -104,6 +104,33 @@ pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: 
             let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
         }
     }
+    let quic = [
+        ("runs", "Runs of the QUIC steering program (datagrams)."),
+        (
+            "by_id",
+            "Datagrams sent to the worker their connection ID names.",
+        ),
+        (
+            "by_cpu",
+            "Datagrams sent to the worker on their CPU (Initial packets, unknown IDs).",
+        ),
+        ("fallbacks", "Datagrams left to the kernel's hash."),
+    ];
+    let quic_steering = if info.http3 {
+        &kernel.quic_steering[..]
+    } else {
+        &[]
+    };
+    for (i, (name, text)) in quic.iter().enumerate() {
+        let metric = format!("statico_quic_steering_{name}_total");
+        if !quic_steering.is_empty() {
+            let _ = writeln!(s, "# HELP {metric} {text}\n# TYPE {metric} counter");
+        }
+        for (cpu, q) in quic_steering.iter().enumerate() {
+            let value = [q.runs, q.by_id, q.by_cpu, q.fallbacks][i];
+            let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
+        }
+    }
     let xdp = [
         ("packets", "Packets of the server's port seen by XDP."),
         ("bytes", "Their bytes."),
@@ -194,6 +221,12 @@ mod tests {
                 fallbacks: 1,
             }],
             xdp: vec![],
+            quic_steering: vec![statico_common::QuicSteerCounters {
+                runs: 9,
+                by_id: 6,
+                by_cpu: 2,
+                fallbacks: 1,
+            }],
         };
         let info = Info {
             runtime: "tokio".into(),
@@ -214,6 +247,12 @@ mod tests {
         let helps = page.lines().filter(|l| l.starts_with("# HELP")).count();
         let types = page.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!((helps, types), (14 + 3 + 1, 14 + 3 + 1));
+        let info = Info {
+            http3: true,
+            ..info
+        };
+        let page = render(&counters, 2, &kernel, &info);
+        assert!(page.contains("statico_quic_steering_by_id_total{cpu=\"0\"} 6\n"));
         let h3 = Info {
             http3: true,
             ..info

@@ -29,7 +29,12 @@
 //! `--shutdown-timeout`. `-v` prints requests and statuses as HTTP/2's dump does;
 //! `--receive-buffer-size`/`--send-buffer-size` size the UDP sockets too.
 //!
-//! Not here yet: routing QUIC packets to workers by connection ID (eBPF), Retry (address validation).
+//! Kernel assist: the connection IDs a worker issues carry its index ([`WorkerCids`]), and on the
+//! ebpf steering rung an `SK_REUSEPORT` program on the UDP sockets (`statico_steer_quic`, attached by
+//! `bpf::Kernel::attach_quic`) sends each packet that carries one to that worker's socket, so a client
+//! whose address changes keeps reaching its connection; Initial packets go by CPU as TCP connections
+//! do. Without it (no privileges, other rungs), the kernel hashes the 4-tuple: a client that changes
+//! address lands on a worker that does not know it. Not here yet: Retry (address validation).
 
 use std::cell::RefCell;
 use std::net::{SocketAddr, UdpSocket};
@@ -39,7 +44,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context, Result};
 use bytes::{Buf, Bytes};
-use statico_common::Counter;
+use statico_common::{Counter, QUIC_CID_LEN};
 
 use crate::h2c::H2Response;
 use crate::meter::Counters;
@@ -272,7 +277,7 @@ impl Thread {
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async move {
             let endpoint = match quinn::Endpoint::new(
-                quinn::EndpointConfig::default(),
+                endpoint_config(self.id),
                 Some(self.http3.config.clone()),
                 socket,
                 Arc::new(quinn::TokioRuntime),
@@ -454,6 +459,42 @@ async fn read_body(stream: &mut Stream, max: u64) -> bool {
             Ok(None) => return true,
             Err(_) => return false,
         }
+    }
+}
+
+/// Worker `id`'s endpoint settings: its connection IDs name it (see [`WorkerCids`]).
+fn endpoint_config(id: usize) -> quinn::EndpointConfig {
+    let mut config = quinn::EndpointConfig::default();
+    let worker = u8::try_from(id).unwrap_or(u8::MAX);
+    config.cid_generator(move || Box::new(WorkerCids { worker }));
+    config
+}
+
+/// The connection IDs a worker issues: [`QUIC_CID_LEN`] bytes, the first the worker's index, the rest
+/// random. statico's QUIC steering program (`statico-ebpf`) reads that byte to send each packet to
+/// the worker that holds its connection, whatever address it comes from — the plaintext server-ID
+/// scheme of QUIC-LB: an observer learns which worker serves a connection, which it could also learn
+/// from timing, and nothing else. Workers past 255 share index 255 (the program then steers their
+/// packets by CPU).
+struct WorkerCids {
+    worker: u8,
+}
+
+impl quinn::ConnectionIdGenerator for WorkerCids {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let mut id = [0u8; QUIC_CID_LEN];
+        id[0] = self.worker;
+        // The system's CSPRNG; it does not fail on Linux once booted (aws-lc aborts if it ever did).
+        let _ = aws_lc_rs::rand::fill(&mut id[1..]);
+        quinn::ConnectionId::new(&id)
+    }
+
+    fn cid_len(&self) -> usize {
+        QUIC_CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
     }
 }
 

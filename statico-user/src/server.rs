@@ -105,10 +105,11 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
         local_addr,
         sockets,
         #[cfg(all(target_os = "linux", statico_bpf))]
-        kernel,
+        mut kernel,
     } = listeners;
     #[cfg(not(all(target_os = "linux", statico_bpf)))]
-    let kernel: Option<Never> = None;
+    let mut kernel: Option<Never> = None;
+    steer_quic(kernel.as_mut(), http3.as_ref());
 
     let (main_rt, signals) = signal_handlers().map_err(StartError::Runtime)?;
     let metrics = metrics_listener(&cli).map_err(StartError::Runtime)?; // before privileges drop
@@ -268,6 +269,7 @@ fn kernel_detail(kernel: Option<&Kernel>) -> meter::KernelDetail {
     meter::KernelDetail {
         steering: steering_counters(kernel),
         xdp: xdp_counters(kernel),
+        quic_steering: quic_steering_counters(kernel),
     }
 }
 
@@ -690,6 +692,12 @@ fn print_totals(counters: &Counters, cpus: &[Option<usize>], kernel: &meter::Ker
             x.packets, x.bytes
         );
     }
+    for (cpu, q) in kernel.quic_steering.iter().enumerate() {
+        eprintln!(
+            "statico: quic steering cpu {cpu}: runs={} by_id={} by_cpu={} fallbacks={}",
+            q.runs, q.by_id, q.by_cpu, q.fallbacks
+        );
+    }
 }
 
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
@@ -717,6 +725,39 @@ fn steering_counters(k: Option<&Kernel>) -> Vec<statico_common::SteerCounters> {
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
 fn steering_counters(_: Option<&Kernel>) -> Vec<statico_common::SteerCounters> {
     Vec::new()
+}
+
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn quic_steering_counters(k: Option<&Kernel>) -> Vec<statico_common::QuicSteerCounters> {
+    k.map(Kernel::quic_steering).unwrap_or_default()
+}
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn quic_steering_counters(_: Option<&Kernel>) -> Vec<statico_common::QuicSteerCounters> {
+    Vec::new()
+}
+
+/// `--http3`: how QUIC packets find their worker, said at start-up. On the ebpf rung the QUIC
+/// steering program is attached to the UDP sockets (by connection ID); otherwise, or if that fails,
+/// the kernel hashes each datagram's 4-tuple.
+#[cfg(all(target_os = "linux", statico_bpf))]
+fn steer_quic(kernel: Option<&mut Kernel>, http3: Option<&Http3>) {
+    let Some((_, sockets)) = http3 else {
+        return;
+    };
+    let why = match kernel.map(|k| k.attach_quic(sockets)) {
+        Some(Ok(())) => {
+            return eprintln!("statico: quic steering: by connection ID (an SK_REUSEPORT program sends each packet to the worker its connection ID names; Initial packets by CPU)");
+        }
+        Some(Err(e)) => format!("the QUIC program could not be attached: {e:#}"),
+        None => "no BPF on this steering rung".into(),
+    };
+    eprintln!("statico: quic steering: kernel hash of each datagram's address ({why}); a client whose address changes may reach a worker without its connection");
+}
+#[cfg(not(all(target_os = "linux", statico_bpf)))]
+fn steer_quic(_: Option<&mut Kernel>, http3: Option<&Http3>) {
+    if http3.is_some() {
+        eprintln!("statico: quic steering: kernel hash of each datagram's address (this build has no BPF programs)");
+    }
 }
 
 #[cfg(all(target_os = "linux", statico_bpf))]

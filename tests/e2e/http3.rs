@@ -1,7 +1,8 @@
 //! `--http3`: HTTP/3 over QUIC on the runtime under test, with a real quinn + h3 client that trusts
 //! the self-signed certificate statico saves: many requests and concurrent streams on one connection,
 //! HEAD, Alt-Svc on HTTPS responses, the start-up error without a certificate, garbage datagrams, the
-//! idle timeout, `--root`, the counters, and a drain on SIGTERM.
+//! idle timeout, `--root`, the counters, a drain on SIGTERM, and (as root, two workers) a client whose
+//! source port moves eight times keeping its connection, steered by connection ID.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -500,5 +501,70 @@ fn metrics_show_the_quic_counters_and_check_says_h3_would_be_served() {
     assert!(
         err.contains(" and h3 on udp/") && err.contains("check: OK"),
         "{err}"
+    );
+}
+
+/// The sum over CPUs of one field of the QUIC steering lines of the totals.
+fn quic_steering_total(stderr: &str, field: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("statico: quic steering cpu "))
+        .filter_map(|l| l.split(&format!(" {field}=")).nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
+    // SAFETY: geteuid only reads the process's credentials.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: a_client_whose_address_changes… needs root (CAP_BPF + CAP_NET_ADMIN for the QUIC steering program); CI runs as root");
+        return;
+    }
+    let dir = scratch("migrate");
+    let s = start(&dir, &["-t", "2", "--steering", "ebpf", "-b", "moved"]);
+    assert!(
+        s.stderr().contains("quic steering: by connection ID"),
+        "{}",
+        s.stderr()
+    );
+    runtime().block_on(async {
+        let endpoint = client(&dir, b"h3");
+        let conn = endpoint
+            .connect(s.addr, "localhost")
+            .unwrap()
+            .await
+            .unwrap();
+        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
+            .await
+            .unwrap();
+        tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+        // Each new source port hashes anywhere among the two workers' sockets: without routing by
+        // connection ID, 8 moves in a row would all reach the worker holding the connection 1 time
+        // in 256.
+        for moves in 0..8 {
+            endpoint
+                .rebind(UdpSocket::bind("127.0.0.1:0").unwrap())
+                .unwrap();
+            let answer =
+                tokio::time::timeout(Duration::from_secs(3), try_request(&mut send, "GET", "/"));
+            match answer.await {
+                Ok(Ok((r, body))) => {
+                    assert_eq!((r.status().as_u16(), &body[..]), (200, &b"moved"[..]))
+                }
+                other => panic!("after {} moves of the client's port: {other:?}", moves + 1),
+            }
+        }
+        conn.close(0u32.into(), b"done");
+    });
+    let stopped = s.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert_eq!(stopped.total("quic_conns"), 1, "{}", stopped.stderr);
+    assert_eq!(stopped.total("quic_requests"), 8);
+    let by_id = quic_steering_total(&stopped.stderr, "by_id");
+    assert!(
+        by_id >= 8,
+        "datagrams steered by connection ID: {by_id}\n{}",
+        stopped.stderr
     );
 }
