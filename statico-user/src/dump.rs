@@ -16,6 +16,27 @@ use std::io::{IsTerminal, Write as _};
 use crate::http::ErrorStatus;
 use crate::response::{Framing, Response};
 
+/// `-v` for a request on a stream (HTTP/2, HTTP/3): its request line (`-vv`: and its header fields),
+/// in one write.
+pub fn stream_request<B>(
+    head: &http::Request<B>,
+    protocol: &str,
+    stream: impl std::fmt::Debug,
+    verbose: u8,
+) {
+    let mut s = format!(
+        "↩ request ({protocol} stream {stream:?}):\n{} {} {protocol}\n",
+        head.method(),
+        head.uri()
+    );
+    if verbose > 1 {
+        for (n, v) in head.headers() {
+            let _ = writeln!(s, "{n}: {}", String::from_utf8_lossy(v.as_bytes()));
+        }
+    }
+    print!("{s}");
+}
+
 /// Prints what passes through one connection at the configured verbosity.
 #[derive(Debug)]
 pub struct Dumper {

@@ -240,18 +240,7 @@ async fn answer(
 ) {
     let head_only = request.method() == http::Method::HEAD;
     if verbose > 0 {
-        let mut s = format!(
-            "↩ request (HTTP/2 stream {:?}):\n{} {} HTTP/2\n",
-            respond.stream_id(),
-            request.method(),
-            request.uri()
-        );
-        if verbose > 1 {
-            for (n, v) in request.headers() {
-                s.push_str(&format!("{n}: {}\n", String::from_utf8_lossy(v.as_bytes())));
-            }
-        }
-        print!("{s}");
+        crate::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
     }
     if !read_body(request.into_body(), &mut respond, settings, counters).await {
         return;

@@ -398,7 +398,7 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) {
     };
     let options = thread.http3.options;
     if options.verbose > 0 {
-        dump_request(&head, stream.id(), options.verbose);
+        crate::dump::stream_request(&head, "HTTP/3", stream.id(), options.verbose);
     }
     if !read_body(&mut stream, options.max_body).await {
         return;
@@ -425,21 +425,6 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) {
     if stream.finish().await.is_ok() {
         thread.count(Counter::QuicRequests, 1);
     }
-}
-
-/// `-v`: the request line as HTTP/2's dump prints it (`-vv`: and its headers).
-fn dump_request(head: &http::Request<()>, stream: impl std::fmt::Debug, verbose: u8) {
-    let mut s = format!(
-        "↩ request (HTTP/3 stream {stream:?}):\n{} {} HTTP/3\n",
-        head.method(),
-        head.uri()
-    );
-    if verbose > 1 {
-        for (n, v) in head.headers() {
-            s.push_str(&format!("{n}: {}\n", String::from_utf8_lossy(v.as_bytes())));
-        }
-    }
-    print!("{s}");
 }
 
 /// Reads a request body to its end; one over `max` stops the stream (H3_REQUEST_REJECTED). Returns

@@ -16,10 +16,7 @@ type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
 /// A fresh directory for this test's files.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("statico-h3-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    statico_tests::scratch_dir("h3", name)
 }
 
 /// statico with `--http3` and a self-signed certificate saved in `dir`.

@@ -1011,15 +1011,7 @@ fn large_bodies_between_small_answers_reach_a_slow_reader_exact_and_in_order() {
 #[test]
 fn a_large_file_arrives_whole_and_a_client_that_never_reads_it_holds_bounded_memory() {
     let t = Tree::new();
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    let big: Vec<u8> = (0..4 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let big = noise(4 << 20, 0x9e37_79b9_7f4a_7c15);
     t.write("site/big.bin", &big);
     let s = start(&t, &["-t", "1", "--idle-timeout", "2s"]);
     let (ok, body, err) = curl(&["-s", "--limit-rate", "4M", &s.url("/big.bin")]);

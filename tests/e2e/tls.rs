@@ -11,10 +11,7 @@ use statico_tests::{run_client, run_to_exit, Server};
 
 /// A fresh directory for this test's certificate files.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("statico-tls-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    statico_tests::scratch_dir("tls", name)
 }
 
 /// statico with a self-signed certificate saved in `dir`.

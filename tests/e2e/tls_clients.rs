@@ -23,10 +23,7 @@ type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 /// A fresh directory for this test's certificate files.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("statico-tlsc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    statico_tests::scratch_dir("tlsc", name)
 }
 
 /// statico with a self-signed certificate saved in `dir`.

@@ -452,6 +452,14 @@ impl Reader {
     }
 }
 
+/// A fresh, empty directory for one test's files: `statico-PREFIX-NAME-PID` under the temp dir.
+pub fn scratch_dir(prefix: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("statico-{prefix}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// A process's resident memory in KiB (VmRSS of /proc/PID/status), to bound what clients make the
 /// server hold.
 pub fn rss_kib(pid: u32) -> u64 {
