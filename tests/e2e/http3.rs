@@ -429,26 +429,48 @@ fn sighup_reloads_the_certificate_for_new_quic_handshakes_too() {
 
 #[test]
 fn a_udp_port_held_by_another_program_is_exit_code_1_with_the_fix() {
-    let holder = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = holder.local_addr().unwrap().port().to_string();
-    let args = [
-        "--tls-self-signed",
-        "--http3",
-        "-a",
-        "127.0.0.1",
-        "-p",
-        &port,
-    ];
-    let (code, err) = run_to_exit(&args);
-    assert_eq!(code, Some(1), "{err}");
-    let line = err
-        .lines()
-        .find(|l| l.contains("error"))
-        .unwrap_or_default();
-    assert!(
-        line.contains(&format!("udp/127.0.0.1:{port}")) && line.contains("-p"),
-        "{err}"
-    );
+    // The port must be free for TCP and held for UDP. Other tests open thousands of client
+    // connections meanwhile, and one may take the TCP port between our check and statico's bind:
+    // that run says so (TCP in use) and is tried again with another port, at most three times.
+    for _ in 0..3 {
+        let (holder, port) = udp_port_free_for_tcp();
+        let port = port.to_string();
+        let args = [
+            "--tls-self-signed",
+            "--http3",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port,
+        ];
+        let (code, err) = run_to_exit(&args);
+        drop(holder);
+        if err.contains(&format!("cannot listen on 127.0.0.1:{port}")) {
+            continue; // the TCP port was taken by another test's client in between
+        }
+        assert_eq!(code, Some(1), "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or_default();
+        assert!(
+            line.contains(&format!("udp/127.0.0.1:{port}")) && line.contains("-p"),
+            "{err}"
+        );
+        return;
+    }
+    panic!("three ports in a row were taken for TCP before statico could bind them");
+}
+
+/// A UDP socket holding a port that was free for TCP a moment ago (the TCP reservation is dropped).
+fn udp_port_free_for_tcp() -> (UdpSocket, u16) {
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if let Ok(udp) = UdpSocket::bind(("127.0.0.1", port)) {
+            return (udp, port);
+        }
+    }
 }
 
 #[test]
