@@ -46,11 +46,14 @@ pub struct WorkerRecord {
     pub quic_handshake_failures: u64,
     pub quic_bytes_in: u64,
     pub quic_bytes_out: u64,
+    pub quic_datagrams_in: u64,
+    pub quic_datagrams_for_conns: u64,
+    pub quic_retries: u64,
 }
 
-/// Number of `u64` slots in a [`WorkerRecord`] (four cache lines: 29 slots in use, 3 free before a
+/// Number of `u64` slots in a [`WorkerRecord`] (four cache lines, all in use: a new counter takes a
 /// fifth line).
-pub const COUNTERS: usize = 29;
+pub const COUNTERS: usize = 32;
 
 /// The counters a worker keeps, by slot index in [`WorkerRecord::values`].
 #[repr(usize)]
@@ -117,6 +120,16 @@ pub enum Counter {
     QuicBytesIn = 27,
     /// `--http3`: UDP payload bytes sent on connections.
     QuicBytesOut = 28,
+    /// `--http3`: UDP datagrams received, whatever they hold (GRO batches counted per datagram).
+    QuicDatagramsIn = 29,
+    /// `--http3`: of those, the datagrams that reached a connection (its first Initial included).
+    /// `quic_datagrams_in - quic_datagrams_for_conns` is what no connection took: garbage,
+    /// truncated packets, unknown versions (answered with Version Negotiation), Initials answered
+    /// with Retry, the packets of failed handshakes; each connection's share is added as it goes on.
+    QuicDatagramsForConns = 30,
+    /// `--http3`: Initial packets answered with Retry (address validation: `--quic-retry`, or a
+    /// worker with too many handshakes in progress).
+    QuicRetries = 31,
 }
 
 impl Counter {
@@ -151,6 +164,9 @@ impl Counter {
         (Counter::QuicHandshakeFailures, "quic_handshake_failures"),
         (Counter::QuicBytesIn, "quic_bytes_in"),
         (Counter::QuicBytesOut, "quic_bytes_out"),
+        (Counter::QuicDatagramsIn, "quic_datagrams_in"),
+        (Counter::QuicDatagramsForConns, "quic_datagrams_for_conns"),
+        (Counter::QuicRetries, "quic_retries"),
     ];
 
     /// The counter that records an error response with this status, if statico sends that status.
@@ -322,6 +338,15 @@ mod tests {
                 offset_of!(WorkerRecord, quic_bytes_out),
                 Counter::QuicBytesOut,
             ),
+            (
+                offset_of!(WorkerRecord, quic_datagrams_in),
+                Counter::QuicDatagramsIn,
+            ),
+            (
+                offset_of!(WorkerRecord, quic_datagrams_for_conns),
+                Counter::QuicDatagramsForConns,
+            ),
+            (offset_of!(WorkerRecord, quic_retries), Counter::QuicRetries),
         ];
         for (offset, counter) in slots {
             assert_eq!(offset, counter as usize * 8, "{counter:?}");

@@ -150,6 +150,12 @@ pub struct Cli {
     #[arg(long)]
     pub http3: bool,
 
+    /// HTTP/3: answer every Initial from an address not yet validated with a Retry (one more round
+    /// trip per new connection). Without it, Retry is sent only by a worker with 256 handshakes in
+    /// progress (an Initial flood)
+    #[arg(long, requires = "http3")]
+    pub quic_retry: bool,
+
     /// HTTP/2: most streams a client may have open at once on one connection
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,

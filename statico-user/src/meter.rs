@@ -206,10 +206,11 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
             if quic != [0, 0] {
                 let _ = write!(
                     s,
-                    "  | h3 conns {} requests {} handshake failures {}",
+                    "  | h3 conns {} requests {} handshake failures {} retries {}",
                     quic[0],
                     quic[1],
-                    total.get(Counter::QuicHandshakeFailures)
+                    total.get(Counter::QuicHandshakeFailures),
+                    total.get(Counter::QuicRetries)
                 );
             }
             if detail.workers.len() > 1 {
@@ -381,7 +382,7 @@ mod tests {
             line.contains("| h3 conns 2 requests 9 handshake failures 1"),
             "{line}"
         );
-        assert!(format_totals(&s).ends_with(" quic_bytes_out=0"));
+        assert!(format_totals(&s).ends_with(" quic_retries=0"));
     }
 
     #[test]

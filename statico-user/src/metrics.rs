@@ -70,6 +70,11 @@ fn help(c: Counter) -> &'static str {
         QuicHandshakeFailures => "HTTP/3: QUIC handshakes that failed.",
         QuicBytesIn => "HTTP/3: UDP payload bytes received on QUIC connections.",
         QuicBytesOut => "HTTP/3: UDP payload bytes sent on QUIC connections.",
+        QuicDatagramsIn => "HTTP/3: UDP datagrams received.",
+        QuicDatagramsForConns => {
+            "HTTP/3: UDP datagrams that reached a connection (the rest were garbage, unknown versions, Retry'd Initials or failed handshakes)."
+        }
+        QuicRetries => "HTTP/3: Initial packets answered with Retry (address validation).",
     }
 }
 

@@ -34,12 +34,28 @@
 //! `bpf::Kernel::attach_quic`) sends each packet that carries one to that worker's socket, so a client
 //! whose address changes keeps reaching its connection; Initial packets go by CPU as TCP connections
 //! do. Without it (no privileges, other rungs), the kernel hashes the 4-tuple: a client that changes
-//! address lands on a worker that does not know it. Not here yet: Retry (address validation).
+//! address lands on a worker that does not know it.
+//!
+//! Address validation: an Initial from an address not yet validated is answered with a Retry (a
+//! stateless packet carrying a token the client must echo) when `--quic-retry` asks for it, or when
+//! its worker already has [`RETRY_ABOVE`] handshakes in progress — so a flood of Initials from
+//! spoofed addresses costs statico one small packet each, not a connection's state; a real client
+//! pays one round trip more. The token key is shared by all workers (one `ServerConfig`), so the
+//! retried Initial may reach any of them.
+//!
+//! Bad input is quinn's to refuse, and counted here: every datagram a socket receives is counted
+//! ([`Counted`], `quic_datagrams_in`), and so is each connection's share (`quic_datagrams_for_conns`);
+//! the difference is what reached no connection — garbage, truncated or undersized packets, unknown
+//! versions (which quinn answers with Version Negotiation when the datagram is full-sized, RFC 9000
+//! §5.2.2), Retry'd Initials, failed handshakes (counted on their own, too).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::io::IoSliceMut;
 use std::net::{SocketAddr, UdpSocket};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context, Result};
@@ -53,6 +69,11 @@ use crate::shutdown;
 
 /// Request streams a client may have open at once on one connection.
 pub const MAX_STREAMS: u32 = 100;
+
+/// Handshakes in progress on one worker above which Initials from unvalidated addresses get a Retry.
+/// A benchmark's burst of new connections stays below it (50 clients connecting at once); a flood
+/// goes over it within a few packets.
+pub const RETRY_ABOVE: usize = 256;
 
 /// HTTP/3's "no error" code, for GOAWAY closes (RFC 9114 §8.1).
 const H3_NO_ERROR: u32 = 0x100;
@@ -76,6 +97,8 @@ pub struct Http3Options {
     /// `--receive-buffer-size`, `--send-buffer-size`: `SO_RCVBUF`/`SO_SNDBUF` of the UDP sockets.
     pub receive_buffer: Option<usize>,
     pub send_buffer: Option<usize>,
+    /// `--quic-retry`: every Initial from an unvalidated address gets a Retry, not only under load.
+    pub retry: bool,
 }
 
 /// Everything every QUIC thread shares, fixed at start-up.
@@ -241,6 +264,8 @@ struct Thread {
     id: usize,
     clock: RefCell<(DateClock, [u8; DATE_LEN], H2Response)>,
     site: RefCell<crate::site::WorkerSite>,
+    /// Handshakes in progress (see [`Handshaking`]).
+    handshaking: Cell<usize>,
 }
 
 impl Thread {
@@ -250,6 +275,7 @@ impl Thread {
         Thread {
             clock: RefCell::new((DateClock::default(), date, http3.response.clone())),
             site: RefCell::new(site),
+            handshaking: Cell::new(0),
             http3,
             counters,
             id,
@@ -276,18 +302,38 @@ impl Thread {
         };
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async move {
-            let endpoint = match quinn::Endpoint::new(
-                endpoint_config(self.id),
-                Some(self.http3.config.clone()),
-                socket,
-                Arc::new(quinn::TokioRuntime),
-            ) {
+            let endpoint = match Counted::wrap(socket, &self.counters, self.id).and_then(|socket| {
+                quinn::Endpoint::new_with_abstract_socket(
+                    endpoint_config(self.id),
+                    Some(self.http3.config.clone()),
+                    socket,
+                    Arc::new(quinn::TokioRuntime),
+                )
+            }) {
                 Ok(e) => e,
                 Err(e) => return drop(ready.send(Err(format!("QUIC endpoint {}: {e}", self.id)))),
             };
             let _ = ready.send(Ok(()));
             serve(Rc::new(self), endpoint, stop).await;
         });
+    }
+
+    /// The address-validation policy: an Initial from an address not yet validated is answered with
+    /// a Retry under `--quic-retry` or when this worker has [`RETRY_ABOVE`] handshakes in progress;
+    /// otherwise the handshake goes on. `None` when a Retry was sent.
+    fn admit(&self, incoming: quinn::Incoming) -> Option<quinn::Incoming> {
+        let busy = self.handshaking.get() >= RETRY_ABOVE;
+        if incoming.remote_address_validated() || !(self.http3.options.retry || busy) {
+            return Some(incoming);
+        }
+        match incoming.retry() {
+            Ok(()) => {
+                self.count(Counter::QuicRetries, 1);
+                None
+            }
+            // Only when the Initial already carried a Retry token (which then validated it).
+            Err(e) => Some(e.into_incoming()),
+        }
     }
 
     /// The answer to `request`: the site's, or the pre-built one; `Date` is this second's.
@@ -317,9 +363,10 @@ async fn serve(thread: Rc<Thread>, endpoint: quinn::Endpoint, mut stop: shutdown
             _ = stop.wait_for(|s| *s) => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             incoming = endpoint.accept() => match incoming {
-                Some(incoming) => {
-                    connections.spawn_local(connection(thread.clone(), incoming, for_connections.clone()));
-                }
+                Some(incoming) => if let Some(incoming) = thread.admit(incoming) {
+                    let handshake = Handshaking::new(&thread);
+                    connections.spawn_local(connection(handshake, incoming, for_connections.clone()));
+                },
                 None => break,
             },
         }
@@ -333,8 +380,15 @@ async fn serve(thread: Rc<Thread>, endpoint: quinn::Endpoint, mut stop: shutdown
 
 /// One connection: the handshake, then its request streams until the client leaves, the idle timeout
 /// closes it, or shutdown (GOAWAY, the streams in flight finish, then a grace for the client to close).
-async fn connection(thread: Rc<Thread>, incoming: quinn::Incoming, mut stop: shutdown::Listener) {
-    let Ok(conn) = incoming.await else {
+async fn connection(
+    handshake: Handshaking,
+    incoming: quinn::Incoming,
+    mut stop: shutdown::Listener,
+) {
+    let thread = handshake.0.clone();
+    let handshaken = incoming.await;
+    drop(handshake);
+    let Ok(conn) = handshaken else {
         return thread.count(Counter::QuicHandshakeFailures, 1);
     };
     thread.count(Counter::QuicConns, 1);
@@ -372,19 +426,112 @@ async fn connection(thread: Rc<Thread>, incoming: quinn::Incoming, mut stop: shu
     bytes.account(&thread, &conn);
 }
 
-/// A connection's UDP bytes counted so far, to add what is new since.
+/// A handshake in progress on its thread, counted in [`Thread::handshaking`] from its Initial until
+/// it completes, fails, or its task is dropped at shutdown.
+struct Handshaking(Rc<Thread>);
+
+impl Handshaking {
+    fn new(thread: &Rc<Thread>) -> Self {
+        thread.handshaking.set(thread.handshaking.get() + 1);
+        Handshaking(thread.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.handshaking.set(self.0.handshaking.get() - 1);
+    }
+}
+
+/// A connection's UDP bytes and datagrams counted so far, to add what is new since.
 #[derive(Default)]
 struct Traffic {
     rx: u64,
     tx: u64,
+    datagrams: u64,
 }
 
 impl Traffic {
     fn account(&mut self, thread: &Thread, conn: &quinn::Connection) {
         let stats = conn.stats();
+        // quinn's count leaves out the datagram that opened the connection.
+        let datagrams = stats.udp_rx.datagrams + 1;
         thread.count(Counter::QuicBytesIn, stats.udp_rx.bytes - self.rx);
         thread.count(Counter::QuicBytesOut, stats.udp_tx.bytes - self.tx);
+        thread.count(Counter::QuicDatagramsForConns, datagrams - self.datagrams);
         (self.rx, self.tx) = (stats.udp_rx.bytes, stats.udp_tx.bytes);
+        self.datagrams = datagrams;
+    }
+}
+
+/// quinn's tokio UDP socket, counting the datagrams it receives in its worker's `quic_datagrams_in`
+/// (the only place every datagram passes, garbage included). Everything else is passed through.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<dyn quinn::AsyncUdpSocket>,
+    counters: Counters,
+    id: usize,
+}
+
+impl Counted {
+    fn wrap(
+        socket: UdpSocket,
+        counters: &Counters,
+        id: usize,
+    ) -> std::io::Result<Arc<dyn quinn::AsyncUdpSocket>> {
+        use quinn::Runtime;
+        let inner = quinn::TokioRuntime.wrap_udp_socket(socket)?;
+        let counters = counters.clone();
+        Ok(Arc::new(Counted {
+            inner,
+            counters,
+            id,
+        }))
+    }
+}
+
+impl quinn::AsyncUdpSocket for Counted {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &quinn::udp::Transmit) -> std::io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = self.inner.poll_recv(cx, bufs, meta);
+        if let Poll::Ready(Ok(n)) = polled {
+            // A GRO batch holds `len / stride` datagrams, the last one possibly shorter.
+            let datagrams: usize = meta[..n]
+                .iter()
+                .map(|m| m.len.div_ceil(m.stride.max(1)))
+                .sum();
+            let worker = self.counters.worker(self.id);
+            worker.add(Counter::QuicDatagramsIn, datagrams as u64);
+        }
+        polled
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
     }
 }
 
@@ -519,6 +666,7 @@ mod tests {
             verbose: 0,
             receive_buffer: Some(1 << 20),
             send_buffer: None,
+            retry: false,
         };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let sockets = bind(addr, 3, &options).unwrap();

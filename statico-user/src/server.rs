@@ -198,6 +198,7 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
         verbose: cli.verbose,
         receive_buffer: buffers.receive_buffer,
         send_buffer: buffers.send_buffer,
+        retry: cli.quic_retry,
     };
     let response = crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
     let http3 = crate::quic::Http3::new(tls, options, response, settings.site.clone())

@@ -15,18 +15,18 @@ use statico_tests::{rss_kib, run_client, run_to_exit, Server};
 type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
 /// A fresh directory for this test's files.
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     statico_tests::scratch_dir("h3", name)
 }
 
 /// statico with `--http3` and a self-signed certificate saved in `dir`.
-fn start(dir: &Path, extra: &[&str]) -> Server {
+pub(crate) fn start(dir: &Path, extra: &[&str]) -> Server {
     let out = dir.to_str().unwrap();
     let tls = ["--tls-self-signed", "--tls-self-signed-out", out, "--http3"];
     Server::start(&[&tls[..], extra].concat())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -34,7 +34,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A QUIC client endpoint that trusts `dir/cert.pem` and offers `alpn`.
-fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
+pub(crate) fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(dir.join("cert.pem")).unwrap() {
@@ -54,7 +54,7 @@ fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
 }
 
 /// An HTTP/3 connection to `addr` (its driver runs as a task of the current runtime).
-async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection, SendRequest) {
+pub(crate) async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection, SendRequest) {
     let endpoint = client(dir, b"h3");
     let conn = endpoint
         .connect(addr, "localhost")
@@ -72,7 +72,7 @@ async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection, SendReques
 }
 
 /// One request: the response head and the body.
-async fn request(
+pub(crate) async fn request(
     send: &mut SendRequest,
     method: &str,
     path: &str,
@@ -216,7 +216,7 @@ fn http3_without_a_certificate_is_refused_with_the_flag_and_the_fix() {
 }
 
 /// Sizes and bytes from a fixed xorshift, so a failure can be replayed.
-fn garbage(seed: &mut u64) -> Vec<u8> {
+pub(crate) fn garbage(seed: &mut u64) -> Vec<u8> {
     let mut next = || {
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
@@ -327,6 +327,11 @@ fn the_totals_count_http3_connections_requests_bytes_and_failed_handshakes() {
     assert_eq!(stopped.total("quic_requests"), 7);
     assert_eq!(stopped.total("quic_conns"), 1);
     assert_eq!(stopped.total("quic_handshake_failures"), 1);
+    assert_eq!(
+        stopped.total("quic_retries"),
+        0,
+        "no flood, no --quic-retry"
+    );
     assert!(stopped.total("quic_bytes_out") > 7 * 7);
     assert!(stopped.total("quic_bytes_in") > 0);
     assert_eq!(stopped.total("requests"), 0, "no TCP request was made");

@@ -9,6 +9,8 @@ mod http11;
 mod http2;
 #[cfg(target_os = "linux")]
 mod http3;
+#[cfg(target_os = "linux")]
+mod http3_hostile;
 mod metrics;
 mod operations;
 mod scale;

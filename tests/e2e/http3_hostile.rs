@@ -1,0 +1,272 @@
+//! `--http3` against hostile UDP senders: unknown QUIC versions (answered with Version Negotiation
+//! when full-sized, dropped when not), truncated, undersized, empty and oversized Initials, a flood of
+//! Initials that outgrows the worker's handshake budget (answered with Retry, memory bounded, the
+//! half-open handshakes expired at the idle timeout), and `--quic-retry`. Each case checks the server
+//! goes on serving a real client and that what it refused is counted: `quic_datagrams_in` minus
+//! `quic_datagrams_for_conns` is what reached no connection.
+//!
+//! Packets are built by hand (a long header is a few bytes) or caught from a real quinn client, so the
+//! Initials are genuine ones, encrypted as a client encrypts them.
+
+use std::collections::HashSet;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use statico_tests::{rss_kib, Stopped};
+
+use crate::http3::{client, connect, request, runtime, scratch, start};
+
+/// QUIC version 1 on the wire.
+const QUIC_V1: [u8; 4] = [0, 0, 0, 1];
+
+/// The datagrams that reached no connection, from the totals.
+fn unattached(stopped: &Stopped) -> u64 {
+    stopped.total("quic_datagrams_in") - stopped.total("quic_datagrams_for_conns")
+}
+
+/// A long-header packet of version `version` with 8-byte connection IDs, zero-padded to `len` bytes.
+fn long_header(version: [u8; 4], dcid: [u8; 8], scid: [u8; 8], len: usize) -> Vec<u8> {
+    let mut p = vec![0xc3];
+    p.extend_from_slice(&version);
+    p.push(8);
+    p.extend_from_slice(&dcid);
+    p.push(8);
+    p.extend_from_slice(&scid);
+    p.resize(len, 0);
+    p
+}
+
+/// The next datagram for `socket` within its read timeout, if any.
+fn reply(socket: &UdpSocket) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    Some(buf[..n].to_vec())
+}
+
+/// A socket to send from, with a read timeout and room for what the server answers.
+fn sender(timeout: Duration) -> UdpSocket {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    socket.set_recv_buffer_size(8 << 20).unwrap();
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let socket: UdpSocket = socket.into();
+    socket.set_read_timeout(Some(timeout)).unwrap();
+    socket
+}
+
+/// The destination connection ID of a long-header packet.
+fn long_dcid(packet: &[u8]) -> &[u8] {
+    &packet[6..6 + packet[5] as usize]
+}
+
+/// A Retry packet of QUIC v1: long header, packet type 3 (RFC 9000 §17.2.5).
+fn is_retry(packet: &[u8]) -> bool {
+    packet.len() > 5 && packet[0] & 0xf0 == 0xf0 && packet[1..5] == QUIC_V1
+}
+
+/// `n` genuine client Initial datagrams, each opening its own connection (its own DCID): a quinn
+/// client's connection attempts, caught by a socket standing in for the server (a batch at a time,
+/// so none overflows its receive buffer), then abandoned.
+fn initials(dir: &Path, n: usize) -> Vec<Vec<u8>> {
+    let catcher = UdpSocket::bind("127.0.0.1:0").unwrap();
+    catcher.set_nonblocking(true).unwrap();
+    let to = catcher.local_addr().unwrap();
+    let mut caught = Vec::new();
+    let mut seen = HashSet::new();
+    runtime().block_on(async {
+        let endpoint = client(dir, b"h3");
+        let mut attempts = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut buf = vec![0u8; 65_536];
+        while caught.len() < n && Instant::now() < deadline {
+            if attempts.len() == caught.len() {
+                let batch = (n - caught.len()).min(32);
+                attempts.extend((0..batch).map(|_| endpoint.connect(to, "localhost").unwrap()));
+            }
+            match catcher.recv_from(&mut buf) {
+                Ok((len, _)) if seen.insert(long_dcid(&buf[..len]).to_vec()) => {
+                    caught.push(buf[..len].to_vec())
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+        drop(attempts);
+        endpoint.close(0u32.into(), b"");
+    });
+    assert_eq!(caught.len(), n, "the client sent fewer Initials");
+    caught
+}
+
+/// Whether a real HTTP/3 client gets the body `expect` at `addr`.
+fn still_serves(dir: &Path, addr: SocketAddr, expect: &[u8]) {
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(dir, addr).await;
+        let (head, body) = request(&mut send, "GET", "/").await;
+        assert_eq!((head.status().as_u16(), body.as_slice()), (200, expect));
+    });
+}
+
+#[test]
+fn an_unknown_version_gets_version_negotiation_only_in_a_full_sized_datagram() {
+    let dir = scratch("version-negotiation");
+    let s = start(&dir, &["-b", "v1 only"]);
+    let udp = sender(Duration::from_millis(500));
+    let (dcid, scid) = (*b"DCID-123", *b"SCID-456");
+    let unknown = [0x5a, 0x6a, 0x7a, 0x8a];
+    udp.send_to(&long_header(unknown, dcid, scid, 1200), s.addr)
+        .unwrap();
+    let vn = reply(&udp).expect("no Version Negotiation for a 1200-byte Initial");
+    // RFC 9000 §17.2.1: long header, version 0, the client's IDs swapped, then the versions.
+    assert!(vn[0] & 0x80 != 0 && vn[1..5] == [0; 4], "{vn:02x?}");
+    assert_eq!((vn[5], &vn[6..14]), (8, &scid[..]), "{vn:02x?}");
+    assert_eq!((vn[14], &vn[15..23]), (8, &dcid[..]), "{vn:02x?}");
+    let versions: Vec<&[u8]> = vn[23..].chunks(4).collect();
+    assert!(versions.contains(&&QUIC_V1[..]), "{vn:02x?}");
+    assert!(!versions.contains(&&unknown[..]), "{vn:02x?}");
+
+    // RFC 9000 §5.2.2: a smaller datagram could make statico an amplifier; it is dropped.
+    udp.send_to(&long_header(unknown, dcid, scid, 1199), s.addr)
+        .unwrap();
+    assert_eq!(reply(&udp), None, "a 1199-byte datagram was answered");
+    still_serves(&dir, s.addr, b"v1 only");
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    let refused = unattached(&stopped);
+    assert!((2..=4).contains(&refused), "{refused} unattached datagrams");
+}
+
+#[test]
+fn truncated_undersized_empty_and_oversized_initials_are_dropped_counted_and_bounded() {
+    let dir = scratch("truncated");
+    let s = start(&dir, &["-b", "intact"]);
+    let initial = initials(&dir, 1).remove(0);
+    assert!(
+        initial.len() >= 1200,
+        "quinn pads Initials: {}",
+        initial.len()
+    );
+    let udp = sender(Duration::from_millis(300));
+    let mut oversized = initial.clone();
+    oversized.resize(65_000, 0xff); // junk, not padding, after the packet
+    let bad: [&[u8]; 6] = [
+        &initial[..initial.len() - 1], // the packet's length field promises more
+        &initial[..600],
+        &initial[..40],
+        &initial[..3],
+        &[],
+        &oversized,
+    ];
+    let before = rss_kib(s.pid());
+    for round in 0..100 {
+        for (i, packet) in bad.iter().enumerate() {
+            udp.send_to(packet, s.addr).unwrap();
+            // The oversized one is a good Initial in a datagram with junk after it: quinn may start
+            // a handshake for it once; every other one must go unanswered.
+            if round == 0 && i < 5 {
+                assert_eq!(reply(&udp), None, "bad datagram {i} was answered");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    still_serves(&dir, s.addr, b"intact");
+    let grown = rss_kib(s.pid()).saturating_sub(before);
+    assert!(grown < 4096, "RSS grew by {grown} KiB");
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    let refused = unattached(&stopped);
+    assert!(
+        (500..=610).contains(&refused),
+        "{refused} datagrams reached no connection, of 600 bad ones"
+    );
+}
+
+#[test]
+fn quic_retry_makes_each_new_client_prove_its_address_first() {
+    let dir = scratch("retry");
+    let s = start(&dir, &["-b", "validated", "--quic-retry"]);
+    for _ in 0..2 {
+        still_serves(&dir, s.addr, b"validated");
+    }
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    assert_eq!(stopped.total("quic_retries"), 2);
+    assert_eq!(stopped.total("quic_conns"), 2);
+    assert_eq!(stopped.total("quic_requests"), 2);
+}
+
+#[test]
+fn quic_retry_without_http3_is_refused_naming_the_flag() {
+    let (code, err) = statico_tests::run_to_exit(&["--quic-retry", "-p", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--http3"), "{err}");
+}
+
+/// Sends `packets` to `to`, paced so that the server's receive buffer keeps up, and counts the Retry
+/// packets that come back within `wait` of the last.
+fn flood(packets: &[Vec<u8>], to: SocketAddr, wait: Duration) -> usize {
+    let udp = sender(Duration::from_millis(50));
+    for (i, p) in packets.iter().enumerate() {
+        udp.send_to(p, to).unwrap();
+        if i % 8 == 7 {
+            std::thread::sleep(Duration::from_millis(4));
+        }
+    }
+    let until = Instant::now() + wait;
+    let mut retries = 0;
+    while Instant::now() < until {
+        if let Some(p) = reply(&udp) {
+            retries += usize::from(is_retry(&p));
+        }
+    }
+    retries
+}
+
+#[test]
+fn an_initial_flood_gets_retry_past_the_handshake_budget_and_half_open_handshakes_expire() {
+    const BUDGET: usize = 256; // statico's RETRY_ABOVE, per worker
+    const FLOOD: usize = 600;
+    let dir = scratch("flood");
+    let s = start(&dir, &["-b", "flooded", "-t", "1", "--idle-timeout", "2s"]);
+    let mut initials = initials(&dir, FLOOD + 1);
+    let late = initials.pop().unwrap();
+    let before = rss_kib(s.pid());
+    let retries = flood(&initials, s.addr, Duration::from_millis(500));
+    assert!(
+        ((FLOOD - BUDGET) / 2..=FLOOD - BUDGET).contains(&retries),
+        "{retries} Retry packets received for {FLOOD} Initials"
+    );
+    let grown = rss_kib(s.pid()).saturating_sub(before);
+    assert!(
+        grown < 28 * 1024,
+        "RSS grew by {grown} KiB for {BUDGET} handshakes"
+    );
+    // A real client during the flood: Retry, then served.
+    still_serves(&dir, s.addr, b"flooded");
+
+    // Past the idle timeout the half-open handshakes are gone, and an Initial is served directly.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let udp = sender(Duration::from_millis(500));
+    udp.send_to(&late, s.addr).unwrap();
+    let answer = reply(&udp).expect("no answer to an Initial after the flood expired");
+    assert!(
+        !is_retry(&answer),
+        "still retrying after the handshakes expired"
+    );
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    // Every Initial past the budget got a Retry, and so did the real client; the sender may have
+    // missed some of them among the handshake packets of the admitted ones.
+    let counted = stopped.total("quic_retries") as usize;
+    assert!(
+        counted > (FLOOD - BUDGET) * 9 / 10 && counted <= FLOOD - BUDGET + 1 && counted > retries,
+        "{counted} Retry packets counted, {retries} received"
+    );
+    let failed = stopped.total("quic_handshake_failures") as usize;
+    eprintln!(
+        "flood: {counted} Retry counted, {retries} received, RSS +{grown} KiB, {failed} expired"
+    );
+    assert!(failed >= BUDGET - 8, "{failed} handshakes expired");
+}
