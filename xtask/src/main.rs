@@ -1,8 +1,9 @@
 //! `cargo xtask`: the project's tasks, so that a new machine needs two commands (README).
 //!
 //! - `setup`: installs what a fresh machine lacks, idempotently: Debian packages used by tests and
-//!   benchmarks (curl, wrk, nginx), the pinned nightly toolchain with `rust-src` (the `channel` of
-//!   `statico-ebpf/rust-toolchain.toml`), `bpf-linker` 0.10.0, and the non-Linux targets' std.
+//!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), the pinned nightly
+//!   toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
+//!   0.10.0, and the non-Linux targets' std.
 //! - `build`: release build of the `statico` binary.
 //! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it).
 //! - `test`: fmt check, clippy `-D warnings` (for Linux and for each of `setup::NON_LINUX_TARGETS`), unit
@@ -211,6 +212,15 @@ fn test() -> Result<()> {
         bench::BenchArgs {
             quick: true,
             profile: true,
+            ..Default::default()
+        },
+    )?;
+    eprintln!("xtask test: smoke stage: cargo xtask bench --http3 --quick");
+    bench::run(
+        &workspace_root(),
+        bench::BenchArgs {
+            quick: true,
+            http3: true,
             ..Default::default()
         },
     )?;

@@ -4,13 +4,17 @@
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
 //!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`), `testssl.sh` (the
 //!   HTTPS audit in the TLS tests), `prometheus` (scrapes `--metrics` in a test), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
-//!   corpus and nginx's precompressed-file module for `bench --site`).
+//!   corpus and nginx's precompressed-file module for `bench --site`), `caddy` (the HTTP/3 peer of
+//!   `bench --http3`; its package also enables a systemd unit, which the bench does not use: it runs its
+//!   own caddy with its own Caddyfile).
 //! - The pinned nightly toolchain with `rust-src` (the BPF programs and the fuzzer build with it): the
 //!   `channel` of `statico-ebpf/rust-toolchain.toml`, the one place its date is written.
 //! - `bpf-linker` 0.10.0, built with that nightly (links BPF objects; 0.11+ needs a system libLLVM and
 //!   fails here).
 //! - The standard libraries of [`NON_LINUX_TARGETS`], to check that statico builds off Linux.
 //! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
+//! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
+//!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -22,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use crate::cmd;
 
 /// (program to look for, or an absolute path, Debian package that provides it)
-const PACKAGES: [(&str, &str); 14] = [
+const PACKAGES: [(&str, &str); 15] = [
     ("curl", "curl"),
     ("openssl", "openssl"),
     ("wrk", "wrk"),
@@ -44,7 +48,11 @@ const PACKAGES: [(&str, &str); 14] = [
         "/usr/lib/nginx/modules/ngx_http_brotli_static_module.so",
         "libnginx-mod-http-brotli-static",
     ),
+    // `bench --http3`: the peer.
+    ("caddy", "caddy"),
 ];
+/// The oha `bench --http3` drives its load with (built with the `http3` feature).
+pub const OHA_VERSION: &str = "1.16.0";
 const BPF_LINKER_VERSION: &str = "0.10.0";
 /// The non-Linux targets `cargo xtask test` checks statico against with clippy (the shared-listener
 /// fallback, tokio only: no aya, io_uring, TLS or zstd).
@@ -83,6 +91,53 @@ pub fn h2spec_path() -> Option<std::path::PathBuf> {
         .map(|d| d.join("h2spec"))
         .find(|p| p.is_file())
         .or_else(|| which("h2spec"))
+}
+
+/// oha [`OHA_VERSION`] built with HTTP/3, with `cargo install` (into cargo's bin directory).
+fn ensure_oha() -> Result<()> {
+    if oha_path().is_some_and(|oha| oha_has_http3(&oha)) {
+        return Ok(());
+    }
+    cmd(
+        "cargo",
+        &[
+            "install",
+            "oha",
+            "--version",
+            OHA_VERSION,
+            "--features",
+            "http3",
+            "--locked",
+            "--force",
+        ],
+    )
+}
+
+/// Where `cargo install` puts oha (`CARGO_HOME/bin`, else ~/.cargo/bin), or PATH.
+pub fn oha_path() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo"));
+    std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain(home)
+        .map(|d| d.join("bin/oha"))
+        .find(|p| p.is_file())
+        .or_else(|| which("oha"))
+}
+
+/// Whether `oha` is [`OHA_VERSION`] and knows HTTP/3: one request to a closed local port must fail
+/// for want of a connection, not for want of the feature.
+pub fn oha_has_http3(oha: &Path) -> bool {
+    let version = Command::new(oha).arg("--version").output();
+    if !matches!(&version, Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == format!("oha {OHA_VERSION}"))
+    {
+        return false;
+    }
+    let probe = Command::new(oha)
+        .args(["--no-tui", "--http-version", "3", "-n", "1", "-c", "1"])
+        .args(["--connect-timeout", "50ms", "https://127.0.0.1:9/"])
+        .output();
+    matches!(&probe, Ok(o) if !String::from_utf8_lossy(&o.stderr).contains("not been built with HTTP/3"))
 }
 
 /// cargo-deb, which `cargo xtask package` (and the test stage that checks the package) uses.
@@ -135,7 +190,7 @@ pub fn run(report: bool) -> Result<()> {
         });
     if missing.is_empty() {
         if report {
-            eprintln!("setup: curl, openssl, wrk, nginx (with brotli_static), bpftool, nghttp, h2load, perf, testssl, prometheus and the Python docs are installed");
+            eprintln!("setup: curl, openssl, wrk, nginx (with brotli_static), bpftool, nghttp, h2load, perf, testssl, prometheus, caddy and the Python docs are installed");
         }
     } else {
         install_debian(&missing)?;
@@ -150,6 +205,7 @@ pub fn run(report: bool) -> Result<()> {
     }
     ensure_h2spec()?;
     ensure_cargo_deb()?;
+    ensure_oha()?;
     if report {
         eprintln!("setup: done");
     }

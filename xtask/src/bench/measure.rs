@@ -1,12 +1,14 @@
 //! The bottom layer of every benchmark mode: what a load looks like (scenarios), how it is driven (wrk,
-//! h2load), and how a server is measured — CPU ticks from /proc over the measured window, RSS from
+//! h2load, oha for HTTP/3), and how a server is measured — CPU ticks from /proc over the measured window, RSS from
 //! /proc/PID/status, ports, rounds taken in turn, and medians with their min–max. It knows nothing of
 //! which servers run.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -118,11 +120,17 @@ pub fn cpu_count() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A port on 127.0.0.1 free for TCP and for UDP alike (a server with HTTP/3 takes both).
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    for _ in 0..20 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no port on 127.0.0.1 free for both TCP and UDP in 20 tries")
 }
 
 /// Waits (up to 10 s) until something accepts connections on 127.0.0.1:`port`.
@@ -311,6 +319,106 @@ pub fn parse_h2load(text: &str) -> (f64, f64) {
     (done, rps)
 }
 
+/// HTTP/3 load from oha (built with its `http3` feature; `cargo xtask setup` installs it): one runtime
+/// thread pinned to the client CPUs, trusting the run's certificate, JSON report.
+pub struct Oha<'a> {
+    pub client_cpus: &'a str,
+    /// The run's certificate, which oha verifies the servers' against.
+    pub cacert: &'a Path,
+}
+
+impl Oha<'_> {
+    /// `oha` against `url` over HTTP/3 with `conns` connections × `streams` concurrent streams; the
+    /// caller adds how long (`-z`) and how fast (`-q`).
+    pub fn command(&self, url: &str, conns: usize, streams: usize) -> Result<Command> {
+        let oha = crate::setup::oha_path()
+            .context("oha is not installed (cargo xtask setup installs it with HTTP/3)")?;
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", self.client_cpus])
+            .arg(oha)
+            .args(["--no-tui", "--http-version", "3", "--worker-threads", "1"])
+            .args(["--output-format", "json", "--cacert"])
+            .arg(self.cacert)
+            .args(["-c", &conns.to_string(), "-p", &streams.to_string()])
+            .arg(url);
+        Ok(cmd)
+    }
+
+    /// One round of `-c 50 -p 16` (50 connections, 16 concurrent streams each) for `duration` seconds
+    /// against the server `pid`: (req/s, server CPU µs per request), counting 200 answers only, both
+    /// over the `duration` (oha's own total also holds its wait for the server to close each
+    /// connection after GOAWAY, 30 s with Caddy: its idle timeout).
+    pub fn round(&self, pid: u32, url: &str, duration: u64) -> Result<(f64, f64)> {
+        let mut cmd = self.command(url, 50, 16)?;
+        cmd.args(["-z", &format!("{duration}s")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let before = cpu_ticks(pid)?;
+        let client = cmd.spawn().context("run oha")?;
+        sleep(Duration::from_secs(duration) + OHA_START);
+        let cpu_us = cpu_ticks(pid)?.saturating_sub(before) as f64 / clock_ticks_per_second() * 1e6;
+        let out = client.wait_with_output()?;
+        let run = parse_oha(&String::from_utf8_lossy(&out.stdout))
+            .with_context(|| format!("oha: {}", String::from_utf8_lossy(&out.stderr)))?;
+        run.check(url)?;
+        Ok((run.ok as f64 / duration as f64, cpu_us / run.ok as f64))
+    }
+}
+
+/// How long oha takes to start its clock, added to a round's measured window.
+const OHA_START: Duration = Duration::from_millis(100);
+
+/// What an oha run reports: 200 answers, its seconds, and its failures other than the requests in flight
+/// it aborts at its deadline (other statuses, and errors by message).
+#[derive(Debug, Default, PartialEq)]
+pub struct OhaRun {
+    pub ok: u64,
+    pub seconds: f64,
+    pub failures: Vec<(String, u64)>,
+}
+
+impl OhaRun {
+    /// Fails unless the run had answers and no failure.
+    pub fn check(&self, url: &str) -> Result<()> {
+        if self.ok == 0 || self.seconds <= 0.0 || !self.failures.is_empty() {
+            bail!(
+                "oha against {url}: {} answers with 200 in {:.1} s, failures {:?}",
+                self.ok,
+                self.seconds,
+                self.failures
+            );
+        }
+        Ok(())
+    }
+}
+
+/// oha's `--output-format json`.
+pub fn parse_oha(json: &str) -> Result<OhaRun> {
+    let doc: Value = serde_json::from_str(json).context("oha's JSON report")?;
+    let count = |v: &Value| v.as_u64().unwrap_or(0);
+    let mut run = OhaRun {
+        seconds: doc["summary"]["total"].as_f64().unwrap_or(0.0),
+        ..OhaRun::default()
+    };
+    for (status, n) in doc["statusCodeDistribution"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        if status == "200" {
+            run.ok = count(n);
+        } else {
+            run.failures.push((format!("status {status}"), count(n)));
+        }
+    }
+    for (error, n) in doc["errorDistribution"].as_object().into_iter().flatten() {
+        if !error.contains("deadline") {
+            run.failures.push((error.clone(), count(n)));
+        }
+    }
+    Ok(run)
+}
+
 /// RSS with `n` idle keep-alive connections, each having made one request.
 pub struct Memory {
     pub server: String,
@@ -414,5 +522,24 @@ mod tests {
         assert_eq!((r.p50_ms, r.p99_ms), (0.25, 1.2));
         let h2 = "finished in 2.00s, 1234.50 req/s, 1MB/s\nrequests: 2469 total, 2469 started, 2469 done, 2469 succeeded, 0 failed\n";
         assert_eq!(parse_h2load(h2), (2469.0, 1234.5));
+    }
+
+    #[test]
+    fn oha_reports_parse_and_only_the_deadline_aborts_pass() {
+        let json = r#"{"summary":{"successRate":1.0,"total":2.004,"requestsPerSec":5000.0},
+            "statusCodeDistribution":{"200":10000},
+            "errorDistribution":{"aborted due to deadline":800}}"#;
+        let run = parse_oha(json).unwrap();
+        assert_eq!((run.ok, run.seconds), (10000, 2.004));
+        run.check("u").unwrap();
+        let json = r#"{"summary":{"total":2.0},"statusCodeDistribution":{"200":5,"503":2},
+            "errorDistribution":{"connection refused":3}}"#;
+        let run = parse_oha(json).unwrap();
+        assert_eq!(
+            run.failures,
+            [("status 503".into(), 2), ("connection refused".into(), 3)]
+        );
+        assert!(run.check("u").is_err());
+        assert!(parse_oha("not json").is_err());
     }
 }

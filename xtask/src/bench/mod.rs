@@ -3,17 +3,19 @@
 //!
 //! ```text
 //! mod (flags, dispatch)
-//!  └─ suite (default) · http2 · tls · site · profile · steering   one file per mode
-//!       ├─ ratio    (rate and CPU tables against nginx, for tls and site)
+//!  └─ suite (default) · http2 · http3 · tls · site · profile · steering   one file per mode
+//!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3)
 //!       ├─ report   (table, results.json, chart)               ─┐ both on measure,
-//!       ├─ servers  (statico, nginx, peers; one guard)         ─┘ not on each other
-//!       └─ measure  (scenarios, wrk/h2load, CPU ticks, RSS, ports, Stat, interleave)
+//!       ├─ servers  (statico, nginx, caddy, peers, the TLS      │ not on each other
+//!       │            certificate; one guard)                   ─┘
+//!       └─ measure  (scenarios, wrk/h2load/oha, CPU ticks, RSS, ports, Stat, interleave)
 //! ```
 //!
 //! A report names servers by `report::Started` (name, command), so it is written and tested without
 //! running one.
 
 mod http2;
+mod http3;
 mod measure;
 mod profile;
 mod ratio;
@@ -57,6 +59,10 @@ pub struct BenchArgs {
     /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
     #[arg(long)]
     pub http2: bool,
+    /// Instead: statico --http3 (both runtimes) against Caddy with HTTP/3, with oha (-c 50 -p 16):
+    /// server CPU per request, req/s, RSS with 1000 idle connections and after the load
+    #[arg(long)]
+    pub http3: bool,
     /// Instead: statico over HTTPS (both runtimes) against nginx with TLS: keep-alive, pipelined,
     /// full and resumed handshakes (openssl s_time), HTTP/2 over TLS (h2load)
     #[arg(long)]
@@ -88,8 +94,9 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let (server_cpus, mut client_cpus) = placement(&args);
-    if (args.http2 || args.profile || args.tls || args.site) && args.client_cpus.is_none() {
-        client_cpus = "0".into(); // h2load and the profiled wrk run one thread each
+    let single = args.http2 || args.http3 || args.profile || args.tls || args.site;
+    if single && args.client_cpus.is_none() {
+        client_cpus = "0".into(); // h2load, oha and the profiled wrk run one thread each
     }
     let run = report::RunInfo {
         server_cpus: &server_cpus,
@@ -99,11 +106,12 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         quick: args.quick,
         idle_conns: if args.quick { 1_000 } else { 10_000 },
     };
-    if args.http2 || args.profile || args.tls || args.site {
-        let mode = match (args.http2, args.tls, args.site) {
-            (true, _, _) => http2::run,
-            (_, true, _) => tls::run,
-            (_, _, true) => site::run,
+    if single {
+        let mode = match (args.http2, args.http3, args.tls, args.site) {
+            (true, ..) => http2::run,
+            (_, true, ..) => http3::run,
+            (_, _, true, _) => tls::run,
+            (.., true) => site::run,
             _ => profile::run,
         };
         println!("{}", mode(root, &run)?);

@@ -1,5 +1,6 @@
-//! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1 or h2c), and the peers
-//! under `bench/peers/`. Each runs behind one guard, [`ServerUnderTest`], which stops it by PID however
+//! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site),
+//! Caddy from Debian (the HTTP/3 peer), the peers under `bench/peers/`, and the certificate the TLS and
+//! QUIC modes give them all. Each runs behind one guard, [`ServerUnderTest`], which stops it by PID however
 //! the benchmark ends — an error return included — so no mode can leak a server.
 
 use std::io::{BufRead, BufReader};
@@ -253,6 +254,109 @@ fn nginx_site_conf(d: &str, port: u16, root: &Path) -> String {
          uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
          server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    root {};\n  }}\n}}\n",
         root.display()
+    )
+}
+
+/// A run's certificate and key (PEM files), which every server of a TLS or QUIC mode loads.
+pub struct Cert {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Cert {
+    /// statico's flags for it, TLS 1.3 only.
+    pub fn statico_args(&self) -> [&str; 6] {
+        [
+            "--tls-cert",
+            self.cert.to_str().unwrap_or_default(),
+            "--tls-key",
+            self.key.to_str().unwrap_or_default(),
+            "--tls-min",
+            "1.3",
+        ]
+    }
+
+    pub fn nginx(&self) -> Nginx<'_> {
+        Nginx::Tls {
+            cert: &self.cert,
+            key: &self.key,
+        }
+    }
+}
+
+/// An ECDSA P-256 certificate for localhost and 127.0.0.1, made with openssl.
+pub fn certificate(dir: &Path) -> Result<Cert> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .args(["-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"]) // an end entity, which rustls checks
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .context("run openssl (cargo xtask setup installs it)")?;
+    if !status.status.success() {
+        bail!(
+            "openssl req failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    }
+    Ok(Cert { cert, key })
+}
+
+/// Caddy from Debian as the HTTP/3 peer: HTTP/1.1, HTTP/2 and HTTP/3 (quic-go) on one port with the
+/// run's certificate, `respond` with the same body and Content-Type, admin API and logs off, one Go
+/// scheduler thread (`GOMAXPROCS=1`), pinned to `cpus`; its files (Caddyfile, storage) under
+/// `dir/caddy`.
+pub fn start_caddy(dir: &Path, cpus: &str, cert: &Cert) -> Result<ServerUnderTest> {
+    let caddy = which("caddy").context("caddy is not installed (cargo xtask setup installs it)")?;
+    let port = free_port()?;
+    let cdir = dir.join("caddy");
+    std::fs::create_dir_all(&cdir)?;
+    let conf_path = cdir.join("Caddyfile");
+    std::fs::write(&conf_path, caddyfile(&cdir, port, cert))?;
+    let mut cmd = pinned(Some(cpus), &caddy);
+    cmd.args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&conf_path)
+        .env("GOMAXPROCS", "1")
+        .env("HOME", &cdir)
+        .env("XDG_CONFIG_HOME", cdir.join("config"))
+        .env("XDG_DATA_HOME", cdir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(cdir.join("caddy.log"))?);
+    let command = format!(
+        "GOMAXPROCS=1 taskset -c {cpus} caddy run --config {} (admin off; logs discarded; protocols h1 h2 h3; tls cert key; respond 200)",
+        conf_path.display()
+    );
+    let mut s = ServerUnderTest::spawn("caddy", command, cmd, port).with_context(|| {
+        let log = std::fs::read_to_string(cdir.join("caddy.log")).unwrap_or_default();
+        format!("caddy did not start: {}", log.trim())
+    })?;
+    s.tls = true;
+    Ok(s)
+}
+
+/// The Caddyfile: one HTTPS site on 127.0.0.1:`port` answering [`BODY`] as text/plain (Caddy's own
+/// `Server` and `Alt-Svc` headers kept, as statico sends its own).
+fn caddyfile(cdir: &Path, port: u16, cert: &Cert) -> String {
+    format!(
+        "{{\n\tadmin off\n\tauto_https off\n\tstorage file_system {}\n\tlog {{\n\t\toutput discard\n\t}}\n\
+         \tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n\
+         https://:{port} {{\n\tbind 127.0.0.1\n\ttls {} {}\n\theader Content-Type text/plain\n\trespond \"{BODY}\" 200\n}}\n",
+        cdir.join("data").display(),
+        cert.cert.display(),
+        cert.key.display()
     )
 }
 

@@ -19,7 +19,7 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,12 +27,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::measure::{
-    self, h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, Stream, PIPELINE_LUA,
-    SCENARIOS,
+    h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, Stream, PIPELINE_LUA, SCENARIOS,
 };
-use super::ratio::Report;
+use super::ratio::{interleave, Report};
 use super::report::{work_dir, RunInfo};
-use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
+use super::servers::{
+    certificate, start_nginx, start_statico, statico_args, Cert, ServerUnderTest,
+};
 
 /// Seconds of each handshake round (`s_time` or the rustls client; connections are counted in that time).
 const S_TIME_SECONDS: u64 = 3;
@@ -235,64 +236,6 @@ fn tls_stream(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<TlsStream
     Ok(tls)
 }
 
-/// The run's certificate and key (PEM files), which every server loads.
-struct Cert {
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-impl Cert {
-    /// statico's flags for it, TLS 1.3 only.
-    fn statico_args(&self) -> [&str; 6] {
-        [
-            "--tls-cert",
-            self.cert.to_str().unwrap_or_default(),
-            "--tls-key",
-            self.key.to_str().unwrap_or_default(),
-            "--tls-min",
-            "1.3",
-        ]
-    }
-
-    fn nginx(&self) -> Nginx<'_> {
-        Nginx::Tls {
-            cert: &self.cert,
-            key: &self.key,
-        }
-    }
-}
-
-/// An ECDSA P-256 certificate for localhost and 127.0.0.1, made with openssl.
-fn certificate(dir: &Path) -> Result<Cert> {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let status = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-        ])
-        .args(["-days", "2", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"]) // an end entity, which rustls checks
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .context("run openssl (cargo xtask setup installs it)")?;
-    if !status.status.success() {
-        bail!(
-            "openssl req failed: {}",
-            String::from_utf8_lossy(&status.stderr)
-        );
-    }
-    Ok(Cert { cert, key })
-}
-
 /// statico over HTTPS on each runtime, and nginx with TLS.
 fn start_servers(root: &Path, dir: &Path, cpus: &str, cert: &Cert) -> Result<Vec<ServerUnderTest>> {
     let mut servers = Vec::new();
@@ -328,19 +271,6 @@ fn start_h2_servers(
         start_statico(root, "statico --http2", Some(cpus), &args)?,
         start_nginx(dir, cpus, cert.nginx())?,
     ])
-}
-
-/// Every server once per round, in turn, its progress shown; (rate, server CPU µs per unit) per server.
-fn interleave(
-    servers: &[ServerUnderTest],
-    rounds: usize,
-    mut round: impl FnMut(&ServerUnderTest) -> Result<(f64, f64)>,
-) -> Result<Vec<Vec<(f64, f64)>>> {
-    measure::interleave(servers, rounds, |s| {
-        let (rate, cpu) = round(s)?;
-        eprintln!("  {:<17} {rate:>10.0}/s {cpu:>8.2} µs", s.name);
-        Ok((rate, cpu))
-    })
 }
 
 fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Result<(f64, f64)> {
