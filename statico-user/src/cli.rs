@@ -178,7 +178,8 @@ pub struct Cli {
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
 
-    /// SO_RCVBUF of the listening sockets, inherited by connections (bytes, k/m suffixes)
+    /// SO_RCVBUF of the listening sockets, inherited by connections (bytes, k/m suffixes); also of
+    /// the --http3 UDP sockets, which ask for 2m without it
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub receive_buffer_size: Option<u64>,
 

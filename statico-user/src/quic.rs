@@ -191,17 +191,22 @@ pub fn free_port(ip: std::net::IpAddr) -> Result<u16> {
     ))
 }
 
-/// One UDP socket per worker on `addr`, with `SO_REUSEPORT` and the buffer sizes asked for,
-/// non-blocking (as quinn wants).
+/// `SO_RCVBUF` asked for the UDP sockets without `--receive-buffer-size`: the kernel's default
+/// (~208 KiB) holds ~170 full-sized datagrams, so a burst of new connections overflows it and their
+/// Initials are lost until the clients resend them a second later. The kernel caps what is asked at
+/// `net.core.rmem_max`; memory is used only while datagrams wait. (quic-go asks for 2.5 MB, for the
+/// same reason.)
+pub const RECEIVE_BUFFER: usize = 2 << 20;
+
+/// One UDP socket per worker on `addr`, with `SO_REUSEPORT` and the buffer sizes asked for
+/// ([`RECEIVE_BUFFER`] by default), non-blocking (as quinn wants).
 pub fn bind(addr: SocketAddr, workers: usize, options: &Http3Options) -> Result<Vec<UdpSocket>> {
     use socket2::{Domain, Protocol, Socket, Type};
     (0..workers)
         .map(|_| {
             let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
             socket.set_reuse_port(true)?;
-            if let Some(size) = options.receive_buffer {
-                socket.set_recv_buffer_size(size)?;
-            }
+            socket.set_recv_buffer_size(options.receive_buffer.unwrap_or(RECEIVE_BUFFER))?;
             if let Some(size) = options.send_buffer {
                 socket.set_send_buffer_size(size)?;
             }

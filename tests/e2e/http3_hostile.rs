@@ -1,7 +1,8 @@
 //! `--http3` against hostile UDP senders: unknown QUIC versions (answered with Version Negotiation
 //! when full-sized, dropped when not), truncated, undersized, empty and oversized Initials, a flood of
 //! Initials that outgrows the worker's handshake budget (answered with Retry, memory bounded, the
-//! half-open handshakes expired at the idle timeout), and `--quic-retry`. Each case checks the server
+//! half-open handshakes expired at the idle timeout), a burst of Initials sent at once (none lost in
+//! the UDP receive buffer statico asks for), and `--quic-retry`. Each case checks the server
 //! goes on serving a real client and that what it refused is counted: `quic_datagrams_in` minus
 //! `quic_datagrams_for_conns` is what reached no connection.
 //!
@@ -269,4 +270,39 @@ fn an_initial_flood_gets_retry_past_the_handshake_budget_and_half_open_handshake
         "flood: {counted} Retry counted, {retries} received, RSS +{grown} KiB, {failed} expired"
     );
     assert!(failed >= BUDGET - 8, "{failed} handshakes expired");
+}
+
+#[test]
+fn a_burst_of_400_initials_sent_at_once_is_answered_in_full() {
+    const BURST: usize = 400;
+    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    if rmem_max < 1 << 20 {
+        return println!(
+            "SKIPPED: net.core.rmem_max is {rmem_max}, too small for a 2 MiB receive buffer"
+        );
+    }
+    let dir = scratch("burst");
+    let s = start(&dir, &["-b", "burst", "-t", "1"]);
+    let initials = initials(&dir, BURST);
+    let udp = sender(Duration::from_millis(300));
+    for p in &initials {
+        udp.send_to(p, s.addr).unwrap();
+    }
+    // Each answer (handshake or Retry) is addressed to the connection ID its client chose.
+    let mut answered = HashSet::new();
+    while let Some(p) = reply(&udp) {
+        if p[0] & 0x80 != 0 {
+            answered.insert(long_dcid(&p).to_vec());
+        }
+    }
+    assert_eq!(
+        answered.len(),
+        BURST,
+        "Initials lost in the server's receive buffer"
+    );
+    let stopped = s.stop();
+    assert!(stopped.status.success());
 }
