@@ -2,7 +2,8 @@
 //! when full-sized, dropped when not), truncated, undersized, empty and oversized Initials, a flood of
 //! Initials that outgrows the worker's handshake budget (answered with Retry, memory bounded, the
 //! half-open handshakes expired at the idle timeout), a burst of Initials sent at once (none lost in
-//! the UDP receive buffer statico asks for), and `--quic-retry`. Each case checks the server
+//! the UDP receive buffer statico asks for), 2 000 idle connections (memory per connection, all closed
+//! at `--idle-timeout`), and `--quic-retry`. Each case checks the server
 //! goes on serving a real client and that what it refused is counted: `quic_datagrams_in` minus
 //! `quic_datagrams_for_conns` is what reached no connection.
 //!
@@ -305,4 +306,56 @@ fn a_burst_of_400_initials_sent_at_once_is_answered_in_full() {
     );
     let stopped = s.stop();
     assert!(stopped.status.success());
+}
+
+#[test]
+fn two_thousand_idle_connections_cost_bounded_memory_and_all_close_at_the_idle_timeout() {
+    const CONNS: usize = 2_000;
+    const IDLE: Duration = Duration::from_secs(3);
+    let dir = scratch("idle-many");
+    let s = start(&dir, &["-b", "idle", "-t", "1", "--idle-timeout", "3s"]);
+    let before = rss_kib(s.pid());
+    let (grown, lifetimes) = runtime().block_on(async {
+        // Opened 100 at a time; each one's close is watched from the moment it is open.
+        let mut closes = tokio::task::JoinSet::new();
+        let mut held = Vec::with_capacity(CONNS);
+        for _ in 0..CONNS / 100 {
+            let mut batch = tokio::task::JoinSet::new();
+            for _ in 0..100 {
+                let (dir, addr) = (dir.clone(), s.addr);
+                batch.spawn(async move { connect(&dir, addr).await });
+            }
+            while let Some(opened) = batch.join_next().await {
+                let (conn, send) = opened.unwrap();
+                let at = Instant::now();
+                closes.spawn(async move { (conn.closed().await, at.elapsed()) });
+                held.push(send);
+            }
+        }
+        let grown = rss_kib(s.pid()).saturating_sub(before);
+        let mut lifetimes = Vec::with_capacity(CONNS);
+        while let Some(closed) = closes.join_next().await {
+            let (why, after) = closed.unwrap();
+            assert!(matches!(why, quinn::ConnectionError::TimedOut), "{why}");
+            lifetimes.push(after);
+        }
+        (grown, lifetimes)
+    });
+    let per = grown / CONNS as u64;
+    assert!(
+        per < 96,
+        "{per} KiB per idle HTTP/3 connection (RSS +{grown} KiB)"
+    );
+    let (first, last) = (
+        lifetimes.iter().min().unwrap(),
+        lifetimes.iter().max().unwrap(),
+    );
+    assert!(
+        *first >= IDLE - Duration::from_millis(100) && *last <= IDLE + Duration::from_secs(3),
+        "idle connections closed between {first:?} and {last:?} after they were opened"
+    );
+    let stopped = s.stop();
+    assert!(stopped.status.success());
+    assert_eq!(stopped.total("quic_conns") as usize, CONNS);
+    eprintln!("idle: {per} KiB per connection, closed after {first:?}..{last:?}");
 }
