@@ -3,7 +3,8 @@
 //! Initials that outgrows the worker's handshake budget (answered with Retry, memory bounded, the
 //! half-open handshakes expired at the idle timeout), a burst of Initials sent at once (none lost in
 //! the UDP receive buffer statico asks for), 2 000 idle connections (memory per connection, all closed
-//! at `--idle-timeout`), and `--quic-retry`. Each case checks the server
+//! at `--idle-timeout`), a client that never reads 50 big bodies (memory bounded, closed when idle),
+//! and `--quic-retry`. Each case checks the server
 //! goes on serving a real client and that what it refused is counted: `quic_datagrams_in` minus
 //! `quic_datagrams_for_conns` is what reached no connection.
 //!
@@ -358,4 +359,62 @@ fn two_thousand_idle_connections_cost_bounded_memory_and_all_close_at_the_idle_t
     assert!(stopped.status.success());
     assert_eq!(stopped.total("quic_conns") as usize, CONNS);
     eprintln!("idle: {per} KiB per connection, closed after {first:?}..{last:?}");
+}
+
+#[test]
+fn a_client_that_never_reads_big_bodies_costs_bounded_memory_and_is_closed_when_idle() {
+    const STREAMS: usize = 50;
+    let dir = scratch("never-reads");
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(site.join("big.bin"), &big).unwrap();
+    let root = site.to_str().unwrap();
+    let s = start(&dir, &["--root", root, "-t", "1", "--idle-timeout", "2s"]);
+    let before = rss_kib(s.pid());
+    let (grown, stalled_for) = runtime().block_on(async {
+        let (conn, mut send) = connect(&dir, s.addr).await;
+        // 50 streams × 8 MiB asked for; each response's head is read, its body never.
+        let mut unread = Vec::with_capacity(STREAMS);
+        for _ in 0..STREAMS {
+            let req = http::Request::get("https://localhost/big.bin")
+                .body(())
+                .unwrap();
+            let mut stream = send.send_request(req).await.unwrap();
+            stream.finish().await.unwrap();
+            let head = stream.recv_response().await.unwrap();
+            assert_eq!(head.status(), 200);
+            unread.push(stream);
+        }
+        // The client's flow-control credit is spent within moments; nothing moves after that.
+        let stalled = Instant::now();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let grown = rss_kib(s.pid()).saturating_sub(before);
+        let why = tokio::time::timeout(Duration::from_secs(10), conn.closed())
+            .await
+            .expect("a stalled connection was never closed");
+        assert!(matches!(why, quinn::ConnectionError::TimedOut), "{why}");
+        (grown, stalled.elapsed())
+    });
+    // 400 MiB asked for; the bodies are one shared copy of the file, so only what quinn has in
+    // flight is per connection.
+    assert!(
+        grown < 24 * 1024,
+        "RSS grew by {grown} KiB for a client that never reads"
+    );
+    assert!(
+        stalled_for >= Duration::from_millis(1_900) && stalled_for <= Duration::from_secs(4),
+        "closed {stalled_for:?} after the last response head (idle timeout 2 s)"
+    );
+    still_serves_site(&dir, s.addr);
+    eprintln!("never reads: RSS +{grown} KiB, closed {stalled_for:?} after the stall");
+}
+
+/// A real client still gets the big file's head and first bytes.
+fn still_serves_site(dir: &Path, addr: SocketAddr) {
+    runtime().block_on(async {
+        let (_conn, mut send) = connect(dir, addr).await;
+        let (head, body) = request(&mut send, "GET", "/big.bin").await;
+        assert_eq!((head.status().as_u16(), body.len()), (200, 8 << 20));
+    });
 }
