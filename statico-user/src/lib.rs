@@ -9,6 +9,7 @@
 //!   deadlines, pacing, closing;
 //! - [`h2c`]: `--http2`, cleartext HTTP/2 with the `h2` crate (tokio runtime);
 //! - `quic` (Linux): `--http3`, HTTP/3 over QUIC with quinn and h3, on threads of its own;
+//!   `h3_guard` bounds the frames of its request streams before h3 buffers them;
 //! - [`layer`], `tls` (Linux): what sits between a socket and its connection — nothing, or rustls;
 //! - [`steering`]: how connections reach workers (listeners, the fallback ladder);
 //! - `bpf` (Linux): the eBPF steering program, its maps and pins, loaded with aya;
@@ -27,6 +28,8 @@ pub mod cli;
 pub mod connection;
 pub mod dump;
 pub mod h2c;
+#[cfg(target_os = "linux")]
+pub mod h3_guard;
 pub mod http;
 pub mod layer;
 pub mod meter;

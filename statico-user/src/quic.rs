@@ -63,6 +63,7 @@ use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
 use crate::h2c::H2Response;
+use crate::h3_guard::{Guarded, GuardedBidi};
 use crate::meter::Counters;
 use crate::response::{DateClock, DATE_LEN};
 use crate::shutdown;
@@ -87,6 +88,10 @@ const GOAWAY_GRACE: Duration = crate::connection::LINGER_TIME;
 pub struct Http3Options {
     pub idle_timeout: Duration,
     pub shutdown_timeout: Duration,
+    /// `--header-timeout`: for a request's head, and for each pause inside its body.
+    pub header_timeout: Duration,
+    /// `--max-head-size`: the largest HEADERS frame (see [`crate::h3_guard`]) and field section.
+    pub max_head: u64,
     pub max_body: u64,
     /// `-d`: before each response.
     pub delay: Option<Duration>,
@@ -108,6 +113,8 @@ pub struct Http3 {
     /// The answer to every request (without `--root`).
     response: H2Response,
     site: Option<Arc<crate::site::SiteHandle>>,
+    /// The stateless-reset key of every worker's endpoint (see [`endpoint_config`]).
+    reset_key: Arc<aws_lc_rs::hmac::Key>,
 }
 
 impl std::fmt::Debug for Http3 {
@@ -127,11 +134,17 @@ impl Http3 {
         response: H2Response,
         site: Option<Arc<crate::site::SiteHandle>>,
     ) -> Result<Self> {
+        let mut secret = [0u8; 32];
+        aws_lc_rs::rand::fill(&mut secret).map_err(|_| anyhow!("no randomness for QUIC"))?;
         Ok(Http3 {
             config: server_config(tls, options.idle_timeout)?,
             options,
             response,
             site,
+            reset_key: Arc::new(aws_lc_rs::hmac::Key::new(
+                aws_lc_rs::hmac::HMAC_SHA256,
+                &secret,
+            )),
         })
     }
 }
@@ -309,7 +322,7 @@ impl Thread {
         local.block_on(&rt, async move {
             let endpoint = match Counted::wrap(socket, &self.counters, self.id).and_then(|socket| {
                 quinn::Endpoint::new_with_abstract_socket(
-                    endpoint_config(self.id),
+                    endpoint_config(self.id, &self.http3.reset_key),
                     Some(self.http3.config.clone()),
                     socket,
                     Arc::new(quinn::TokioRuntime),
@@ -363,9 +376,12 @@ impl Thread {
 async fn serve(thread: Rc<Thread>, endpoint: quinn::Endpoint, mut stop: shutdown::Listener) {
     let mut connections = tokio::task::JoinSet::new();
     let for_connections = stop.clone();
+    // After a SIGHUP rebuild, the old site is let go within a second, HTTP/3 requests or not.
+    let mut refresh = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
+            _ = refresh.tick() => thread.site.borrow_mut().refresh(),
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => if let Some(incoming) = thread.admit(incoming) {
@@ -378,10 +394,19 @@ async fn serve(thread: Rc<Thread>, endpoint: quinn::Endpoint, mut stop: shutdown
     }
     endpoint.set_server_config(None);
     let all_done = async { while connections.join_next().await.is_some() {} };
-    let _ = tokio::time::timeout(thread.http3.options.shutdown_timeout, all_done).await;
+    let drain = thread
+        .http3
+        .options
+        .shutdown_timeout
+        .saturating_sub(CLOSE_WAIT);
+    let _ = tokio::time::timeout(drain, all_done).await;
     endpoint.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"shutting down");
-    let _ = tokio::time::timeout(Duration::from_millis(500), endpoint.wait_idle()).await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, endpoint.wait_idle()).await;
 }
+
+/// At shutdown, how long the endpoint's CONNECTION_CLOSE packets get to leave, within
+/// `--shutdown-timeout`.
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// One connection: the handshake, then its request streams until the client leaves, the idle timeout
 /// closes it, or shutdown (GOAWAY, the streams in flight finish, then a grace for the client to close).
@@ -398,14 +423,20 @@ async fn connection(
     };
     thread.count(Counter::QuicConns, 1);
     let mut bytes = Traffic::default();
+    let max_head = thread.http3.options.max_head;
     let Ok(mut h3) = h3::server::builder()
-        .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
+        .max_field_section_size(max_head)
+        .build::<_, Bytes>(Guarded::new(conn.clone(), max_head))
         .await
     else {
         return bytes.account(&thread, &conn);
     };
     let mut requests = tokio::task::JoinSet::new();
     let mut draining = false; // `wait_for` sees a stop that came before this connection, too
+                              // `--idle-timeout` without a request stream open: GOAWAY, as HTTP/2 does (QUIC's own idle
+                              // timeout sees PINGs as activity).
+    let idle = thread.http3.options.idle_timeout;
+    let mut idle_since = tokio::time::Instant::now();
     loop {
         if draining && requests.is_empty() {
             let _ = tokio::time::timeout(GOAWAY_GRACE, conn.closed()).await;
@@ -417,7 +448,13 @@ async fn connection(
                 // GOAWAY names the first stream not processed: the one after the last accepted.
                 let _ = h3.shutdown(1).await;
             }
-            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+            _ = tokio::time::sleep_until(idle_since + idle), if requests.is_empty() && !draining => {
+                draining = true;
+                let _ = h3.shutdown(0).await;
+            }
+            Some(_) = requests.join_next(), if !requests.is_empty() => {
+                idle_since = tokio::time::Instant::now();
+            }
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
                     requests.spawn_local(request(thread.clone(), resolver));
@@ -540,20 +577,24 @@ impl quinn::AsyncUdpSocket for Counted {
     }
 }
 
-type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
-type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+type Resolver = h3::server::RequestResolver<Guarded, Bytes>;
+type Stream = h3::server::RequestStream<GuardedBidi<Bytes>, Bytes>;
 
 /// One request stream: its head, its body (read and dropped), then the answer.
 async fn request(thread: Rc<Thread>, resolver: Resolver) {
-    let Ok((head, mut stream)) = resolver.resolve_request().await else {
+    let options = thread.http3.options;
+    // `--header-timeout`: a head not complete by then is given up (the stream ends, unanswered).
+    let resolving = tokio::time::timeout(options.header_timeout, resolver.resolve_request());
+    let Ok(Ok((head, mut stream))) = resolving.await else {
         return;
     };
-    let options = thread.http3.options;
     if options.verbose > 0 {
         crate::dump::stream_request(&head, "HTTP/3", stream.id(), options.verbose);
     }
-    if !read_body(&mut stream, options.max_body).await {
-        return;
+    match read_body(&mut stream, &head, &options).await {
+        Body::Read => {}
+        Body::TooLarge => return refuse_body(&mut stream).await,
+        Body::Broken => return,
     }
     let response = thread.answer(&head);
     if options.verbose > 0 {
@@ -579,29 +620,65 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) {
     }
 }
 
-/// Reads a request body to its end; one over `max` stops the stream (H3_REQUEST_REJECTED). Returns
-/// whether the body ended well.
-async fn read_body(stream: &mut Stream, max: u64) -> bool {
+/// How a request body ended.
+enum Body {
+    Read,
+    /// Over `--max-body-size` (by its Content-Length, or as it came).
+    TooLarge,
+    /// Reset by the client, or paused past `--header-timeout` (then the stream is reset here).
+    Broken,
+}
+
+/// Reads a request body to its end and drops it, each pause at most `--header-timeout`.
+async fn read_body(stream: &mut Stream, head: &http::Request<()>, options: &Http3Options) -> Body {
+    let declared = head
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > options.max_body) {
+        return Body::TooLarge;
+    }
     let mut received = 0u64;
     loop {
-        match stream.recv_data().await {
-            Ok(Some(chunk)) => {
+        match tokio::time::timeout(options.header_timeout, stream.recv_data()).await {
+            Ok(Ok(Some(chunk))) => {
                 received += chunk.remaining() as u64;
-                if received > max {
-                    stream.stop_sending(h3::error::Code::H3_REQUEST_REJECTED);
-                    stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
-                    return false;
+                if received > options.max_body {
+                    return Body::TooLarge;
                 }
             }
-            Ok(None) => return true,
-            Err(_) => return false,
+            Ok(Ok(None)) => return Body::Read,
+            Ok(Err(_)) => return Body::Broken,
+            Err(_) => {
+                // Only the send side: h3-quinn panics on STOP_SENDING while a read is unfinished;
+                // the receive side is stopped when the stream is dropped.
+                stream.stop_stream(h3::error::Code::H3_REQUEST_INCOMPLETE);
+                return Body::Broken;
+            }
         }
     }
 }
 
-/// Worker `id`'s endpoint settings: its connection IDs name it (see [`WorkerCids`]).
-fn endpoint_config(id: usize) -> quinn::EndpointConfig {
-    let mut config = quinn::EndpointConfig::default();
+/// A body over `--max-body-size`: a complete 413 response (so the client knows not to retry, as it
+/// may after H3_REQUEST_REJECTED); the rest of the body is refused when the stream is dropped
+/// (quinn's STOP_SENDING), which RFC 9114 §4.1.2 allows once the response is complete.
+async fn refuse_body(stream: &mut Stream) {
+    let response = http::Response::builder()
+        .status(http::StatusCode::PAYLOAD_TOO_LARGE)
+        .header(http::header::CONTENT_LENGTH, "0")
+        .body(())
+        .expect("a 413 head");
+    if stream.send_response(response).await.is_ok() {
+        let _ = stream.finish().await;
+    }
+}
+
+/// Worker `id`'s endpoint settings: its connection IDs name it (see [`WorkerCids`]), and its
+/// stateless resets are signed with the key every worker shares, so a client whose packets reach a
+/// worker that does not hold its connection (an address change without the eBPF steering) gets a
+/// reset it can verify and reconnects at once, instead of waiting out its idle timeout.
+fn endpoint_config(id: usize, reset_key: &Arc<aws_lc_rs::hmac::Key>) -> quinn::EndpointConfig {
+    let mut config = quinn::EndpointConfig::new(reset_key.clone());
     let worker = u8::try_from(id).unwrap_or(u8::MAX);
     config.cid_generator(move || Box::new(WorkerCids { worker }));
     config
@@ -665,6 +742,8 @@ mod tests {
         let options = Http3Options {
             idle_timeout: Duration::from_secs(1),
             shutdown_timeout: Duration::from_secs(1),
+            header_timeout: Duration::from_secs(1),
+            max_head: 16 * 1024,
             max_body: 0,
             delay: None,
             body_delay: None,

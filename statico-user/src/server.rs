@@ -192,6 +192,8 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
     let options = crate::quic::Http3Options {
         idle_timeout: cli.idle_timeout,
         shutdown_timeout: cli.shutdown_timeout,
+        header_timeout: cli.header_timeout,
+        max_head: cli.max_head_size,
         max_body: cli.max_body_size,
         delay: cli.delay,
         body_delay: cli.body_delay,
