@@ -268,7 +268,7 @@ async fn answer(
 }
 
 /// Reads a stream's request body to its end, releasing flow-control capacity as it goes. A body over
-/// `--max-body-size` is refused, one that pauses longer than `--header-timeout` is cancelled (counted as
+/// `--max-body-size` gets 413, one that pauses longer than `--header-timeout` is cancelled (counted as
 /// a timeout); both reset the stream. Returns whether the body ended well.
 async fn read_body(
     mut body: h2::RecvStream,
@@ -293,10 +293,46 @@ async fn read_body(
         received += data.len() as u64;
         let _ = body.flow_control().release_capacity(data.len());
         if received > settings.max_body {
-            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            refuse_body(body, respond, settings, counters).await;
             return false;
         }
     }
+}
+
+/// After a 413, how much more of the body is read and dropped so that the client sees a clean end.
+const DISCARD_MAX: u64 = 1 << 20;
+
+/// A body over `--max-body-size`: a complete 413, then the rest of the body read and dropped (up to
+/// [`DISCARD_MAX`], each pause at most `--header-timeout`), as nginx does, and past that RST_STREAM
+/// with NO_ERROR (RFC 9113 §8.1), which curl reports as an error. Not REFUSED_STREAM, which tells a
+/// client the request was not processed and may be retried (curl re-sent such a POST six times).
+async fn refuse_body(
+    mut body: h2::RecvStream,
+    respond: &mut h2::server::SendResponse<Bytes>,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) {
+    let head = http::Response::builder()
+        .status(http::StatusCode::PAYLOAD_TOO_LARGE)
+        .header(http::header::CONTENT_LENGTH, "0")
+        .body(())
+        .expect("a 413 head");
+    if respond.send_response(head, true).is_ok() {
+        counters.add(Counter::Responses, 1);
+        counters.add(Counter::Status413, 1);
+    }
+    let mut discarded = 0u64;
+    while discarded <= DISCARD_MAX {
+        match tokio::time::timeout(settings.header_timeout, body.data()).await {
+            Ok(Some(Ok(data))) => {
+                discarded += data.len() as u64;
+                let _ = body.flow_control().release_capacity(data.len());
+            }
+            Ok(None) => return,
+            Ok(Some(Err(_))) | Err(_) => break,
+        }
+    }
+    respond.send_reset(h2::Reason::NO_ERROR);
 }
 
 /// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`.
