@@ -313,6 +313,11 @@ fn a_burst_of_400_initials_sent_at_once_is_answered_in_full() {
 fn two_thousand_idle_connections_cost_bounded_memory_and_all_close_at_the_idle_timeout() {
     const CONNS: usize = 2_000;
     const IDLE: Duration = Duration::from_secs(3);
+    // At the idle timeout statico sends GOAWAY and closes 2 s later (the client's own idle timer,
+    // restarted by the GOAWAY, may fire first); a loaded 2-core machine adds up to ~2 s to 2 000
+    // closes (seen in the full suite: 4.7-7.0 s).
+    const GOAWAY_GRACE: Duration = Duration::from_secs(2);
+    const SLACK: Duration = Duration::from_secs(4);
     let dir = scratch("idle-many");
     let s = start(&dir, &["-b", "idle", "-t", "1", "--idle-timeout", "3s"]);
     let before = rss_kib(s.pid());
@@ -352,7 +357,7 @@ fn two_thousand_idle_connections_cost_bounded_memory_and_all_close_at_the_idle_t
         lifetimes.iter().max().unwrap(),
     );
     assert!(
-        *first >= IDLE - Duration::from_millis(100) && *last <= IDLE + Duration::from_secs(3),
+        *first >= IDLE - Duration::from_millis(100) && *last <= IDLE + GOAWAY_GRACE + SLACK,
         "idle connections closed between {first:?} and {last:?} after they were opened"
     );
     let stopped = s.stop();
