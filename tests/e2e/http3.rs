@@ -53,9 +53,17 @@ pub(crate) fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
     endpoint
 }
 
-/// An HTTP/3 connection to `addr` (its driver runs as a task of the current runtime).
+/// An HTTP/3 connection to `addr` from a fresh client endpoint (see [`connect_from`]).
 pub(crate) async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection, SendRequest) {
-    let endpoint = client(dir, b"h3");
+    connect_from(&client(dir, b"h3"), addr).await
+}
+
+/// An HTTP/3 connection to `addr` from `endpoint`, which the caller may keep (to rebind it); the
+/// driver runs as a task of the current runtime and holds the endpoint until the connection ends.
+async fn connect_from(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+) -> (quinn::Connection, SendRequest) {
     let conn = endpoint
         .connect(addr, "localhost")
         .unwrap()
@@ -64,6 +72,7 @@ pub(crate) async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection,
     let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
         .await
         .expect("HTTP/3 connection");
+    let endpoint = endpoint.clone();
     tokio::spawn(async move {
         let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
         drop(endpoint);
@@ -554,15 +563,7 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
     );
     runtime().block_on(async {
         let endpoint = client(&dir, b"h3");
-        let conn = endpoint
-            .connect(s.addr, "localhost")
-            .unwrap()
-            .await
-            .unwrap();
-        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
-            .await
-            .unwrap();
-        tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+        let (conn, mut send) = connect_from(&endpoint, s.addr).await;
         // A client moves once its handshake is confirmed (RFC 9000 §9): one answer first.
         assert_eq!(request(&mut send, "GET", "/").await.1, b"moved");
         // Each new source port hashes anywhere among the two workers' sockets: without routing by
@@ -601,15 +602,7 @@ fn without_steering_by_id_a_moved_client_gets_a_stateless_reset_at_once_not_a_ha
     let s = start(&dir, &["-t", "2", "--steering", "reuseport", "-b", "moved"]);
     runtime().block_on(async {
         let endpoint = client(&dir, b"h3");
-        let conn = endpoint
-            .connect(s.addr, "localhost")
-            .unwrap()
-            .await
-            .unwrap();
-        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
-            .await
-            .unwrap();
-        tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+        let (conn, mut send) = connect_from(&endpoint, s.addr).await;
         assert_eq!(request(&mut send, "GET", "/").await.1, b"moved");
         // Sooner or later a new port hashes to the worker that does not hold the connection. Its
         // stateless reset is signed with the key both workers share, so the client trusts it.
