@@ -10,9 +10,9 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser, ValueEnum};
 
-use crate::http::Limits;
-use crate::meter::MeterFormat;
-use crate::response::ResponseSpec;
+use crate::catalog::response::ResponseSpec;
+use crate::observe::meter::MeterFormat;
+use crate::proto::http1::parser::Limits;
 
 /// statico answers every HTTP request with one pre-built response, as fast as the machine allows.
 ///
@@ -397,8 +397,8 @@ impl Cli {
     }
 
     /// `--root` and its companions, if a static site is served.
-    pub fn site_options(&self) -> Option<crate::site::SiteOptions> {
-        Some(crate::site::SiteOptions {
+    pub fn site_options(&self) -> Option<crate::catalog::site::SiteOptions> {
+        Some(crate::catalog::site::SiteOptions {
             root: self.root.clone()?,
             cache_control: self.cache_control.clone(),
             cache_rules: self.cache_control_for.clone(),

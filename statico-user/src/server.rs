@@ -11,12 +11,12 @@ use std::thread;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::catalog::response::Response;
 use crate::cli::{Cli, RuntimeKind};
-use crate::meter::{self, Counters};
-use crate::response::Response;
+use crate::kernel::steering::{self, SocketOptions};
+use crate::observe::meter::{self, Counters};
 use crate::runtime::{self, Settings, WorkerSetup};
 use crate::shutdown;
-use crate::steering::{self, SocketOptions};
 
 /// Why the server could not start, split by who has to act: a flag value (exit code 2) or the
 /// machine (exit code 1).
@@ -91,7 +91,7 @@ fn runtime_available(cli: &Cli, fd_limit: u64) -> Result<String> {
 /// Runs the server until SIGINT/SIGTERM, then drains and prints the totals.
 pub fn run(mut cli: Cli) -> Result<(), StartError> {
     check_http3(&mut cli)?;
-    let fd_limit = crate::sys::raise_fd_limit();
+    let fd_limit = crate::kernel::sys::raise_fd_limit();
     let auto = resolve_runtime(&mut cli, fd_limit);
     let settings = Arc::new(settings(&cli).map_err(StartError::Usage)?);
     let runtime_line = runtime_available(&cli, fd_limit).map_err(StartError::Runtime)? + &auto;
@@ -132,9 +132,14 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
     announce(&cli, local_addr, &cpus, &lines, privileges);
 
     let kernel_detail = || kernel_detail(kernel.as_ref());
-    let info =
-        crate::metrics::Info::new(cli.runtime.kind.name(), rung.name(), cli.tls(), cli.http3);
-    let metrics_page = || crate::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
+    let info = crate::observe::metrics::Info::new(
+        cli.runtime.kind.name(),
+        rung.name(),
+        cli.tls(),
+        cli.http3,
+    );
+    let metrics_page =
+        || crate::observe::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
     let watch = Watch {
         counters: &counters,
         kernel_detail: &kernel_detail,
@@ -171,14 +176,14 @@ fn check_http3(cli: &mut Cli) -> Result<(), StartError> {
     }
     #[cfg(target_os = "linux")]
     if cli.port == 0 {
-        cli.port = crate::quic::free_port(cli.address).map_err(StartError::Runtime)?;
+        cli.port = crate::proto::http3::free_port(cli.address).map_err(StartError::Runtime)?;
     }
     Ok(())
 }
 
 /// `--http3`: what the QUIC threads share, and their UDP sockets (bound now, with the TCP listeners).
 #[cfg(target_os = "linux")]
-type Http3 = (Arc<crate::quic::Http3>, Vec<std::net::UdpSocket>);
+type Http3 = (Arc<crate::proto::http3::Http3>, Vec<std::net::UdpSocket>);
 /// Off Linux there is no HTTP/3 (refused by [`check_http3`]).
 #[cfg(not(target_os = "linux"))]
 type Http3 = std::convert::Infallible;
@@ -189,7 +194,7 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
         return Ok(None);
     };
     let buffers = SocketOptions::from_cli(cli);
-    let options = crate::quic::Http3Options {
+    let options = crate::proto::http3::Http3Options {
         idle_timeout: cli.idle_timeout,
         shutdown_timeout: cli.shutdown_timeout,
         header_timeout: cli.header_timeout,
@@ -202,10 +207,11 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
         send_buffer: buffers.send_buffer,
         retry: cli.quic_retry,
     };
-    let response = crate::h2c::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
-    let http3 = crate::quic::Http3::new(tls, options, response, settings.site.clone())
+    let response =
+        crate::proto::http2::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
+    let http3 = crate::proto::http3::Http3::new(tls, options, response, settings.site.clone())
         .map_err(StartError::Usage)?;
-    let sockets = crate::quic::bind(
+    let sockets = crate::proto::http3::bind(
         SocketAddr::new(cli.address, cli.port),
         cli.workers(),
         &options,
@@ -231,7 +237,7 @@ fn start_http3(
         return Ok(());
     };
     let stop = workers.trigger.subscribe();
-    match crate::quic::start(http3, sockets, cores, counters, &stop) {
+    match crate::proto::http3::start(http3, sockets, cores, counters, &stop) {
         Ok(handles) => {
             workers.handles.extend(handles);
             Ok(())
@@ -284,7 +290,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
         if cli.runtime.kind != RuntimeKind::Tokio {
             bail!("--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2");
         }
-        let settings = crate::h2c::H2Settings {
+        let settings = crate::proto::http2::H2Settings {
             max_concurrent_streams: cli.max_concurrent_streams,
             max_body: cli.max_body_size,
             delay: cli.delay,
@@ -292,7 +298,10 @@ fn settings(cli: &Cli) -> Result<Settings> {
             idle_timeout: cli.idle_timeout,
             header_timeout: cli.header_timeout,
         };
-        Some((settings, crate::h2c::H2Response::new(&cli.response_spec())?))
+        Some((
+            settings,
+            crate::proto::http2::H2Response::new(&cli.response_spec())?,
+        ))
     } else {
         None
     };
@@ -300,7 +309,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
         site: site(cli)?,
         tls: tls_config(cli)?,
         response,
-        policy: crate::connection::Policy {
+        policy: crate::conn::connection::Policy {
             limits: cli.limits(),
             header_timeout: cli.header_timeout,
             idle_timeout: cli.idle_timeout,
@@ -315,16 +324,16 @@ fn settings(cli: &Cli) -> Result<Settings> {
 }
 
 /// `--root`: the site, built now; what it holds is printed at start-up.
-fn site(cli: &Cli) -> Result<Option<Arc<crate::site::SiteHandle>>> {
+fn site(cli: &Cli) -> Result<Option<Arc<crate::catalog::site::SiteHandle>>> {
     let Some(opts) = cli.site_options() else {
         return Ok(None);
     };
-    crate::sys::prefer_own_pages_for_large_buffers();
-    let site = crate::site::build(&opts)?;
-    crate::sys::release_free_memory();
+    crate::kernel::sys::prefer_own_pages_for_large_buffers();
+    let site = crate::catalog::site::build(&opts)?;
+    crate::kernel::sys::release_free_memory();
     eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
     site_platform_notes();
-    Ok(Some(Arc::new(crate::site::SiteHandle::new(site))))
+    Ok(Some(Arc::new(crate::catalog::site::SiteHandle::new(site))))
 }
 
 /// What `--root` cannot do on this platform, said at start-up rather than found out later.
@@ -343,11 +352,11 @@ fn rebuild_site(cli: &Cli, settings: &Settings) {
     let (Some(handle), Some(opts)) = (settings.site.clone(), cli.site_options()) else {
         return;
     };
-    std::thread::spawn(move || match crate::site::build(&opts) {
+    std::thread::spawn(move || match crate::catalog::site::build(&opts) {
         Ok(site) => {
             let stats = site.stats.clone();
             handle.swap(site);
-            crate::sys::release_free_memory(); // and the old site's, once its last request is out
+            crate::kernel::sys::release_free_memory(); // and the old site's, once its last request is out
             eprintln!("statico: SIGHUP: site rebuilt: {stats}");
         }
         Err(e) => eprintln!("statico: SIGHUP: kept the site in force: {e:#}"),
@@ -356,9 +365,9 @@ fn rebuild_site(cli: &Cli, settings: &Settings) {
 
 /// The TLS configuration `--tls-*` asks for; its description is printed at start-up.
 #[cfg(target_os = "linux")]
-fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
+fn tls_config(cli: &Cli) -> Result<Option<crate::conn::layer::TlsConfig>> {
     Ok(
-        crate::tls::server_config(&tls_options(cli))?.map(|(config, lines)| {
+        crate::conn::tls::server_config(&tls_options(cli))?.map(|(config, lines)| {
             for line in lines.lines() {
                 eprintln!("statico: {line}");
             }
@@ -368,8 +377,8 @@ fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
 }
 
 #[cfg(target_os = "linux")]
-fn tls_options(cli: &Cli) -> crate::tls::TlsOptions {
-    crate::tls::TlsOptions {
+fn tls_options(cli: &Cli) -> crate::conn::tls::TlsOptions {
+    crate::conn::tls::TlsOptions {
         cert: cli.tls_cert.clone(),
         key: cli.tls_key.clone(),
         self_signed: cli.tls_self_signed,
@@ -382,7 +391,7 @@ fn tls_options(cli: &Cli) -> crate::tls::TlsOptions {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn tls_config(cli: &Cli) -> Result<Option<crate::layer::TlsConfig>> {
+fn tls_config(cli: &Cli) -> Result<Option<crate::conn::layer::TlsConfig>> {
     if cli.tls() {
         bail!("--tls-* needs a Linux build of statico (this one has no TLS)");
     }
@@ -527,7 +536,7 @@ fn announce(
     if let Some(p) = privileges {
         eprintln!("statico: {p}");
     }
-    let left_out = crate::h2c::left_out_fields(&cli.response_spec());
+    let left_out = crate::proto::http2::left_out_fields(&cli.response_spec());
     if cli.http2 && !left_out.is_empty() {
         eprintln!(
             "statico: HTTP/2 responses leave out {}: connection-specific fields are forbidden there (RFC 9113 §8.2.2); HTTP/1.1 responses keep them",
@@ -618,7 +627,7 @@ fn wait_for_signal(
             let page = async {
                 if let Some((listener, page)) = watch.metrics {
                     match tokio::net::TcpListener::from_std(listener) {
-                        Ok(l) => crate::metrics::serve(l, page).await,
+                        Ok(l) => crate::observe::metrics::serve(l, page).await,
                         Err(e) => eprintln!("statico: --metrics: {e}"),
                     }
                 }
@@ -659,7 +668,7 @@ fn reload_tls(cli: &Cli, settings: &Settings) -> String {
     if cli.tls_self_signed {
         return "nothing to reload (--tls-self-signed makes its certificate once)".into();
     }
-    match crate::tls::server_config(&tls_options(cli)) {
+    match crate::conn::tls::server_config(&tls_options(cli)) {
         Ok(Some((config, line))) => {
             current.store(config);
             format!("reloaded: {}", line.replace('\n', "; "))
@@ -708,7 +717,7 @@ fn print_totals(counters: &Counters, cpus: &[Option<usize>], kernel: &meter::Ker
 enum Never {}
 
 #[cfg(all(target_os = "linux", statico_bpf))]
-use crate::bpf::Kernel;
+use crate::kernel::bpf::Kernel;
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
 type Kernel = Never;
 
@@ -784,7 +793,7 @@ fn drop_privileges(kernel: Option<&Kernel>, user: Option<&str>) -> Result<Option
         if !had_caps && user.is_none() {
             return Ok(None);
         }
-        crate::bpf::drop_privileges(kernel, user).map(Some)
+        crate::kernel::bpf::drop_privileges(kernel, user).map(Some)
     }
     #[cfg(not(statico_bpf))]
     {

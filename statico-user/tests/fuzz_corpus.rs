@@ -10,7 +10,7 @@ fn parser_corpus_replays_clean() {
     for entry in std::fs::read_dir(&dir).expect("the fuzz corpus directory exists") {
         let path = entry.unwrap().path();
         let data = std::fs::read(&path).unwrap();
-        let outcome = std::panic::catch_unwind(|| statico::http::fuzz_one(&data));
+        let outcome = std::panic::catch_unwind(|| statico::proto::http1::parser::fuzz_one(&data));
         assert!(
             outcome.is_ok(),
             "corpus input {} fails the parser invariants",

@@ -4,5 +4,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    statico::http::fuzz_one(data);
+    statico::proto::http1::parser::fuzz_one(data);
 });

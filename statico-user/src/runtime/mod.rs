@@ -1,4 +1,4 @@
-//! Runtimes: how bytes move between sockets and the [`Connection`](crate::connection::Connection).
+//! Runtimes: how bytes move between sockets and the [`Connection`](crate::conn::connection::Connection).
 //!
 //! A runtime runs one worker on its own thread, pinned to one CPU, and serves the connections its
 //! listener accepts. Everything it needs is in [`WorkerSetup`]; every decision about a connection is the
@@ -15,9 +15,9 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection::Policy;
-use crate::meter::Counters;
-use crate::response::Response;
+use crate::catalog::response::Response;
+use crate::conn::connection::Policy;
+use crate::observe::meter::Counters;
 use crate::shutdown;
 
 /// Settings every worker shares, fixed at start-up.
@@ -28,11 +28,14 @@ pub struct Settings {
     pub policy: Policy,
     pub shutdown_timeout: Duration,
     /// `--http2` (tokio runtime only): h2c settings and the response for HTTP/2 streams.
-    pub h2: Option<(crate::h2c::H2Settings, crate::h2c::H2Response)>,
+    pub h2: Option<(
+        crate::proto::http2::H2Settings,
+        crate::proto::http2::H2Response,
+    )>,
     /// `--tls-*`: every connection speaks TLS.
-    pub tls: Option<crate::layer::TlsConfig>,
+    pub tls: Option<crate::conn::layer::TlsConfig>,
     /// `--root`: requests are answered from this site (rebuilt and swapped on SIGHUP).
-    pub site: Option<Arc<crate::site::SiteHandle>>,
+    pub site: Option<Arc<crate::catalog::site::SiteHandle>>,
 }
 
 /// Everything one worker owns or shares.

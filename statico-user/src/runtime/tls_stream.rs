@@ -15,7 +15,7 @@ use statico_common::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::meter::WorkerCounters;
+use crate::observe::meter::WorkerCounters;
 
 pub struct TlsStream<'a> {
     io: TcpStream,

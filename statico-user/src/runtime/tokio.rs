@@ -8,8 +8,8 @@
 //! - one `write` (`writev` when a static site's shared bodies are among them) of every response that
 //!   read produced (pipelined requests are answered together); if
 //!   the socket takes less, the rest is written when it is writable again, and meanwhile the connection
-//!   reads only while its unsent output is under [`MAX_UNSENT`](crate::connection::MAX_UNSENT);
-//! - for a static site's large bodies (see [`SENDFILE_MIN`](crate::output::SENDFILE_MIN)), which lie
+//!   reads only while its unsent output is under [`MAX_UNSENT`](crate::conn::connection::MAX_UNSENT);
+//! - for a static site's large bodies (see [`SENDFILE_MIN`](crate::conn::output::SENDFILE_MIN)), which lie
 //!   in the site's sealed memfd: `sendmsg(MSG_MORE)` of what comes before, then `sendfile` of the
 //!   body, so its pages go to the socket without a copy;
 //! - `shutdown(SHUT_WR)` before a lingering close, and `close`;
@@ -37,12 +37,13 @@ use tokio::task::AbortHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant, Sleep};
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
-use crate::connection::{Connection, Env, Status};
-use crate::h2c::{self, H2Response, UpgradeRequest};
-use crate::layer::Layer;
-use crate::meter::WorkerCounters;
-use crate::output::{FileAt, Next, MAX_SLICES};
-use crate::response::{DateClock, Response};
+use crate::catalog::response::{DateClock, Response};
+use crate::conn::connection::{Connection, Env, Status};
+use crate::conn::layer::Layer;
+use crate::conn::output::{FileAt, Next, MAX_SLICES};
+use crate::observe::meter::WorkerCounters;
+use crate::proto::detect::UpgradeRequest;
+use crate::proto::http2::{self, H2Response};
 use crate::shutdown;
 
 /// Size of the worker's read scratch buffer: the most one `read` takes.
@@ -94,10 +95,10 @@ struct Worker {
     /// The same for HTTP/2 streams, with `--http2`.
     h2_response: RefCell<Option<H2Response>>,
     /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
-    site: RefCell<crate::site::WorkerSite>,
+    site: RefCell<crate::catalog::site::WorkerSite>,
     /// Notified at shutdown: HTTP/2 connections send GOAWAY and finish their streams.
     h2_drain: tokio::sync::Notify,
-    counters: crate::meter::Counters,
+    counters: crate::observe::meter::Counters,
     id: usize,
     /// The read buffer, lent to one connection at a time, never across an `.await`.
     scratch: RefCell<Box<[u8]>>,
@@ -118,12 +119,14 @@ impl Worker {
     fn new(
         id: usize,
         settings: std::sync::Arc<Settings>,
-        counters: crate::meter::Counters,
+        counters: crate::observe::meter::Counters,
     ) -> Self {
         Worker {
             response: RefCell::new(settings.response.clone()),
             h2_response: RefCell::new(settings.h2.as_ref().map(|(_, r)| r.clone())),
-            site: RefCell::new(crate::site::WorkerSite::new(settings.site.as_ref())),
+            site: RefCell::new(crate::catalog::site::WorkerSite::new(
+                settings.site.as_ref(),
+            )),
             h2_drain: tokio::sync::Notify::new(),
             settings,
             counters,
@@ -438,7 +441,7 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     let prefix = match upgrade {
         None => read,
         Some(up) => loop {
-            match h2c::upgraded_prefix(&read, &up) {
+            match http2::upgraded_prefix(&read, &up) {
                 Some(Ok(prefix)) => break prefix,
                 Some(Err(())) => return,
                 None if read.len() > 64 * 1024 => return,
@@ -471,8 +474,8 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
             .expect("--http2 builds the HTTP/2 response")
     };
     let counters = w.counters();
-    h2c::serve(
-        h2c::Rewind::new(prefix, stream, counters),
+    http2::serve(
+        http2::Rewind::new(prefix, stream, counters),
         h2,
         &response,
         counters,

@@ -36,11 +36,11 @@ use io_uring::{cqueue, opcode, squeue, types};
 use statico_common::Counter;
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
-use crate::connection::{Connection, Env, Status};
-use crate::layer::Layer;
-use crate::meter::WorkerCounters;
-use crate::output::MAX_SLICES;
-use crate::response::{DateClock, Response};
+use crate::catalog::response::{DateClock, Response};
+use crate::conn::connection::{Connection, Env, Status};
+use crate::conn::layer::Layer;
+use crate::conn::output::MAX_SLICES;
+use crate::observe::meter::WorkerCounters;
 use crate::shutdown;
 use buffers::{BufRing, BGID};
 use ring::{build_ring, token, untoken, Op, Ring};
@@ -121,7 +121,7 @@ struct Shared<'a> {
     /// This worker's copy of the response, its `Date` patched by the tick.
     response: Response,
     /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
-    site: crate::site::WorkerSite,
+    site: crate::catalog::site::WorkerSite,
     counters: &'a WorkerCounters,
 }
 
@@ -187,7 +187,7 @@ impl<'a> Worker<'a> {
         id: usize,
         listener: std::net::TcpListener,
         settings: &'a Settings,
-        counters: &'a crate::meter::Counters,
+        counters: &'a crate::observe::meter::Counters,
         opts: UringOptions,
     ) -> Result<Self, String> {
         let (ring, _flags) =
@@ -207,7 +207,7 @@ impl<'a> Worker<'a> {
             shared: Shared {
                 settings,
                 response: settings.response.clone(),
-                site: crate::site::WorkerSite::new(settings.site.as_ref()),
+                site: crate::catalog::site::WorkerSite::new(settings.site.as_ref()),
                 counters: counters.worker(id),
             },
             listener: listener.into_raw_fd(),

@@ -144,7 +144,7 @@ pub fn check_available(opts: UringOptions) -> Result<String, String> {
             ));
         }
     }
-    let (major, minor) = crate::sys::kernel_version();
+    let (major, minor) = crate::kernel::sys::kernel_version();
     if (major, minor) < (6, 0) {
         return Err(format!(
             "io_uring is unavailable: multishot receive with provided-buffer rings needs Linux 6.0, this is {major}.{minor}; run with --runtime tokio"

@@ -26,7 +26,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ServerConfig;
 use statico_common::Counter;
 
-use crate::connection::{Connection, Env, Status, Timer, MAX_UNSENT};
+use crate::conn::connection::{Connection, Env, Status, Timer, MAX_UNSENT};
 
 /// What a `--tls-*` set of flags asks for.
 #[derive(Clone, Debug, Default)]
@@ -330,7 +330,7 @@ impl TlsSession {
             .tls
             .alpn_protocol()
             .map(|p| String::from_utf8_lossy(p).into_owned());
-        crate::dump::Dumper::new(env.policy.verbose).tls(&format!(
+        crate::observe::dump::Dumper::new(env.policy.verbose).tls(&format!(
             "{} {} ALPN {}{}",
             version.unwrap_or_default(),
             suite.unwrap_or_default(),

@@ -6,7 +6,7 @@
 //! there, and none of it is statico's job, which is answering requests with pre-built responses. Both
 //! build on the workspace's rustc (1.95).
 //!
-//! TLS is rustls with the aws-lc-rs provider ([`crate::tls`]'s suites), TLS 1.3 only (QUIC has no
+//! TLS is rustls with the aws-lc-rs provider ([`crate::conn::tls`]'s suites), TLS 1.3 only (QUIC has no
 //! other), ALPN `h3`, and the certificate and key the HTTPS port serves: the QUIC configuration shares
 //! the TCP one's session-ticket keys, and its certificate through [`Following`], which asks the TCP
 //! configuration in force: `--tls-self-signed`'s certificate is made once for both, and a SIGHUP
@@ -58,15 +58,17 @@ use std::sync::{mpsc, Arc};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
+pub mod guard;
+
 use anyhow::{anyhow, Context, Result};
 use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
-use crate::h2c::H2Response;
-use crate::h3_guard::{Guarded, GuardedBidi};
-use crate::meter::Counters;
-use crate::response::{DateClock, DATE_LEN};
+use crate::catalog::response::{DateClock, DATE_LEN};
+use crate::observe::meter::Counters;
+use crate::proto::http2::H2Response;
 use crate::shutdown;
+use guard::{Guarded, GuardedBidi};
 
 /// Request streams a client may have open at once on one connection.
 pub const MAX_STREAMS: u32 = 100;
@@ -81,7 +83,7 @@ const H3_NO_ERROR: u32 = 0x100;
 
 /// After GOAWAY, once no stream is open, how long the client has to close before statico does (as
 /// HTTP/2's grace): closing at once could drop response bytes not yet acknowledged.
-const GOAWAY_GRACE: Duration = crate::connection::LINGER_TIME;
+const GOAWAY_GRACE: Duration = super::CLOSE_GRACE;
 
 /// What HTTP/3 needs from the flags, besides the TLS configuration and the answers.
 #[derive(Clone, Copy, Debug)]
@@ -90,7 +92,7 @@ pub struct Http3Options {
     pub shutdown_timeout: Duration,
     /// `--header-timeout`: for a request's head, and for each pause inside its body.
     pub header_timeout: Duration,
-    /// `--max-head-size`: the largest HEADERS frame (see [`crate::h3_guard`]) and field section.
+    /// `--max-head-size`: the largest HEADERS frame (see [`crate::proto::http3::guard`]) and field section.
     pub max_head: u64,
     pub max_body: u64,
     /// `-d`: before each response.
@@ -112,7 +114,7 @@ pub struct Http3 {
     options: Http3Options,
     /// The answer to every request (without `--root`).
     response: H2Response,
-    site: Option<Arc<crate::site::SiteHandle>>,
+    site: Option<Arc<crate::catalog::site::SiteHandle>>,
     /// The stateless-reset key of every worker's endpoint (see [`endpoint_config`]).
     reset_key: Arc<aws_lc_rs::hmac::Key>,
 }
@@ -129,10 +131,10 @@ impl Http3 {
     /// From the HTTPS port's TLS configuration (its certificate, also after a reload, and its ticket
     /// keys are shared) and the answers. An error is the user's (exit code 2).
     pub fn new(
-        tls: &crate::layer::TlsConfig,
+        tls: &crate::conn::layer::TlsConfig,
         options: Http3Options,
         response: H2Response,
-        site: Option<Arc<crate::site::SiteHandle>>,
+        site: Option<Arc<crate::catalog::site::SiteHandle>>,
     ) -> Result<Self> {
         let mut secret = [0u8; 32];
         aws_lc_rs::rand::fill(&mut secret).map_err(|_| anyhow!("no randomness for QUIC"))?;
@@ -151,7 +153,7 @@ impl Http3 {
 
 /// The certificate of the HTTPS port's configuration in force (swapped on a SIGHUP reload).
 #[derive(Debug)]
-struct Following(crate::layer::TlsConfig);
+struct Following(crate::conn::layer::TlsConfig);
 
 impl rustls::server::ResolvesServerCert for Following {
     fn resolve(
@@ -164,12 +166,16 @@ impl rustls::server::ResolvesServerCert for Following {
 
 /// quinn's server configuration: TLS 1.3 and ALPN `h3` with `tls`'s certificate, the idle timeout,
 /// [`MAX_STREAMS`].
-fn server_config(tls: &crate::layer::TlsConfig, idle: Duration) -> Result<quinn::ServerConfig> {
-    let mut crypto = rustls::ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .context("QUIC's TLS 1.3")?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Following(tls.clone())));
+fn server_config(
+    tls: &crate::conn::layer::TlsConfig,
+    idle: Duration,
+) -> Result<quinn::ServerConfig> {
+    let mut crypto =
+        rustls::ServerConfig::builder_with_provider(Arc::new(crate::conn::tls::provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .context("QUIC's TLS 1.3")?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Following(tls.clone())));
     let tls = tls.load();
     crypto.alpn_protocols = vec![b"h3".to_vec()];
     crypto.ignore_client_order = true;
@@ -281,15 +287,15 @@ struct Thread {
     counters: Counters,
     id: usize,
     clock: RefCell<(DateClock, [u8; DATE_LEN], H2Response)>,
-    site: RefCell<crate::site::WorkerSite>,
+    site: RefCell<crate::catalog::site::WorkerSite>,
     /// Handshakes in progress (see [`Handshaking`]).
     handshaking: Cell<usize>,
 }
 
 impl Thread {
     fn new(http3: Arc<Http3>, counters: Counters, id: usize) -> Self {
-        let site = crate::site::WorkerSite::new(http3.site.as_ref());
-        let date = crate::response::http_date(SystemTime::now());
+        let site = crate::catalog::site::WorkerSite::new(http3.site.as_ref());
+        let date = crate::catalog::response::http_date(SystemTime::now());
         Thread {
             clock: RefCell::new((DateClock::default(), date, http3.response.clone())),
             site: RefCell::new(site),
@@ -589,7 +595,7 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) {
         return;
     };
     if options.verbose > 0 {
-        crate::dump::stream_request(&head, "HTTP/3", stream.id(), options.verbose);
+        crate::observe::dump::stream_request(&head, "HTTP/3", stream.id(), options.verbose);
     }
     match read_body(&mut stream, &head, &options).await {
         Body::Read => {}
@@ -716,14 +722,14 @@ impl quinn::ConnectionIdGenerator for WorkerCids {
 mod tests {
     use super::*;
 
-    fn tls() -> crate::layer::TlsConfig {
-        let opts = crate::tls::TlsOptions {
+    fn tls() -> crate::conn::layer::TlsConfig {
+        let opts = crate::conn::tls::TlsOptions {
             self_signed: true,
             min: "1.2".into(),
             tickets: 2,
             ..Default::default()
         };
-        let (config, _) = crate::tls::server_config(&opts).unwrap().unwrap();
+        let (config, _) = crate::conn::tls::server_config(&opts).unwrap().unwrap();
         Arc::new(arc_swap::ArcSwap::new(config))
     }
 

@@ -26,8 +26,8 @@ use request::{
     none_match, not_modified_since, range, Accepted, BadPath, Coding, RangeAsk, SiteRequest,
 };
 
-use crate::output::{FileAt, Sink};
-use crate::response::{Framing, DATE_LEN};
+use crate::catalog::response::{Framing, DATE_LEN};
+use crate::conn::output::{FileAt, Sink};
 
 /// One stored representation of a file.
 #[derive(Clone, Debug)]

@@ -20,24 +20,9 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::meter::WorkerCounters;
+use super::detect::{UpgradeRequest, PREFACE};
+use crate::observe::meter::WorkerCounters;
 use statico_common::Counter;
-
-/// The HTTP/2 client connection preface.
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// On a `--http2` port, whether a connection's first bytes are an HTTP/1.x request line: `None` until
-/// the line is complete (or 256 bytes arrived without one: then HTTP/1 decides, and its limits apply),
-/// `Some(false)` when the line does not end in an `HTTP/` version (it is then taken for a broken HTTP/2
-/// preface).
-pub fn first_line_is_http1(bytes: &[u8]) -> Option<bool> {
-    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
-        return (bytes.len() >= 256).then_some(true);
-    };
-    let line = bytes[..end].strip_suffix(b"\r").unwrap_or(&bytes[..end]);
-    let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
-    Some(line.is_empty() || version.starts_with(b"HTTP/"))
-}
 
 /// What statico answers on every stream: status, headers (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -59,7 +44,7 @@ fn is_connection_specific(name: &str, value: &str) -> bool {
 }
 
 /// The user's `-H` fields that HTTP/2 responses leave out (they stay in HTTP/1.1 responses), by name.
-pub fn left_out_fields(spec: &crate::response::ResponseSpec) -> Vec<String> {
+pub fn left_out_fields(spec: &crate::catalog::response::ResponseSpec) -> Vec<String> {
     spec.headers
         .iter()
         .filter(|(n, v)| is_connection_specific(n, v))
@@ -70,10 +55,10 @@ pub fn left_out_fields(spec: &crate::response::ResponseSpec) -> Vec<String> {
 impl H2Response {
     /// From the user's response spec, without its connection-specific fields (see
     /// [`left_out_fields`]); `date` is patched per second by the caller.
-    pub fn new(spec: &crate::response::ResponseSpec) -> anyhow::Result<Self> {
+    pub fn new(spec: &crate::catalog::response::ResponseSpec) -> anyhow::Result<Self> {
         let status = StatusCode::from_u16(spec.status)?;
         let mut headers = HeaderMap::new();
-        for (name, value) in crate::response::header_fields(spec)? {
+        for (name, value) in crate::catalog::response::header_fields(spec)? {
             if is_connection_specific(&name, &value) {
                 continue;
             }
@@ -87,22 +72,24 @@ impl H2Response {
             headers,
             body: Bytes::from(spec.body.clone()),
         };
-        response.set_date(&crate::response::http_date(std::time::SystemTime::now()));
+        response.set_date(&crate::catalog::response::http_date(
+            std::time::SystemTime::now(),
+        ));
         Ok(response)
     }
 
     /// A `--root` site's answer to `request` (an HTTP/2 or an HTTP/3 one), with `date`.
     pub fn from_site<B>(
-        site: &crate::site::Site,
+        site: &crate::catalog::site::Site,
         request: &Request<B>,
-        date: &[u8; crate::response::DATE_LEN],
+        date: &[u8; crate::catalog::response::DATE_LEN],
     ) -> Self {
         let target = request
             .uri()
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .as_bytes();
-        let mut req = crate::site::request::SiteRequest {
+        let mut req = crate::catalog::site::request::SiteRequest {
             method: request.method().as_str().as_bytes(),
             target,
             ..Default::default()
@@ -133,7 +120,7 @@ impl H2Response {
         response
     }
 
-    pub fn set_date(&mut self, date: &[u8; crate::response::DATE_LEN]) {
+    pub fn set_date(&mut self, date: &[u8; crate::catalog::response::DATE_LEN]) {
         if let Ok(v) = HeaderValue::from_bytes(date) {
             self.headers.insert(http::header::DATE, v);
         }
@@ -166,7 +153,7 @@ pub struct H2Settings {
 
 /// After GOAWAY, once no stream is open, how long the client has to close before statico does: `h2`'s
 /// graceful shutdown waits for the answer to a PING, which a silent client never sends.
-pub const GOAWAY_GRACE: std::time::Duration = crate::connection::LINGER_TIME;
+pub const GOAWAY_GRACE: std::time::Duration = super::CLOSE_GRACE;
 
 /// Serves HTTP/2 on `io` until the client goes away, or until GOAWAY (after `drain` resolves, or
 /// `--idle-timeout` without a stream) and the streams in flight have finished; a client that does not
@@ -240,7 +227,7 @@ async fn answer(
 ) {
     let head_only = request.method() == http::Method::HEAD;
     if verbose > 0 {
-        crate::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
+        crate::observe::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
     }
     if !read_body(request.into_body(), &mut respond, settings, counters).await {
         return;
@@ -405,56 +392,28 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, T> {
     }
 }
 
-/// The request that asked to upgrade, as needed to replay it on stream 1.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpgradeRequest {
-    pub method: String,
-    pub path: String,
-    pub authority: String,
-}
-
-impl UpgradeRequest {
-    /// From the raw HTTP/1.1 head of a request that asked for `Upgrade: h2c`.
-    pub fn from_head(raw: &[u8]) -> Option<Self> {
-        let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        req.parse(raw).ok()?;
-        let host = req
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("host"))
-            .map(|h| String::from_utf8_lossy(h.value).into_owned())
-            .unwrap_or_default();
-        Some(UpgradeRequest {
-            method: req.method?.to_string(),
-            path: req.path?.to_string(),
-            authority: host,
-        })
+/// A HEADERS frame (END_STREAM | END_HEADERS) on stream 1 carrying the request that asked to upgrade,
+/// HPACK-encoded with literal fields (no table, no Huffman): what a prior-knowledge client would have sent.
+fn headers_frame(up: &UpgradeRequest) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", up.method.as_str()),
+        (":scheme", "http"),
+        (":path", up.path.as_str()),
+        (":authority", up.authority.as_str()),
+    ] {
+        block.push(0x00); // literal header field without indexing, new name
+        hpack_string(&mut block, name.as_bytes());
+        hpack_string(&mut block, value.as_bytes());
     }
-
-    /// A HEADERS frame (END_STREAM | END_HEADERS) on stream 1 carrying this request, HPACK-encoded
-    /// with literal fields (no table, no Huffman): what a prior-knowledge client would have sent.
-    pub fn headers_frame(&self) -> Vec<u8> {
-        let mut block = Vec::new();
-        for (name, value) in [
-            (":method", self.method.as_str()),
-            (":scheme", "http"),
-            (":path", self.path.as_str()),
-            (":authority", self.authority.as_str()),
-        ] {
-            block.push(0x00); // literal header field without indexing, new name
-            hpack_string(&mut block, name.as_bytes());
-            hpack_string(&mut block, value.as_bytes());
-        }
-        let mut frame = Vec::with_capacity(9 + block.len());
-        let len = block.len() as u32;
-        frame.extend_from_slice(&len.to_be_bytes()[1..]);
-        frame.push(0x1); // HEADERS
-        frame.push(0x1 | 0x4); // END_STREAM | END_HEADERS
-        frame.extend_from_slice(&1u32.to_be_bytes());
-        frame.extend_from_slice(&block);
-        frame
-    }
+    let mut frame = Vec::with_capacity(9 + block.len());
+    let len = block.len() as u32;
+    frame.extend_from_slice(&len.to_be_bytes()[1..]);
+    frame.push(0x1); // HEADERS
+    frame.push(0x1 | 0x4); // END_STREAM | END_HEADERS
+    frame.extend_from_slice(&1u32.to_be_bytes());
+    frame.extend_from_slice(&block);
+    frame
 }
 
 /// An HPACK string literal without Huffman coding: 7-bit-prefix length, then the bytes.
@@ -504,7 +463,7 @@ pub fn upgraded_prefix(client: &[u8], upgrade: &UpgradeRequest) -> Option<Result
     }
     let split = PREFACE.len() + 9 + len;
     let mut out = client[..split].to_vec();
-    out.extend_from_slice(&upgrade.headers_frame());
+    out.extend_from_slice(&headers_frame(upgrade));
     out.extend_from_slice(&client[split..]);
     Some(Ok(out))
 }
@@ -514,21 +473,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn first_line_decides_between_http1_and_a_broken_preface() {
-        assert_eq!(first_line_is_http1(b"GET / HTT"), None);
-        assert_eq!(first_line_is_http1(b"GET / HTTP/1.1\r\n"), Some(true));
-        assert_eq!(first_line_is_http1(b"GET / HTTP/2.0\r\nHost"), Some(true));
-        assert_eq!(first_line_is_http1(b"\r\n"), Some(true));
-        assert_eq!(
-            first_line_is_http1(b"INVALID CONNECTION PREFACE\r\n\r\n"),
-            Some(false)
-        );
-        assert_eq!(first_line_is_http1(&[b'a'; 300]), Some(true));
-    }
-
-    #[test]
     fn connection_specific_fields_are_left_out_of_http2_responses() {
-        let spec = crate::response::ResponseSpec {
+        let spec = crate::catalog::response::ResponseSpec {
             status: 200,
             headers: [
                 ("Keep-Alive", "timeout=5"),
@@ -572,7 +518,7 @@ mod tests {
             path: "/x".into(),
             authority: "h".into(),
         };
-        let f = u.headers_frame();
+        let f = headers_frame(&u);
         assert_eq!(&f[3..9], &[1, 5, 0, 0, 0, 1]);
         let len = u32::from_be_bytes([0, f[0], f[1], f[2]]) as usize;
         assert_eq!(len, f.len() - 9);
@@ -597,7 +543,7 @@ mod tests {
         let out = upgraded_prefix(&client, &u).unwrap().unwrap();
         assert!(out.starts_with(PREFACE));
         assert_eq!(&out[24..24 + 15], &settings);
-        assert_eq!(&out[39..48], &u.headers_frame()[..9]);
+        assert_eq!(&out[39..48], &headers_frame(&u)[..9]);
         assert!(out.ends_with(b"rest"));
         assert_eq!(
             upgraded_prefix(b"GET / HTTP/1.1\r\n\r\n0123456789abcdef", &u),

@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 
 use statico_common::Counter;
 
-use crate::dump::Dumper;
-use crate::h2c::{self, UpgradeRequest};
-use crate::http::Limits;
-use crate::meter::WorkerCounters;
-use crate::output::{Output, Sink};
-use crate::response::Response;
-use crate::session::{Batch, Pace, Session};
+use crate::catalog::response::Response;
+use crate::conn::output::{Output, Sink};
+use crate::observe::dump::Dumper;
+use crate::observe::meter::WorkerCounters;
+use crate::proto::detect::{self, UpgradeRequest};
+use crate::proto::http1::parser::Limits;
+use crate::proto::http1::session::{Batch, Pace, Session};
 
 /// Most unsent output one connection holds before it stops reading and answering. A few times the
 /// 64 KiB a read takes: enough to keep a pipelining client's socket full, small enough that 10 000
@@ -46,7 +46,7 @@ use crate::session::{Batch, Pace, Session};
 pub const MAX_UNSENT: usize = 256 * 1024;
 /// After a response that closes while the client may still be sending: how long and how much to read
 /// and discard before closing.
-pub const LINGER_TIME: Duration = Duration::from_secs(2);
+pub const LINGER_TIME: Duration = crate::proto::CLOSE_GRACE;
 pub const LINGER_BYTES: usize = 1 << 20;
 /// Most input kept while the connection does not want any: what a runtime that cannot stop its
 /// receives at once (io_uring's multishot) may still deliver. Past this the client is sending what
@@ -78,7 +78,7 @@ pub struct Env<'a> {
     pub policy: &'a Policy,
     pub response: &'a Response,
     /// `--root`: the site this worker answers from.
-    pub site: Option<&'a crate::site::Site>,
+    pub site: Option<&'a crate::catalog::site::Site>,
     pub counters: &'a WorkerCounters,
 }
 
@@ -268,8 +268,11 @@ impl Connection {
         self.out.slices(slices)
     }
 
-    /// The next send for a runtime that can call `sendfile` (see [`crate::output::Output::next`]).
-    pub fn output_next<'a>(&'a self, slices: &mut [std::io::IoSlice<'a>]) -> crate::output::Next {
+    /// The next send for a runtime that can call `sendfile` (see [`crate::conn::output::Output::next`]).
+    pub fn output_next<'a>(
+        &'a self,
+        slices: &mut [std::io::IoSlice<'a>],
+    ) -> crate::conn::output::Next {
         self.out.next(slices)
     }
 
@@ -402,15 +405,15 @@ impl Connection {
     /// With h2c: prior knowledge if the input starts with the preface; HTTP/1.x if the first line says
     /// so; anything else is an invalid preface, a connection error (RFC 9113 §3.4): closed unanswered.
     fn decide_protocol(&mut self) {
-        if self.pending.starts_with(h2c::PREFACE) {
+        if self.pending.starts_with(detect::PREFACE) {
             self.undecided = false;
             self.after = After::Upgrade(None);
             return;
         }
-        if h2c::PREFACE.starts_with(&self.pending) {
+        if detect::PREFACE.starts_with(&self.pending) {
             return; // a prefix of the preface: read more before deciding
         }
-        match h2c::first_line_is_http1(&self.pending) {
+        match detect::first_line_is_http1(&self.pending) {
             None => {} // the first line is not complete yet
             Some(false) => self.phase = Phase::Closed,
             Some(true) => self.undecided = false,
@@ -573,8 +576,8 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meter::Counters;
-    use crate::response::ResponseSpec;
+    use crate::catalog::response::ResponseSpec;
+    use crate::observe::meter::Counters;
 
     const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
     const SEC: Duration = Duration::from_secs(1);
@@ -649,7 +652,10 @@ mod tests {
         let mut c = w.conn();
         let input = GET.repeat(64 * 1024 / GET.len());
         c.receive(&input, w.at(0), w.env());
-        let one = w.response.full(crate::response::Framing::KeepAlive).len();
+        let one = w
+            .response
+            .full(crate::catalog::response::Framing::KeepAlive)
+            .len();
         assert!(c.output().len() >= MAX_UNSENT && c.output().len() < MAX_UNSENT + one);
         assert!(
             !c.wants_input(),
@@ -768,17 +774,21 @@ mod tests {
         let head =
             b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
         c.receive(head, w.at(0), w.env());
-        assert_eq!(c.output(), crate::session::CONTINUE);
+        assert_eq!(c.output(), crate::proto::http1::session::CONTINUE);
         c.send_started(); // io_uring: the kernel is sending it
         c.receive(b"hi", w.at(1), w.env());
         assert_eq!(c.deadline(), (w.at(101), Timer::Delay));
         c.on_deadline(w.at(101), w.env());
         assert_eq!(
             c.output(),
-            crate::session::CONTINUE,
+            crate::proto::http1::session::CONTINUE,
             "the send in flight is not touched"
         );
-        c.sent(crate::session::CONTINUE.len(), w.at(102), w.env());
+        c.sent(
+            crate::proto::http1::session::CONTINUE.len(),
+            w.at(102),
+            w.env(),
+        );
         assert_eq!(responses(c.output()), 1);
     }
 
@@ -837,11 +847,15 @@ mod tests {
         let mut w = World::new(b"ok", None, None);
         w.policy.h2c = true;
         let mut c = w.conn();
-        c.receive(&h2c::PREFACE[..10], w.at(0), w.env());
+        c.receive(&detect::PREFACE[..10], w.at(0), w.env());
         assert_eq!(c.status(), Status::Open);
-        c.receive(&[h2c::PREFACE, b"frames"].concat()[10..], w.at(1), w.env());
+        c.receive(
+            &[detect::PREFACE, b"frames"].concat()[10..],
+            w.at(1),
+            w.env(),
+        );
         assert_eq!(c.status(), Status::Upgrade);
-        assert_eq!(c.into_h2(), ([h2c::PREFACE, b"frames"].concat(), None));
+        assert_eq!(c.into_h2(), ([detect::PREFACE, b"frames"].concat(), None));
 
         let mut c = w.conn();
         c.receive(b"INVALID PREFACE\r\n\r\n", w.at(0), w.env());
@@ -858,8 +872,8 @@ mod chunking {
     //! However input arrives and however much each send takes, the client gets the same bytes, and
     //! the connection never holds more than its bounds.
     use super::*;
-    use crate::meter::Counters;
-    use crate::response::ResponseSpec;
+    use crate::catalog::response::ResponseSpec;
+    use crate::observe::meter::Counters;
 
     /// A small deterministic generator (no dependency needed for a few thousand numbers).
     struct Lcg(u64);
@@ -902,7 +916,11 @@ mod chunking {
             }
             assert!(c.pending.len() <= 64 * 1024 + 3000, "kept input is bounded");
             assert!(
-                c.unsent() <= MAX_UNSENT + response.full(crate::response::Framing::KeepAlive).len()
+                c.unsent()
+                    <= MAX_UNSENT
+                        + response
+                            .full(crate::catalog::response::Framing::KeepAlive)
+                            .len()
             );
             if !c.output().is_empty() {
                 let n = rng.below(c.output().len() + 1);

@@ -12,8 +12,8 @@ use std::time::Duration;
 use statico_common::Counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::http::{Event, Limits, Parser};
-use crate::meter::{Counters, KernelDetail};
+use crate::observe::meter::{Counters, KernelDetail};
+use crate::proto::http1::parser::{Event, Limits, Parser};
 
 /// What `statico_build_info` says, and which counters apply.
 #[derive(Clone, Debug)]

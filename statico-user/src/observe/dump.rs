@@ -13,8 +13,8 @@
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 
-use crate::http::ErrorStatus;
-use crate::response::{Framing, Response};
+use crate::catalog::response::{Framing, Response};
+use crate::proto::http1::parser::ErrorStatus;
 
 /// `-v` for a request on a stream (HTTP/2, HTTP/3): its request line (`-vv`: and its header fields),
 /// in one write.

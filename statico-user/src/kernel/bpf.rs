@@ -31,7 +31,7 @@ use statico_common::names::{
 };
 use statico_common::{QuicSteerCounters, SteerCounters, WorkerRecord, XdpCounters, NO_SLOT};
 
-use crate::meter::{Counters, WorkerCounters};
+use crate::observe::meter::{Counters, WorkerCounters};
 
 /// The BPF object built by `build.rs` from `statico-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/statico-ebpf.o"));
@@ -92,7 +92,7 @@ struct Mapping {
     workers: usize,
 }
 
-impl crate::meter::CounterMemory for Mapping {
+impl crate::observe::meter::CounterMemory for Mapping {
     fn records(&self) -> &[WorkerCounters] {
         // SAFETY: the mapping holds `workers` records of `WorkerRecord` layout (same size and alignment
         // as `WorkerCounters`, which is `AtomicU64`s), page-aligned, zero-initialised by the kernel; it

@@ -57,7 +57,7 @@ pub struct Listeners {
     pub sockets: Vec<TcpListener>,
     /// The attached BPF program and its maps, on the `ebpf` rung.
     #[cfg(all(target_os = "linux", statico_bpf))]
-    pub kernel: Option<crate::bpf::Kernel>,
+    pub kernel: Option<crate::kernel::bpf::Kernel>,
 }
 
 impl Listeners {
@@ -210,7 +210,7 @@ fn finish(rung: Rung, why: String, sockets: Vec<TcpListener>) -> Result<Listener
 }
 
 #[cfg(all(target_os = "linux", statico_bpf))]
-type KernelState = crate::bpf::Kernel;
+type KernelState = crate::kernel::bpf::Kernel;
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
 type KernelState = std::convert::Infallible;
 
@@ -224,7 +224,7 @@ fn attach_ebpf(
     if worker_cpus.iter().any(Option::is_none) {
         bail!("workers are not pinned to CPUs, so there is no CPU to steer to");
     }
-    crate::bpf::attach(sockets, worker_cpus, port, xdp)
+    crate::kernel::bpf::attach(sockets, worker_cpus, port, xdp)
 }
 
 #[cfg(not(all(target_os = "linux", statico_bpf)))]
@@ -269,7 +269,7 @@ fn incoming_cpu(
     if !cfg!(target_os = "linux") {
         return Err("SO_INCOMING_CPU steering needs Linux 6.2 or later".into());
     }
-    let (major, minor) = crate::sys::kernel_version();
+    let (major, minor) = crate::kernel::sys::kernel_version();
     if (major, minor) < (6, 2) {
         return Err(format!(
             "the kernel is {major}.{minor}; listeners honour SO_INCOMING_CPU from Linux 6.2"
@@ -297,9 +297,9 @@ fn set_incoming_cpu(_: &TcpListener, _: usize) -> io::Result<()> {
 
 fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    crate::sys::allow_quick_rebind(&socket)?;
+    crate::kernel::sys::allow_quick_rebind(&socket)?;
     if reuse_port {
-        crate::sys::set_reuse_port(&socket)?;
+        crate::kernel::sys::set_reuse_port(&socket)?;
     }
     if let Some(n) = opts.receive_buffer {
         socket.set_recv_buffer_size(n)?;

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use super::request::Coding;
 use super::store;
 use super::{File, Site, Target, Variant};
-use crate::output::FileAt;
+use crate::conn::output::FileAt;
 
 /// What `--root` and its companion flags ask for.
 #[derive(Clone, Debug, Default)]
@@ -408,7 +408,7 @@ fn variant(
     let mut caching = vec![("ETag", etag.to_string())];
     caching.push((
         "Last-Modified",
-        String::from_utf8_lossy(&crate::response::http_date(modified)).into_owned(),
+        String::from_utf8_lossy(&crate::catalog::response::http_date(modified)).into_owned(),
     ));
     let rule = opts
         .cache_rules
@@ -479,7 +479,7 @@ fn common_fields(opts: &SiteOptions) -> Vec<(&str, String)> {
         .iter()
         .any(|(n, _)| n.eq_ignore_ascii_case("server"))
     {
-        fields.push(("Server", crate::response::SERVER.into()));
+        fields.push(("Server", crate::catalog::response::SERVER.into()));
     }
     fields
 }

@@ -1,10 +1,10 @@
-//! What sits between a runtime's socket and its [`Connection`]: nothing, or TLS ([`crate::tls`], Linux
+//! What sits between a runtime's socket and its [`Connection`]: nothing, or TLS ([`crate::conn::tls`], Linux
 //! builds). Runtimes call these instead of the connection's methods of the same names, so the TLS
 //! decision is made once, per connection, here.
 
 use std::time::{Duration, Instant};
 
-use crate::connection::{Connection, Env, Status, Timer};
+use crate::conn::connection::{Connection, Env, Status, Timer};
 
 /// The server's TLS configuration, if it serves HTTPS.
 /// Swapped whole on SIGHUP; each new connection takes the one in force.
@@ -18,15 +18,15 @@ pub enum TlsConfig {}
 pub enum Layer {
     Plain,
     #[cfg(target_os = "linux")]
-    Tls(Box<crate::tls::TlsSession>),
+    Tls(Box<crate::conn::tls::TlsSession>),
 }
 
 impl Layer {
     /// The layer for a new connection: TLS when the server has a configuration.
     pub fn new(tls: Option<&TlsConfig>, now: Instant, header_timeout: Duration) -> Layer {
         #[cfg(target_os = "linux")]
-        if let Some(session) =
-            tls.and_then(|c| crate::tls::TlsSession::start(&c.load_full(), now, header_timeout))
+        if let Some(session) = tls
+            .and_then(|c| crate::conn::tls::TlsSession::start(&c.load_full(), now, header_timeout))
         {
             return Layer::Tls(Box::new(session));
         }
@@ -92,13 +92,13 @@ impl Layer {
         &'a self,
         conn: &'a Connection,
         slices: &mut [std::io::IoSlice<'a>],
-    ) -> crate::output::Next {
+    ) -> crate::conn::output::Next {
         match self {
             Layer::Plain => conn.output_next(slices),
             #[cfg(target_os = "linux")]
             Layer::Tls(_) => match self.output_slices(conn, slices) {
-                0 => crate::output::Next::Nothing,
-                count => crate::output::Next::Slices {
+                0 => crate::conn::output::Next::Nothing,
+                count => crate::conn::output::Next::Slices {
                     count,
                     file_follows: false,
                 },

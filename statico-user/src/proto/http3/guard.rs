@@ -7,7 +7,7 @@
 //! the frame headers (type and length, two varints, RFC 9114 §7.1) and refuses any frame other than
 //! DATA longer than the limit (`--max-head-size`): the stream is stopped and reset with
 //! H3_EXCESSIVE_LOAD before its payload is buffered. DATA frames are streamed by h3 and bounded by
-//! `--max-body-size` in [`crate::quic`]. The rest of the transport is h3-quinn's, passed through.
+//! `--max-body-size` in [`crate::proto::http3`]. The rest of the transport is h3-quinn's, passed through.
 //!
 //! Unidirectional streams (the client's control and QPACK streams) are not guarded: one per kind per
 //! connection, h3 closes the connection on what does not belong there.

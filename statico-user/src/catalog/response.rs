@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 
-use crate::http::ErrorStatus;
+use crate::proto::http1::parser::ErrorStatus;
 
 /// Length of an IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
 pub const DATE_LEN: usize = 29;

@@ -1,16 +1,16 @@
 //! One connection's HTTP exchange: input bytes in, response bytes out.
 //!
-//! [`Connection`](crate::connection::Connection) hands it the bytes it has, [`Session::process`] appends
+//! [`Connection`](crate::conn::connection::Connection) hands it the bytes it has, [`Session::process`] appends
 //! the responses to `out` (pipelined requests together, so they leave in **one** write) and says how many
 //! bytes it consumed; the connection keeps the rest. Everything about HTTP — which response, which
 //! framing, 100 Continue, error responses, when to close, what to count and dump — is decided here,
 //! without I/O; what to do about the socket (deadlines, backpressure, pacing) is the connection's.
 
-use crate::dump::Dumper;
-use crate::http::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
-use crate::output::Sink;
-use crate::response::{Framing, Response};
-use crate::site::{Choice, Site};
+use crate::catalog::response::{Framing, Response};
+use crate::catalog::site::{Choice, Site};
+use crate::conn::output::Sink;
+use crate::observe::dump::Dumper;
+use crate::proto::http1::parser::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
 
 /// The interim response sent when a client waits on `Expect: 100-continue`.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -33,12 +33,12 @@ pub struct Batch {
     /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
     /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with
     /// the bytes after `consumed`. The request itself is answered on HTTP/2 stream 1.
-    pub upgrade: Option<Box<crate::h2c::UpgradeRequest>>,
+    pub upgrade: Option<Box<crate::proto::detect::UpgradeRequest>>,
 }
 
 impl Batch {
     /// Adds what this batch did to a worker's counters (every runtime counts the same way).
-    pub fn count(&self, c: &crate::meter::WorkerCounters) {
+    pub fn count(&self, c: &crate::observe::meter::WorkerCounters) {
         use statico_common::Counter;
         if self.requests > 0 {
             c.add(Counter::Requests, self.requests);
@@ -71,7 +71,7 @@ pub struct Session {
     h2c: bool,
     /// The request being received asked for the h2c upgrade.
     /// (Boxed: rare, and kept out of every connection's size.)
-    upgrade: Option<Box<crate::h2c::UpgradeRequest>>,
+    upgrade: Option<Box<crate::proto::detect::UpgradeRequest>>,
     /// `--root`: the site's answer to a request whose head came in an earlier call than its end
     /// (a body still arriving). Boxed: rare; within one call the choice stays on the stack.
     choice: Option<Box<Choice>>,
@@ -140,8 +140,8 @@ impl Session {
                     // Only a request without a body is upgraded (its body would have to be replayed).
                     self.upgrade = (self.h2c
                         && info.upgrade_h2c
-                        && info.body == crate::http::BodyFraming::None)
-                        .then(|| crate::h2c::UpgradeRequest::from_head(raw).map(Box::new))
+                        && info.body == crate::proto::http1::parser::BodyFraming::None)
+                        .then(|| crate::proto::detect::UpgradeRequest::from_head(raw).map(Box::new))
                         .flatten();
                     *choice = site.map(|site| choose(site, raw));
                     // Ask for the body only if it has not started to arrive already.
@@ -215,7 +215,7 @@ impl Session {
 
 /// The site's answer to a request head (one the framing parser accepted, so it parses again).
 fn choose(site: &Site, raw: &[u8]) -> Choice {
-    let req = crate::site::request::SiteRequest::from_head(raw).unwrap_or_default();
+    let req = crate::catalog::site::request::SiteRequest::from_head(raw).unwrap_or_default();
     site.choose(&req)
 }
 
@@ -230,7 +230,7 @@ fn framing(info: &RequestInfo) -> Framing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::response::ResponseSpec;
+    use crate::catalog::response::ResponseSpec;
 
     fn response() -> Response {
         Response::new(&ResponseSpec {

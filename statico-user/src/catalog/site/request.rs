@@ -26,7 +26,7 @@ pub struct SiteRequest<'a> {
 impl<'a> SiteRequest<'a> {
     /// The fields of an HTTP/1.x request head (complete, as the framing parser accepted it).
     pub fn from_head(raw: &'a [u8]) -> Option<SiteRequest<'a>> {
-        let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
+        let mut headers = [httparse::EMPTY_HEADER; crate::proto::MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
         req.parse(raw).ok()?;
         let mut r = SiteRequest {

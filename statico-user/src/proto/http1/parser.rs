@@ -13,8 +13,7 @@
 
 use std::mem::MaybeUninit;
 
-/// Most header fields accepted in one request head; more is answered with 431.
-pub const MAX_HEADERS: usize = 100;
+pub use crate::proto::MAX_HEADERS;
 
 /// Longest chunk-size line (size, extensions, CRLF) accepted before answering 400.
 const MAX_CHUNK_LINE: usize = 4096;

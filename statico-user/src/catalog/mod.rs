@@ -1,0 +1,3 @@
+//! (being written)
+pub mod response;
+pub mod site;
