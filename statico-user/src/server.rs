@@ -11,7 +11,6 @@ use std::thread;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::catalog::response::Response;
 use crate::cli::{Cli, RuntimeKind};
 use crate::kernel::steering::{self, SocketOptions};
 use crate::observe::meter::{self, Counters};
@@ -207,9 +206,7 @@ fn http3(cli: &Cli, settings: &Settings) -> Result<Option<Http3>, StartError> {
         send_buffer: buffers.send_buffer,
         retry: cli.quic_retry,
     };
-    let response =
-        crate::proto::http2::H2Response::new(&cli.response_spec()).map_err(StartError::Usage)?;
-    let http3 = crate::proto::http3::Http3::new(tls, options, response, settings.site.clone())
+    let http3 = crate::proto::http3::Http3::new(tls, options, settings.catalog.clone())
         .map_err(StartError::Usage)?;
     let sockets = crate::proto::http3::bind(
         SocketAddr::new(cli.address, cli.port),
@@ -285,30 +282,24 @@ fn kernel_detail(kernel: Option<&Kernel>) -> meter::KernelDetail {
 /// What every worker shares, from the flags: the response, each connection's policy, HTTP/2's
 /// settings and response. Any error is the user's (exit code 2).
 fn settings(cli: &Cli) -> Result<Settings> {
-    let response = Response::new(&cli.response_spec())?;
     let h2 = if cli.http2 {
         if cli.runtime.kind != RuntimeKind::Tokio {
             bail!("--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2");
         }
-        let settings = crate::proto::http2::H2Settings {
+        Some(crate::proto::http2::H2Settings {
             max_concurrent_streams: cli.max_concurrent_streams,
             max_body: cli.max_body_size,
             delay: cli.delay,
             body_delay: cli.body_delay,
             idle_timeout: cli.idle_timeout,
             header_timeout: cli.header_timeout,
-        };
-        Some((
-            settings,
-            crate::proto::http2::H2Response::new(&cli.response_spec())?,
-        ))
+        })
     } else {
         None
     };
     Ok(Settings {
-        site: site(cli)?,
+        catalog: Arc::new(crate::catalog::Catalog::build(&catalog_plan(cli))?),
         tls: tls_config(cli)?,
-        response,
         policy: crate::conn::connection::Policy {
             limits: cli.limits(),
             header_timeout: cli.header_timeout,
@@ -323,44 +314,12 @@ fn settings(cli: &Cli) -> Result<Settings> {
     })
 }
 
-/// `--root`: the site, built now; what it holds is printed at start-up.
-fn site(cli: &Cli) -> Result<Option<Arc<crate::catalog::site::SiteHandle>>> {
-    let Some(opts) = cli.site_options() else {
-        return Ok(None);
-    };
-    crate::kernel::sys::prefer_own_pages_for_large_buffers();
-    let site = crate::catalog::site::build(&opts)?;
-    crate::kernel::sys::release_free_memory();
-    eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
-    site_platform_notes();
-    Ok(Some(Arc::new(crate::catalog::site::SiteHandle::new(site))))
-}
-
-/// What `--root` cannot do on this platform, said at start-up rather than found out later.
-fn site_platform_notes() {
-    if !cfg!(target_os = "linux") {
-        eprintln!("statico: site: this build has no zstd compressor (Linux builds only): zstd is served from precompressed .zst files only");
+fn catalog_plan(cli: &Cli) -> crate::catalog::Plan {
+    crate::catalog::Plan {
+        response: cli.response_spec(),
+        site: cli.site_options(),
+        streams: cli.http2 || cli.http3,
     }
-    if !shutdown::CAN_RELOAD {
-        eprintln!("statico: site: there is no SIGHUP here to rebuild the site: restart statico to serve changes");
-    }
-}
-
-/// SIGHUP with `--root`: rebuilds the site on a thread of its own and swaps it in when it is built;
-/// a rebuild that fails keeps the site in force. Says what happened when it is done.
-fn rebuild_site(cli: &Cli, settings: &Settings) {
-    let (Some(handle), Some(opts)) = (settings.site.clone(), cli.site_options()) else {
-        return;
-    };
-    std::thread::spawn(move || match crate::catalog::site::build(&opts) {
-        Ok(site) => {
-            let stats = site.stats.clone();
-            handle.swap(site);
-            crate::kernel::sys::release_free_memory(); // and the old site's, once its last request is out
-            eprintln!("statico: SIGHUP: site rebuilt: {stats}");
-        }
-        Err(e) => eprintln!("statico: SIGHUP: kept the site in force: {e:#}"),
-    });
 }
 
 /// The TLS configuration `--tls-*` asks for; its description is printed at start-up.
@@ -536,7 +495,7 @@ fn announce(
     if let Some(p) = privileges {
         eprintln!("statico: {p}");
     }
-    let left_out = crate::proto::http2::left_out_fields(&cli.response_spec());
+    let left_out = crate::catalog::stream::left_out_fields(&cli.response_spec());
     if cli.http2 && !left_out.is_empty() {
         eprintln!(
             "statico: HTTP/2 responses leave out {}: connection-specific fields are forbidden there (RFC 9113 §8.2.2); HTTP/1.1 responses keep them",
@@ -650,10 +609,10 @@ fn wait_for_signal(
 
 /// SIGHUP: the site is rebuilt (with `--root`), the certificate reloaded (with `--tls-cert`).
 fn reload(cli: &Cli, settings: &Settings) {
-    if settings.site.is_some() {
-        rebuild_site(cli, settings);
+    if settings.catalog.rebuilds() {
+        settings.catalog.rebuild(&catalog_plan(cli));
     }
-    if settings.tls.is_some() || settings.site.is_none() {
+    if settings.tls.is_some() || !settings.catalog.rebuilds() {
         eprintln!("statico: SIGHUP: {}", reload_tls(cli, settings));
     }
 }

@@ -1,3 +1,261 @@
-//! (being written)
+//! The catalog: "what do I send for this request?", one answer for every protocol.
+//!
+//! A protocol builds a [`Request`] view once per request (method, target, the few fields an answer
+//! depends on), asks [`View::choose`] for a [`Choice`] (a few integers), and turns the choice into its
+//! own framing: HTTP/1.1 as bytes ([`View::write`], appended to the connection's output, `Date` and the
+//! connection header included), HTTP/2 and HTTP/3 as a [`StreamAnswer`] (status, fields, a shared body)
+//! that they send as frames ([`Local::stream_answer`]). The choice is made when a request's head
+//! arrives and written when the request is complete, so an HTTP/1.1 session holds only the choice
+//! while a body arrives.
+//!
+//! The kinds of catalog:
+//! - **one** pre-built response (`-s/-b/-H`) for every request: it never looks at the request (the
+//!   view is not even built), so the hot path stays a copy of pre-encoded bytes;
+//! - a **site** (`--root`): a table of files with their encoded variants, 304, 206 and HEAD forms
+//!   ([`site`]), rebuilt and swapped whole on SIGHUP.
+//!
+//! A new kind (routes with latency distributions and faults) is one more [`Kind`] and one more
+//! [`Choice`] variant here: the protocols and runtimes ask the catalog, never a kind.
+//!
+//! Built once at start-up ([`Catalog::build`]) and shared by every worker; each worker (and each QUIC
+//! thread) holds a [`Local`] copy: its own pre-built bytes with a live `Date`, and its own reference to
+//! the site in force, taken again only after a rebuild (one relaxed load per batch).
+
+pub mod request;
 pub mod response;
+pub mod sink;
 pub mod site;
+pub mod stream;
+
+use std::sync::Arc;
+
+use anyhow::Result;
+
+pub use request::Request;
+use response::{ErrorStatus, Framing, Response, ResponseSpec, DATE_LEN};
+use sink::Sink;
+use site::{Site, SiteHandle, SiteOptions};
+pub use stream::StreamAnswer;
+
+/// What the catalog is built from (the catalog's part of the start-up plan).
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The pre-built response: the answer of the single-response kind, and the `Server`, `-H` fields
+    /// and error answers of every kind.
+    pub response: ResponseSpec,
+    /// `--root` and its companions: a static site instead of one response.
+    pub site: Option<SiteOptions>,
+    /// HTTP/2 or HTTP/3 is served: the answers are needed as [`StreamAnswer`]s too.
+    pub streams: bool,
+}
+
+/// What statico answers from, built once, shared by every worker.
+#[derive(Debug)]
+pub struct Catalog {
+    response: Response,
+    /// The response as HTTP/2 and HTTP/3 send it (with `--http2` or `--http3`).
+    stream: Option<StreamAnswer>,
+    kind: Kind,
+}
+
+/// The kinds of catalog (see the module doc).
+#[derive(Debug)]
+enum Kind {
+    One,
+    Site(Arc<SiteHandle>),
+}
+
+/// The answer to one request, decided when its head arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The pre-built response.
+    One,
+    Site(site::Choice),
+}
+
+impl Catalog {
+    /// From the plan: the response encoded, the site walked and built (its summary printed). Any
+    /// error is the user's (a flag, a file).
+    pub fn build(plan: &Plan) -> Result<Catalog> {
+        let response = Response::new(&plan.response)?;
+        let stream = match plan.streams {
+            true => Some(StreamAnswer::new(&plan.response)?),
+            false => None,
+        };
+        let kind = match &plan.site {
+            None => Kind::One,
+            Some(opts) => Kind::Site(Arc::new(SiteHandle::new(build_site(opts)?))),
+        };
+        Ok(Catalog {
+            response,
+            stream,
+            kind,
+        })
+    }
+
+    /// Whether the catalog can be rebuilt (SIGHUP): a site can, one response cannot.
+    pub fn rebuilds(&self) -> bool {
+        matches!(self.kind, Kind::Site(_))
+    }
+
+    /// SIGHUP: rebuilds the site on a thread of its own and swaps it in when it is built; a rebuild
+    /// that fails keeps the site in force. Says what happened when it is done.
+    pub fn rebuild(&self, plan: &Plan) {
+        let (Kind::Site(handle), Some(opts)) = (&self.kind, plan.site.clone()) else {
+            return;
+        };
+        let handle = handle.clone();
+        std::thread::spawn(move || match site::build(&opts) {
+            Ok(site) => {
+                let stats = site.stats.clone();
+                handle.swap(site);
+                crate::kernel::sys::release_free_memory(); // and the old site's, once its last request is out
+                eprintln!("statico: SIGHUP: site rebuilt: {stats}");
+            }
+            Err(e) => eprintln!("statico: SIGHUP: kept the site in force: {e:#}"),
+        });
+    }
+}
+
+/// `--root`: the site, built now; what it holds is printed at start-up, with what this platform
+/// cannot do for it.
+fn build_site(opts: &SiteOptions) -> Result<Site> {
+    crate::kernel::sys::prefer_own_pages_for_large_buffers();
+    let site = site::build(opts)?;
+    crate::kernel::sys::release_free_memory();
+    eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
+    if !cfg!(target_os = "linux") {
+        eprintln!("statico: site: this build has no zstd compressor (Linux builds only): zstd is served from precompressed .zst files only");
+    }
+    if !crate::shutdown::CAN_RELOAD {
+        eprintln!("statico: site: there is no SIGHUP here to rebuild the site: restart statico to serve changes");
+    }
+    Ok(site)
+}
+
+/// One worker's copy of the catalog (or one QUIC thread's): its own pre-built answers, whose `Date`
+/// it keeps live ([`Local::set_date`]), and the site in force, taken again only when a rebuild has
+/// been swapped in ([`Local::refresh`]) — the same for every runtime.
+#[derive(Debug)]
+pub struct Local {
+    /// HTTP/1.1's bytes (a worker's; a QUIC thread needs none).
+    response: Option<Response>,
+    stream: Option<StreamAnswer>,
+    date: [u8; DATE_LEN],
+    site: Option<(Arc<SiteHandle>, Arc<Site>)>,
+}
+
+impl Local {
+    /// A worker's copy: HTTP/1.1 answers, and HTTP/2's when the catalog has them.
+    pub fn for_worker(catalog: &Catalog) -> Local {
+        Local {
+            response: Some(catalog.response.clone()),
+            ..Local::for_streams(catalog)
+        }
+    }
+
+    /// A copy for HTTP/3's threads: stream answers only.
+    pub fn for_streams(catalog: &Catalog) -> Local {
+        Local {
+            response: None,
+            stream: catalog.stream.clone(),
+            date: *catalog.response.date(),
+            site: match &catalog.kind {
+                Kind::One => None,
+                Kind::Site(handle) => Some((handle.clone(), handle.load())),
+            },
+        }
+    }
+
+    /// The second changed: every pre-built answer carries the new `Date`.
+    pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {
+        self.date = *date;
+        if let Some(r) = self.response.as_mut() {
+            r.set_date(date);
+        }
+        if let Some(s) = self.stream.as_mut() {
+            s.set_date(date);
+        }
+    }
+
+    /// Takes the site in force if a rebuild was swapped in since (one relaxed load).
+    pub fn refresh(&mut self) {
+        if let Some((handle, mine)) = self.site.as_mut() {
+            handle.refresh(mine);
+        }
+    }
+
+    /// What HTTP/1.1 connections read, borrowed for one batch.
+    pub fn view(&self) -> View<'_> {
+        View {
+            response: self
+                .response
+                .as_ref()
+                .expect("a worker's catalog holds the HTTP/1.1 answers"),
+            site: self.site.as_ref().map(|(_, site)| &**site),
+        }
+    }
+
+    /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date`.
+    pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
+        match &self.site {
+            Some((_, site)) => {
+                let choice = site.choose(&Request::from_http(request));
+                StreamAnswer::from_parts(site.parts(choice), &self.date)
+            }
+            None => self
+                .stream
+                .clone()
+                .expect("--http2 and --http3 build the stream answer"),
+        }
+    }
+}
+
+/// A worker's catalog as one batch of HTTP/1.1 requests sees it (see [`Local::view`]).
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    response: &'a Response,
+    site: Option<&'a Site>,
+}
+
+impl<'a> View<'a> {
+    /// The answer to a request whose view `request` builds: called only by a kind that looks at the
+    /// request, so the single response parses nothing.
+    #[inline]
+    pub fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
+        match self.site {
+            None => Choice::One,
+            Some(site) => Choice::Site(site.choose(&request())),
+        }
+    }
+
+    /// Appends the answer to `choice` as HTTP/1.1 bytes, in the connection's `framing`, without the
+    /// body for HEAD. Returns where the body starts in `out` when it may be held apart from the head
+    /// (`--body-delay`).
+    #[inline]
+    pub fn write(
+        &self,
+        choice: Choice,
+        framing: Framing,
+        head_only: bool,
+        out: &mut impl Sink,
+    ) -> Option<usize> {
+        if let (Choice::Site(choice), Some(site)) = (choice, self.site) {
+            site.write(choice, framing, self.response.date(), head_only, out);
+            return None;
+        }
+        let r = self.response;
+        if head_only {
+            out.extend_from_slice(r.head(framing));
+            return None;
+        }
+        let body_at = out.unsent() + r.head(framing).len();
+        out.extend_from_slice(r.full(framing));
+        Some(body_at)
+    }
+
+    /// The error answer for a request that cannot be answered (always `Connection: close`).
+    pub fn error(&self, status: ErrorStatus) -> &'a [u8] {
+        self.response.error(status)
+    }
+}

@@ -15,7 +15,45 @@ use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 
-use crate::proto::http1::parser::ErrorStatus;
+/// An error status statico answers malformed or oversized requests with, before closing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorStatus {
+    BadRequest,
+    ContentTooLarge,
+    HeaderFieldsTooLarge,
+    NotImplemented,
+    VersionNotSupported,
+}
+
+impl ErrorStatus {
+    pub const ALL: [ErrorStatus; 5] = [
+        ErrorStatus::BadRequest,
+        ErrorStatus::ContentTooLarge,
+        ErrorStatus::HeaderFieldsTooLarge,
+        ErrorStatus::NotImplemented,
+        ErrorStatus::VersionNotSupported,
+    ];
+
+    pub const fn code(self) -> u16 {
+        match self {
+            ErrorStatus::BadRequest => 400,
+            ErrorStatus::ContentTooLarge => 413,
+            ErrorStatus::HeaderFieldsTooLarge => 431,
+            ErrorStatus::NotImplemented => 501,
+            ErrorStatus::VersionNotSupported => 505,
+        }
+    }
+
+    pub const fn reason(self) -> &'static str {
+        match self {
+            ErrorStatus::BadRequest => "Bad Request",
+            ErrorStatus::ContentTooLarge => "Content Too Large",
+            ErrorStatus::HeaderFieldsTooLarge => "Request Header Fields Too Large",
+            ErrorStatus::NotImplemented => "Not Implemented",
+            ErrorStatus::VersionNotSupported => "HTTP Version Not Supported",
+        }
+    }
+}
 
 /// Length of an IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
 pub const DATE_LEN: usize = 29;

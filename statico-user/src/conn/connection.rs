@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use statico_common::Counter;
 
-use crate::catalog::response::Response;
 use crate::conn::output::{Output, Sink};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;
@@ -76,9 +75,8 @@ impl Policy {
 #[derive(Clone, Copy)]
 pub struct Env<'a> {
     pub policy: &'a Policy,
-    pub response: &'a Response,
-    /// `--root`: the site this worker answers from.
-    pub site: Option<&'a crate::catalog::site::Site>,
+    /// What requests are answered with.
+    pub catalog: crate::catalog::View<'a>,
     pub counters: &'a WorkerCounters,
 }
 
@@ -466,14 +464,13 @@ impl Connection {
         let paced = env.policy.paced();
         let was_empty = self.unsent() == 0;
         let room = MAX_UNSENT.saturating_sub(self.unsent());
-        let answers = (env.response, env.site);
         // Paced: one response at a time into `held` (a copy: it is released by pieces).
         let mut batch = if paced {
             let target = &mut self.held;
-            (self.session).process(input, target, answers, Pace::OneByOne, &mut self.dumper)
+            (self.session).process(input, target, env.catalog, Pace::OneByOne, &mut self.dumper)
         } else {
             let limit = Pace::UpTo(self.out.unsent() + room);
-            (self.session).process(input, &mut self.out, answers, limit, &mut self.dumper)
+            (self.session).process(input, &mut self.out, env.catalog, limit, &mut self.dumper)
         };
         batch.count(env.counters);
         if batch.close {
@@ -582,10 +579,29 @@ mod tests {
     const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
     const SEC: Duration = Duration::from_secs(1);
 
+    pub(super) fn spec(body: &[u8]) -> ResponseSpec {
+        ResponseSpec {
+            status: 200,
+            headers: vec![],
+            body: body.to_vec(),
+        }
+    }
+
+    /// A worker's catalog of one response with `body`.
+    pub(super) fn one(body: &[u8]) -> crate::catalog::Local {
+        let plan = crate::catalog::Plan {
+            response: spec(body),
+            site: None,
+            streams: false,
+        };
+        crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap())
+    }
+
     /// A worker's worth of shared state for one test.
     struct World {
         policy: Policy,
-        response: Response,
+        response: crate::catalog::response::Response,
+        catalog: crate::catalog::Local,
         counters: Counters,
         t0: Instant,
     }
@@ -602,12 +618,8 @@ mod tests {
                     verbose: 0,
                     h2c: false,
                 },
-                response: Response::new(&ResponseSpec {
-                    status: 200,
-                    headers: vec![],
-                    body: body.to_vec(),
-                })
-                .unwrap(),
+                response: crate::catalog::response::Response::new(&spec(body)).unwrap(),
+                catalog: one(body),
                 counters: Counters::new(1),
                 t0: Instant::now(),
             }
@@ -616,8 +628,7 @@ mod tests {
         fn env(&self) -> Env<'_> {
             Env {
                 policy: &self.policy,
-                response: &self.response,
-                site: None,
+                catalog: self.catalog.view(),
                 counters: self.counters.worker(0),
             }
         }
@@ -872,7 +883,8 @@ mod chunking {
     //! However input arrives and however much each send takes, the client gets the same bytes, and
     //! the connection never holds more than its bounds.
     use super::*;
-    use crate::catalog::response::ResponseSpec;
+    use crate::catalog::response::{Framing, Response};
+    use crate::catalog::Local;
     use crate::observe::meter::Counters;
 
     /// A small deterministic generator (no dependency needed for a few thousand numbers).
@@ -887,7 +899,8 @@ mod chunking {
         }
     }
 
-    fn serve(input: &[u8], response: &Response, seed: u64, in_flight: bool) -> Vec<u8> {
+    /// Serves `input` from `catalog`, whose answers are `one` bytes long.
+    fn serve(input: &[u8], (catalog, one): (&Local, usize), seed: u64, in_flight: bool) -> Vec<u8> {
         let policy = Policy {
             limits: Limits::default(),
             header_timeout: Duration::from_secs(10),
@@ -900,8 +913,7 @@ mod chunking {
         let counters = Counters::new(1);
         let env = Env {
             policy: &policy,
-            response,
-            site: None,
+            catalog: catalog.view(),
             counters: counters.worker(0),
         };
         let now = Instant::now();
@@ -915,13 +927,7 @@ mod chunking {
                 at += n;
             }
             assert!(c.pending.len() <= 64 * 1024 + 3000, "kept input is bounded");
-            assert!(
-                c.unsent()
-                    <= MAX_UNSENT
-                        + response
-                            .full(crate::catalog::response::Framing::KeepAlive)
-                            .len()
-            );
+            assert!(c.unsent() <= MAX_UNSENT + one);
             if !c.output().is_empty() {
                 let n = rng.below(c.output().len() + 1);
                 got.extend_from_slice(&c.output()[..n]);
@@ -944,14 +950,11 @@ mod chunking {
         let one = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
         let input = one.repeat(800);
         for body in [&b"ok"[..], &[b'x'; 3000][..]] {
-            // One response for every run: its `Date` is fixed when it is built.
-            let response = Response::new(&ResponseSpec {
-                status: 200,
-                headers: vec![],
-                body: body.to_vec(),
-            })
-            .unwrap();
-            let whole = serve(&input, &response, 0, false);
+            // One catalog for every run: its `Date` is fixed when it is built.
+            let catalog = super::tests::one(body);
+            let len = Response::new(&super::tests::spec(body)).unwrap();
+            let answers = (&catalog, len.full(Framing::KeepAlive).len());
+            let whole = serve(&input, answers, 0, false);
             assert_eq!(
                 whole
                     .windows(15)
@@ -961,7 +964,7 @@ mod chunking {
             );
             for seed in 1..20 {
                 assert!(
-                    serve(&input, &response, seed, seed % 2 == 0) == whole,
+                    serve(&input, answers, seed, seed % 2 == 0) == whole,
                     "seed {seed}"
                 );
             }

@@ -14,6 +14,8 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+pub use crate::catalog::sink::{FileAt, Sink};
+
 /// Bodies at least this long are sent from their shared buffer (one more slice in the send) rather
 /// than copied; shorter ones cost less to copy than to describe.
 pub const SHARE_MIN: usize = 4 * 1024;
@@ -29,39 +31,6 @@ pub const MAX_SLICES: usize = 64;
 /// An own chunk that grew past this (a large body, deep pipelining) is freed once sent rather than
 /// kept: an idle connection holds at most this much output memory.
 const KEEP_CAPACITY: usize = 4 * 1024;
-
-/// Where a session writes its responses: a connection's [`Output`], or a plain buffer (a response
-/// held for `--delay`, a test).
-pub trait Sink {
-    fn extend_from_slice(&mut self, bytes: &[u8]);
-    /// A body stored elsewhere (a static site's), and where it lies in a file if it does: kept by
-    /// reference where worth it, else copied.
-    fn share(&mut self, body: &Bytes, file: Option<FileAt>);
-    /// Bytes written and not yet sent.
-    fn unsent(&self) -> usize;
-}
-
-impl Sink for Vec<u8> {
-    fn extend_from_slice(&mut self, bytes: &[u8]) {
-        Vec::extend_from_slice(self, bytes);
-    }
-
-    fn share(&mut self, body: &Bytes, _: Option<FileAt>) {
-        Vec::extend_from_slice(self, body);
-    }
-
-    fn unsent(&self) -> usize {
-        self.len()
-    }
-}
-
-/// Where a shared body's first byte lies in a file that outlives it: the `Bytes` holding the body
-/// owns the file (see `site::store`), so the descriptor is open while a chunk holds the body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileAt {
-    pub fd: std::os::raw::c_int,
-    pub offset: u64,
-}
 
 /// The next send, for a runtime that can call `sendfile` ([`Output::next`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

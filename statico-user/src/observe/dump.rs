@@ -13,8 +13,7 @@
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 
-use crate::catalog::response::{Framing, Response};
-use crate::proto::http1::parser::ErrorStatus;
+use crate::catalog::response::ErrorStatus;
 
 /// `-v` for a request on a stream (HTTP/2, HTTP/3): its request line (`-vv`: and its header fields),
 /// in one write.
@@ -90,25 +89,12 @@ impl Dumper {
         emit(&s);
     }
 
-    pub fn response(&mut self, response: &Response, framing: Framing, head_only: bool) {
-        if self.level == 0 {
-            return;
-        }
-        let mut s = String::from("↪ response:\n");
-        self.head(&mut s, response.head(framing));
-        if self.level >= 3 && !head_only && !response.body().is_empty() {
-            s.push('\n');
-            self.body(&mut s, response.body(), 0);
-        }
-        emit(&s);
-    }
-
     /// Whether anything is dumped (`-v` and more).
     pub fn on(&self) -> bool {
         self.level > 0
     }
 
-    /// A response built per request (`--root`): its head, and its body from `-vvv`.
+    /// An answer as it was written: its head, and its body from `-vvv`.
     pub fn raw_response(&mut self, bytes: &[u8]) {
         if self.level == 0 {
             return;

@@ -15,7 +15,6 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::response::Response;
 use crate::conn::connection::Policy;
 use crate::observe::meter::Counters;
 use crate::shutdown;
@@ -23,19 +22,15 @@ use crate::shutdown;
 /// Settings every worker shares, fixed at start-up.
 #[derive(Debug)]
 pub struct Settings {
-    pub response: Response,
+    /// What requests are answered with (each worker takes its own [`crate::catalog::Local`] copy).
+    pub catalog: Arc<crate::catalog::Catalog>,
     /// Timeouts, pacing and limits of every connection.
     pub policy: Policy,
     pub shutdown_timeout: Duration,
-    /// `--http2` (tokio runtime only): h2c settings and the response for HTTP/2 streams.
-    pub h2: Option<(
-        crate::proto::http2::H2Settings,
-        crate::proto::http2::H2Response,
-    )>,
+    /// `--http2` (tokio runtime only).
+    pub h2: Option<crate::proto::http2::H2Settings>,
     /// `--tls-*`: every connection speaks TLS.
     pub tls: Option<crate::conn::layer::TlsConfig>,
-    /// `--root`: requests are answered from this site (rebuilt and swapped on SIGHUP).
-    pub site: Option<Arc<crate::catalog::site::SiteHandle>>,
 }
 
 /// Everything one worker owns or shares.

@@ -37,13 +37,13 @@ use tokio::task::AbortHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant, Sleep};
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
-use crate::catalog::response::{DateClock, Response};
+use crate::catalog::response::DateClock;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::{FileAt, Next, MAX_SLICES};
 use crate::observe::meter::WorkerCounters;
 use crate::proto::detect::UpgradeRequest;
-use crate::proto::http2::{self, H2Response};
+use crate::proto::http2;
 use crate::shutdown;
 
 /// Size of the worker's read scratch buffer: the most one `read` takes.
@@ -90,12 +90,9 @@ pub fn run(setup: WorkerSetup, ready: mpsc::Sender<Result<(), String>>) {
 /// A worker's state, shared by its tasks on its one thread.
 struct Worker {
     settings: std::sync::Arc<Settings>,
-    /// This worker's copy of the response, its `Date` kept live by [`clock`].
-    response: RefCell<Response>,
-    /// The same for HTTP/2 streams, with `--http2`.
-    h2_response: RefCell<Option<H2Response>>,
-    /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
-    site: RefCell<crate::catalog::site::WorkerSite>,
+    /// This worker's copy of the catalog, its `Date` kept live by [`clock`], its site replaced when a
+    /// rebuild is swapped in.
+    catalog: RefCell<crate::catalog::Local>,
     /// Notified at shutdown: HTTP/2 connections send GOAWAY and finish their streams.
     h2_drain: tokio::sync::Notify,
     counters: crate::observe::meter::Counters,
@@ -122,11 +119,7 @@ impl Worker {
         counters: crate::observe::meter::Counters,
     ) -> Self {
         Worker {
-            response: RefCell::new(settings.response.clone()),
-            h2_response: RefCell::new(settings.h2.as_ref().map(|(_, r)| r.clone())),
-            site: RefCell::new(crate::catalog::site::WorkerSite::new(
-                settings.site.as_ref(),
-            )),
+            catalog: RefCell::new(crate::catalog::Local::for_worker(&settings.catalog)),
             h2_drain: tokio::sync::Notify::new(),
             settings,
             counters,
@@ -144,13 +137,11 @@ impl Worker {
 
     /// Runs `f` with what a connection reads from its worker (the response borrowed only inside).
     fn with_env<R>(&self, f: impl FnOnce(Env) -> R) -> R {
-        self.site.borrow_mut().refresh();
-        let site = self.site.borrow();
-        let response = self.response.borrow();
+        self.catalog.borrow_mut().refresh();
+        let catalog = self.catalog.borrow();
         f(Env {
             policy: &self.settings.policy,
-            response: &response,
-            site: site.get(),
+            catalog: catalog.view(),
             counters: self.counters(),
         })
     }
@@ -164,10 +155,7 @@ async fn clock(worker: Rc<Worker>) {
         let Some(date) = clock.tick(SystemTime::now()) else {
             continue;
         };
-        worker.response.borrow_mut().set_date(&date);
-        if let Some(r) = worker.h2_response.borrow_mut().as_mut() {
-            r.set_date(&date);
-        }
+        worker.catalog.borrow_mut().set_date(&date);
     }
 }
 
@@ -437,7 +425,7 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     mut read: Vec<u8>,
     upgrade: Option<UpgradeRequest>,
 ) {
-    let Some((h2, _)) = w.settings.h2 else { return };
+    let Some(h2) = w.settings.h2 else { return };
     let prefix = match upgrade {
         None => read,
         Some(up) => loop {
@@ -464,14 +452,9 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let response = |request: &http::Request<h2::RecvStream>| {
-        w.site.borrow_mut().refresh();
-        if let Some(site) = w.site.borrow().get() {
-            return H2Response::from_site(site, request, w.response.borrow().date());
-        }
-        w.h2_response
-            .borrow()
-            .clone()
-            .expect("--http2 builds the HTTP/2 response")
+        let mut catalog = w.catalog.borrow_mut();
+        catalog.refresh();
+        catalog.stream_answer(request)
     };
     let counters = w.counters();
     http2::serve(

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use super::request::Coding;
 use super::store;
 use super::{File, Site, Target, Variant};
-use crate::conn::output::FileAt;
+use crate::catalog::sink::FileAt;
 
 /// What `--root` and its companion flags ask for.
 #[derive(Clone, Debug, Default)]

@@ -10,7 +10,8 @@
 //! The choice is made when the request head arrives and written when the request is complete, so a
 //! session holds only the `Choice`. The site can be rebuilt (SIGHUP) and swapped while workers run:
 //! each `Site` has a generation, a `Choice` names the generation it was made in, and a worker keeps the
-//! `Site` it took until its requests are written (see [`SiteHandle`]).
+//! `Site` it took until its requests are written (see [`SiteHandle`], and the catalog's per-worker
+//! copy, [`crate::catalog::Local`]).
 
 mod build;
 pub mod request;
@@ -22,12 +23,11 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use build::{build, BuildStats, SiteOptions};
-use request::{
-    none_match, not_modified_since, range, Accepted, BadPath, Coding, RangeAsk, SiteRequest,
-};
+use request::{none_match, not_modified_since, range, Accepted, BadPath, Coding, RangeAsk};
 
+use crate::catalog::request::Request;
 use crate::catalog::response::{Framing, DATE_LEN};
-use crate::conn::output::{FileAt, Sink};
+use crate::catalog::sink::{FileAt, Sink};
 
 /// One stored representation of a file.
 #[derive(Clone, Debug)]
@@ -136,7 +136,7 @@ const PARTIAL: &[u8] = b"HTTP/1.1 206 Partial Content\r\n";
 
 impl Site {
     /// The answer to `req` (GET and HEAD; anything else is 405).
-    pub fn choose(&self, req: &SiteRequest<'_>) -> Choice {
+    pub fn choose(&self, req: &Request<'_>) -> Choice {
         let kind = if req.method != b"GET" && req.method != b"HEAD" {
             Kind::MethodNotAllowed
         } else {
@@ -148,7 +148,7 @@ impl Site {
         }
     }
 
-    fn choose_get(&self, req: &SiteRequest<'_>) -> Kind {
+    fn choose_get(&self, req: &Request<'_>) -> Kind {
         let (path, query) = request::split_target(req.target);
         let mut buf = [0u8; request::MAX_PATH];
         let (normal, found) = match request::normalize(path, &mut buf) {
@@ -169,7 +169,7 @@ impl Site {
     }
 
     /// Which variant, and whether a validator or a range changes the status.
-    fn choose_variant(&self, file: FileRef, req: &SiteRequest<'_>) -> Kind {
+    fn choose_variant(&self, file: FileRef, req: &Request<'_>) -> Kind {
         let f = self.file(file);
         let variant = negotiate(f, req.accept_encoding);
         if file == FileRef::NotFound {
@@ -529,34 +529,6 @@ impl SiteHandle {
 
     pub fn load(&self) -> Arc<Site> {
         self.current.load_full()
-    }
-}
-
-/// A worker's site (`--root`): its own `Arc<Site>`, borrowed per request and taken again only when a
-/// rebuild has been swapped in — the same for every runtime.
-#[derive(Debug)]
-pub struct WorkerSite {
-    handle: Option<Arc<SiteHandle>>,
-    mine: Option<Arc<Site>>,
-}
-
-impl WorkerSite {
-    pub fn new(handle: Option<&Arc<SiteHandle>>) -> Self {
-        WorkerSite {
-            mine: handle.map(|h| h.load()),
-            handle: handle.cloned(),
-        }
-    }
-
-    /// Takes the site in force if a rebuild was swapped in since (one relaxed load).
-    pub fn refresh(&mut self) {
-        if let (Some(handle), Some(mine)) = (&self.handle, self.mine.as_mut()) {
-            handle.refresh(mine);
-        }
-    }
-
-    pub fn get(&self) -> Option<&Site> {
-        self.mine.as_deref()
     }
 }
 

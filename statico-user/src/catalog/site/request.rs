@@ -2,57 +2,13 @@
 //! segments resolved, never above the root), the encodings it accepts with their q-values, its
 //! validators (`If-None-Match`, `If-Modified-Since`) and a single byte range.
 //!
-//! Pure functions over bytes, shared by HTTP/1.1 (fields from the request head) and HTTP/2 (fields
-//! from the `h2` request), so both protocols resolve a path and negotiate the same way.
+//! Pure functions over the bytes of a [`Request`](crate::catalog::request::Request) view, which every
+//! protocol builds the same way, so they all resolve a path and negotiate alike.
 
 use std::time::SystemTime;
 
 /// Longest path (decoded) looked up; longer is not found.
 pub const MAX_PATH: usize = 1024;
-
-/// The request fields a site answer depends on.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SiteRequest<'a> {
-    pub method: &'a [u8],
-    /// The request target as sent: `/a%20b/c?x=1` (or an absolute URI).
-    pub target: &'a [u8],
-    pub accept_encoding: Option<&'a [u8]>,
-    pub if_none_match: Option<&'a [u8]>,
-    pub if_modified_since: Option<&'a [u8]>,
-    pub range: Option<&'a [u8]>,
-    pub if_range: Option<&'a [u8]>,
-}
-
-impl<'a> SiteRequest<'a> {
-    /// The fields of an HTTP/1.x request head (complete, as the framing parser accepted it).
-    pub fn from_head(raw: &'a [u8]) -> Option<SiteRequest<'a>> {
-        let mut headers = [httparse::EMPTY_HEADER; crate::proto::MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        req.parse(raw).ok()?;
-        let mut r = SiteRequest {
-            method: req.method?.as_bytes(),
-            target: req.path?.as_bytes(),
-            ..SiteRequest::default()
-        };
-        for h in req.headers.iter() {
-            r.set(h.name.as_bytes(), h.value);
-        }
-        Some(r)
-    }
-
-    /// Records one header field if the answer depends on it.
-    pub fn set(&mut self, name: &[u8], value: &'a [u8]) {
-        let slot = match name.len() {
-            5 if name.eq_ignore_ascii_case(b"range") => &mut self.range,
-            8 if name.eq_ignore_ascii_case(b"if-range") => &mut self.if_range,
-            13 if name.eq_ignore_ascii_case(b"if-none-match") => &mut self.if_none_match,
-            15 if name.eq_ignore_ascii_case(b"accept-encoding") => &mut self.accept_encoding,
-            17 if name.eq_ignore_ascii_case(b"if-modified-since") => &mut self.if_modified_since,
-            _ => return,
-        };
-        *slot = Some(value);
-    }
-}
 
 /// Why a path cannot be looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::fs::File;
 use anyhow::Result;
 use bytes::Bytes;
 
-use crate::conn::output::FileAt;
+use crate::catalog::sink::FileAt;
 
 /// Collects the bodies while the site is built; [`Writer::finish`] seals them into a [`Store`].
 pub struct Writer {

@@ -3,8 +3,8 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use super::request::SiteRequest;
 use super::*;
+use crate::catalog::request::Request;
 
 fn tree(name: &str, files: &[(&str, &[u8])]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("statico-site-{name}-{}", std::process::id()));
@@ -30,10 +30,10 @@ fn site(name: &str, files: &[(&str, &[u8])]) -> Site {
 
 /// The answer to a GET of `target` with `fields`, as text, and its status.
 fn get(site: &Site, target: &str, fields: &[(&str, &str)]) -> (u16, Vec<u8>) {
-    let mut req = SiteRequest {
+    let mut req = Request {
         method: b"GET",
         target: target.as_bytes(),
-        ..SiteRequest::default()
+        ..Request::default()
     };
     for (n, v) in fields {
         req.set(n.as_bytes(), v.as_bytes());
@@ -274,10 +274,10 @@ fn review_findings_stay_fixed() {
     assert_eq!(status, 308);
     assert_eq!(field(&split(&answer).0, "Location"), Some("/docs/?q=1"));
     // HEAD of a plain-text answer (400) carries no body.
-    let req = SiteRequest {
+    let req = Request {
         method: b"HEAD",
         target: b"/%zz",
-        ..SiteRequest::default()
+        ..Request::default()
     };
     let mut out = Vec::new();
     assert_eq!(
@@ -366,10 +366,10 @@ fn other_methods_get_405_and_a_404_page_or_spa_fallback_answers_unknown_paths() 
         "methods",
         &[("index.html", b"app"), ("404.html", b"custom missing")],
     );
-    let req = SiteRequest {
+    let req = Request {
         method: b"POST",
         target: b"/",
-        ..SiteRequest::default()
+        ..Request::default()
     };
     let mut out = Vec::new();
     let status = s.write(
@@ -425,10 +425,10 @@ fn a_site_over_its_size_limit_or_an_empty_root_is_refused_with_the_reason() {
 fn a_choice_from_an_older_build_is_answered_503() {
     let handle = SiteHandle::new(site("swap", &[("a.txt", b"one")]));
     let mut mine = handle.load();
-    let req = SiteRequest {
+    let req = Request {
         method: b"GET",
         target: b"/a.txt",
-        ..SiteRequest::default()
+        ..Request::default()
     };
     let old = mine.choose(&req);
     handle.swap(site("swap2", &[("a.txt", b"two")]));

@@ -71,45 +71,8 @@ pub struct RequestInfo {
     pub upgrade_h2c: bool,
 }
 
-/// An error status statico answers malformed or oversized requests with, before closing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ErrorStatus {
-    BadRequest,
-    ContentTooLarge,
-    HeaderFieldsTooLarge,
-    NotImplemented,
-    VersionNotSupported,
-}
-
-impl ErrorStatus {
-    pub const ALL: [ErrorStatus; 5] = [
-        ErrorStatus::BadRequest,
-        ErrorStatus::ContentTooLarge,
-        ErrorStatus::HeaderFieldsTooLarge,
-        ErrorStatus::NotImplemented,
-        ErrorStatus::VersionNotSupported,
-    ];
-
-    pub const fn code(self) -> u16 {
-        match self {
-            ErrorStatus::BadRequest => 400,
-            ErrorStatus::ContentTooLarge => 413,
-            ErrorStatus::HeaderFieldsTooLarge => 431,
-            ErrorStatus::NotImplemented => 501,
-            ErrorStatus::VersionNotSupported => 505,
-        }
-    }
-
-    pub const fn reason(self) -> &'static str {
-        match self {
-            ErrorStatus::BadRequest => "Bad Request",
-            ErrorStatus::ContentTooLarge => "Content Too Large",
-            ErrorStatus::HeaderFieldsTooLarge => "Request Header Fields Too Large",
-            ErrorStatus::NotImplemented => "Not Implemented",
-            ErrorStatus::VersionNotSupported => "HTTP Version Not Supported",
-        }
-    }
-}
+/// The error answers (400, 413, 431, 501, 505) are the catalog's, pre-built with the response.
+pub use crate::catalog::response::ErrorStatus;
 
 /// What the bytes consumed by one [`Parser::next`] call were.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

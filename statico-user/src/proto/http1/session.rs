@@ -6,8 +6,8 @@
 //! framing, 100 Continue, error responses, when to close, what to count and dump — is decided here,
 //! without I/O; what to do about the socket (deadlines, backpressure, pacing) is the connection's.
 
-use crate::catalog::response::{Framing, Response};
-use crate::catalog::site::{Choice, Site};
+use crate::catalog::response::Framing;
+use crate::catalog::{Choice, Request, View};
 use crate::conn::output::Sink;
 use crate::observe::dump::Dumper;
 use crate::proto::http1::parser::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
@@ -72,8 +72,9 @@ pub struct Session {
     /// The request being received asked for the h2c upgrade.
     /// (Boxed: rare, and kept out of every connection's size.)
     upgrade: Option<Box<crate::proto::detect::UpgradeRequest>>,
-    /// `--root`: the site's answer to a request whose head came in an earlier call than its end
-    /// (a body still arriving). Boxed: rare; within one call the choice stays on the stack.
+    /// The catalog's answer to a request whose head came in an earlier call than its end (a body
+    /// still arriving), unless it is the single response. Boxed: rare; within one call the choice
+    /// stays on the stack.
     choice: Option<Box<Choice>>,
 }
 
@@ -104,20 +105,19 @@ impl Session {
         self.parser.between_requests()
     }
 
-    /// Consumes complete requests from `input` and appends their responses to `out`: `response`, or
-    /// with `--root` the `site`'s answer to each (error responses and `Date` still come from
-    /// `response`).
+    /// Consumes complete requests from `input` and appends the catalog's answer to each to `out`
+    /// (error answers too).
     pub fn process(
         &mut self,
         input: &[u8],
         out: &mut impl Sink,
-        answers: (&Response, Option<&Site>),
+        catalog: View<'_>,
         pace: Pace,
         dumper: &mut Dumper,
     ) -> Batch {
         let mut choice = self.choice.take().map(|c| *c);
-        let batch = self.process_requests(input, out, answers, pace, dumper, &mut choice);
-        self.choice = choice.map(Box::new);
+        let batch = self.process_requests(input, out, catalog, pace, dumper, &mut choice);
+        self.choice = choice.filter(|c| *c != Choice::One).map(Box::new);
         batch
     }
 
@@ -125,7 +125,7 @@ impl Session {
         &mut self,
         input: &[u8],
         out: &mut impl Sink,
-        (response, site): (&Response, Option<&Site>),
+        catalog: View<'_>,
         pace: Pace,
         dumper: &mut Dumper,
         choice: &mut Option<Choice>,
@@ -143,7 +143,7 @@ impl Session {
                         && info.body == crate::proto::http1::parser::BodyFraming::None)
                         .then(|| crate::proto::detect::UpgradeRequest::from_head(raw).map(Box::new))
                         .flatten();
-                    *choice = site.map(|site| choose(site, raw));
+                    *choice = Some(catalog.choose(|| Request::from_head(raw)));
                     // Ask for the body only if it has not started to arrive already.
                     if info.expect_continue && after == input.len() {
                         out.extend_from_slice(CONTINUE);
@@ -160,29 +160,13 @@ impl Session {
                     batch.requests += 1;
                     batch.responses += 1;
                     let framing = framing(&info);
-                    if let (Some(site), Some(choice)) = (site, choice.take()) {
-                        if dumper.on() {
-                            let mut copy = Vec::new();
-                            site.write(
-                                choice.clone(),
-                                framing,
-                                response.date(),
-                                info.head_only,
-                                &mut copy,
-                            );
-                            dumper.raw_response(&copy);
-                        }
-                        site.write(choice, framing, response.date(), info.head_only, out);
-                    } else {
-                        let body_at = out.unsent() + response.head(framing).len();
-                        if info.head_only {
-                            out.extend_from_slice(response.head(framing));
-                        } else {
-                            out.extend_from_slice(response.full(framing));
-                            batch.body_at = Some(body_at);
-                        }
-                        dumper.response(response, framing, info.head_only);
+                    let choice = choice.take().unwrap_or(Choice::One);
+                    if dumper.on() {
+                        let mut copy = Vec::new();
+                        catalog.write(choice.clone(), framing, info.head_only, &mut copy);
+                        dumper.raw_response(&copy);
                     }
+                    batch.body_at = catalog.write(choice, framing, info.head_only, out);
                     if !info.keep_alive {
                         batch.close = true;
                         return batch;
@@ -198,7 +182,7 @@ impl Session {
                     return batch;
                 }
                 Event::Error(status) => {
-                    out.extend_from_slice(response.error(status));
+                    out.extend_from_slice(catalog.error(status));
                     dumper.error(status);
                     batch.responses += 1;
                     batch.error = Some(status);
@@ -211,12 +195,6 @@ impl Session {
             batch.consumed = after;
         }
     }
-}
-
-/// The site's answer to a request head (one the framing parser accepted, so it parses again).
-fn choose(site: &Site, raw: &[u8]) -> Choice {
-    let req = crate::catalog::site::request::SiteRequest::from_head(raw).unwrap_or_default();
-    site.choose(&req)
 }
 
 fn framing(info: &RequestInfo) -> Framing {
@@ -232,25 +210,23 @@ mod tests {
     use super::*;
     use crate::catalog::response::ResponseSpec;
 
-    fn response() -> Response {
-        Response::new(&ResponseSpec {
-            status: 200,
-            headers: vec![],
-            body: b"hi".to_vec(),
-        })
-        .unwrap()
+    fn catalog() -> crate::catalog::Local {
+        let plan = crate::catalog::Plan {
+            response: ResponseSpec {
+                status: 200,
+                headers: vec![],
+                body: b"hi".to_vec(),
+            },
+            site: None,
+            streams: false,
+        };
+        crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap())
     }
 
     fn run(input: &[u8], pace: Pace) -> (Batch, String) {
         let mut s = Session::new(Limits::default());
         let mut out = Vec::new();
-        let b = s.process(
-            input,
-            &mut out,
-            (&response(), None),
-            pace,
-            &mut Dumper::off(),
-        );
+        let b = s.process(input, &mut out, catalog().view(), pace, &mut Dumper::off());
         (b, String::from_utf8(out).unwrap())
     }
 

@@ -17,124 +17,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::detect::{UpgradeRequest, PREFACE};
+use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
 use statico_common::Counter;
-
-/// What statico answers on every stream: status, headers (no connection-specific ones), body.
-#[derive(Clone, Debug)]
-pub struct H2Response {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-/// Whether a header field is connection-specific, which HTTP/2 forbids in a message (RFC 9113 §8.2.2;
-/// `h2` resets a stream that carries one): `Connection`, `Keep-Alive`, `Proxy-Connection`,
-/// `Transfer-Encoding`, `Upgrade`, and `TE` with any value but `trailers`.
-fn is_connection_specific(name: &str, value: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    matches!(
-        name.as_str(),
-        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
-    ) || (name == "te" && !value.trim().eq_ignore_ascii_case("trailers"))
-}
-
-/// The user's `-H` fields that HTTP/2 responses leave out (they stay in HTTP/1.1 responses), by name.
-pub fn left_out_fields(spec: &crate::catalog::response::ResponseSpec) -> Vec<String> {
-    spec.headers
-        .iter()
-        .filter(|(n, v)| is_connection_specific(n, v))
-        .map(|(n, _)| n.clone())
-        .collect()
-}
-
-impl H2Response {
-    /// From the user's response spec, without its connection-specific fields (see
-    /// [`left_out_fields`]); `date` is patched per second by the caller.
-    pub fn new(spec: &crate::catalog::response::ResponseSpec) -> anyhow::Result<Self> {
-        let status = StatusCode::from_u16(spec.status)?;
-        let mut headers = HeaderMap::new();
-        for (name, value) in crate::catalog::response::header_fields(spec)? {
-            if is_connection_specific(&name, &value) {
-                continue;
-            }
-            headers.append(
-                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())?,
-                HeaderValue::from_str(&value)?,
-            );
-        }
-        let mut response = H2Response {
-            status,
-            headers,
-            body: Bytes::from(spec.body.clone()),
-        };
-        response.set_date(&crate::catalog::response::http_date(
-            std::time::SystemTime::now(),
-        ));
-        Ok(response)
-    }
-
-    /// A `--root` site's answer to `request` (an HTTP/2 or an HTTP/3 one), with `date`.
-    pub fn from_site<B>(
-        site: &crate::catalog::site::Site,
-        request: &Request<B>,
-        date: &[u8; crate::catalog::response::DATE_LEN],
-    ) -> Self {
-        let target = request
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .as_bytes();
-        let mut req = crate::catalog::site::request::SiteRequest {
-            method: request.method().as_str().as_bytes(),
-            target,
-            ..Default::default()
-        };
-        for (name, value) in request.headers() {
-            req.set(name.as_str().as_bytes(), value.as_bytes());
-        }
-        let parts = site.parts(site.choose(&req));
-        let mut headers = HeaderMap::new();
-        for (name, value) in &parts.fields {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
-                HeaderValue::from_str(value),
-            ) {
-                headers.append(n, v);
-            }
-        }
-        let body = parts.body.unwrap_or_default();
-        if parts.status != 304 {
-            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        }
-        let mut response = H2Response {
-            status: StatusCode::from_u16(parts.status).unwrap_or(StatusCode::OK),
-            headers,
-            body,
-        };
-        response.set_date(date);
-        response
-    }
-
-    pub fn set_date(&mut self, date: &[u8; crate::catalog::response::DATE_LEN]) {
-        if let Ok(v) = HeaderValue::from_bytes(date) {
-            self.headers.insert(http::header::DATE, v);
-        }
-    }
-
-    /// The response head to send and its body. Consumes this copy, so the headers are moved, not
-    /// cloned a second time (the caller's copy per stream is the one clone).
-    pub fn into_parts(self) -> (Response<()>, Bytes) {
-        let mut r = Response::new(());
-        *r.status_mut() = self.status;
-        *r.headers_mut() = self.headers;
-        (r, self.body)
-    }
-}
 
 /// Settings for the HTTP/2 server.
 #[derive(Clone, Copy, Debug)]
@@ -161,7 +50,7 @@ pub const GOAWAY_GRACE: std::time::Duration = super::CLOSE_GRACE;
 pub async fn serve<T>(
     io: T,
     settings: H2Settings,
-    response: &dyn Fn(&Request<h2::RecvStream>) -> H2Response,
+    response: &dyn Fn(&Request<h2::RecvStream>) -> StreamAnswer,
     counters: &WorkerCounters,
     verbose: u8,
     drain: impl std::future::Future<Output = ()>,
@@ -220,7 +109,7 @@ pub async fn serve<T>(
 async fn answer(
     request: Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    response: H2Response,
+    response: StreamAnswer,
     settings: H2Settings,
     counters: &WorkerCounters,
     verbose: u8,
@@ -471,35 +360,6 @@ pub fn upgraded_prefix(client: &[u8], upgrade: &UpgradeRequest) -> Option<Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn connection_specific_fields_are_left_out_of_http2_responses() {
-        let spec = crate::catalog::response::ResponseSpec {
-            status: 200,
-            headers: [
-                ("Keep-Alive", "timeout=5"),
-                ("TE", "trailers"),
-                ("te", "gzip"),
-                ("Upgrade", "websocket"),
-                ("Proxy-Connection", "close"),
-                ("X-Kept", "yes"),
-            ]
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect(),
-            body: vec![],
-        };
-        assert_eq!(
-            left_out_fields(&spec),
-            ["Keep-Alive", "te", "Upgrade", "Proxy-Connection"]
-        );
-        let r = H2Response::new(&spec).unwrap();
-        assert_eq!(r.headers.get("x-kept").unwrap(), "yes");
-        assert_eq!(r.headers.get("te").unwrap(), "trailers");
-        for gone in ["keep-alive", "upgrade", "proxy-connection"] {
-            assert!(r.headers.get(gone).is_none(), "{gone}");
-        }
-    }
 
     #[test]
     fn hpack_integers_follow_rfc7541_examples() {

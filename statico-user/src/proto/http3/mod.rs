@@ -20,8 +20,8 @@
 //! same way; they write only the `quic_*` slots of their worker's counter record, which keeps one
 //! writer per slot (and is why HTTP/3 requests are counted in `quic_requests`, not `requests`).
 //!
-//! Every request stream gets the answer the HTTP/2 path gives ([`H2Response`]: the pre-built response,
-//! or with `--root` [`H2Response::from_site`]), so there is one definition of each answer; HEAD gets
+//! Every request stream gets the catalog's answer as a [`StreamAnswer`](crate::catalog::StreamAnswer),
+//! the form HTTP/2 sends too, so there is one definition of each answer; HEAD gets
 //! the head only. A request body is read and dropped (over `--max-body-size` the stream is stopped).
 //! `--idle-timeout` is QUIC's max idle timeout; at most [`MAX_STREAMS`] request streams are open at once
 //! per connection (QUIC stream flow control holds a client back beyond it). On SIGINT/SIGTERM each
@@ -64,9 +64,8 @@ use anyhow::{anyhow, Context, Result};
 use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
-use crate::catalog::response::{DateClock, DATE_LEN};
+use crate::catalog::response::DateClock;
 use crate::observe::meter::Counters;
-use crate::proto::http2::H2Response;
 use crate::shutdown;
 use guard::{Guarded, GuardedBidi};
 
@@ -112,9 +111,8 @@ pub struct Http3Options {
 pub struct Http3 {
     config: quinn::ServerConfig,
     options: Http3Options,
-    /// The answer to every request (without `--root`).
-    response: H2Response,
-    site: Option<Arc<crate::catalog::site::SiteHandle>>,
+    /// What requests are answered with (each QUIC thread takes its own [`crate::catalog::Local`]).
+    catalog: Arc<crate::catalog::Catalog>,
     /// The stateless-reset key of every worker's endpoint (see [`endpoint_config`]).
     reset_key: Arc<aws_lc_rs::hmac::Key>,
 }
@@ -133,16 +131,14 @@ impl Http3 {
     pub fn new(
         tls: &crate::conn::layer::TlsConfig,
         options: Http3Options,
-        response: H2Response,
-        site: Option<Arc<crate::catalog::site::SiteHandle>>,
+        catalog: Arc<crate::catalog::Catalog>,
     ) -> Result<Self> {
         let mut secret = [0u8; 32];
         aws_lc_rs::rand::fill(&mut secret).map_err(|_| anyhow!("no randomness for QUIC"))?;
         Ok(Http3 {
             config: server_config(tls, options.idle_timeout)?,
             options,
-            response,
-            site,
+            catalog,
             reset_key: Arc::new(aws_lc_rs::hmac::Key::new(
                 aws_lc_rs::hmac::HMAC_SHA256,
                 &secret,
@@ -280,25 +276,22 @@ pub fn start(
     Ok(handles)
 }
 
-/// One QUIC thread's state: the shared settings, its worker's counters, its own copy of the answer
-/// with a live `Date`, its view of the site.
+/// One QUIC thread's state: the shared settings, its worker's counters, its own copy of the catalog
+/// with a live `Date` (and the clock that keeps it so).
 struct Thread {
     http3: Arc<Http3>,
     counters: Counters,
     id: usize,
-    clock: RefCell<(DateClock, [u8; DATE_LEN], H2Response)>,
-    site: RefCell<crate::catalog::site::WorkerSite>,
+    catalog: RefCell<(DateClock, crate::catalog::Local)>,
     /// Handshakes in progress (see [`Handshaking`]).
     handshaking: Cell<usize>,
 }
 
 impl Thread {
     fn new(http3: Arc<Http3>, counters: Counters, id: usize) -> Self {
-        let site = crate::catalog::site::WorkerSite::new(http3.site.as_ref());
-        let date = crate::catalog::response::http_date(SystemTime::now());
+        let catalog = crate::catalog::Local::for_streams(&http3.catalog);
         Thread {
-            clock: RefCell::new((DateClock::default(), date, http3.response.clone())),
-            site: RefCell::new(site),
+            catalog: RefCell::new((DateClock::default(), catalog)),
             handshaking: Cell::new(0),
             http3,
             counters,
@@ -360,20 +353,15 @@ impl Thread {
         }
     }
 
-    /// The answer to `request`: the site's, or the pre-built one; `Date` is this second's.
-    fn answer(&self, request: &http::Request<()>) -> H2Response {
-        let mut clock = self.clock.borrow_mut();
-        let (ticker, date, response) = &mut *clock;
-        if let Some(now) = ticker.tick(SystemTime::now()) {
-            *date = now;
-            response.set_date(&now);
+    /// The catalog's answer to `request`; `Date` is this second's.
+    fn answer(&self, request: &http::Request<()>) -> crate::catalog::StreamAnswer {
+        let mut catalog = self.catalog.borrow_mut();
+        let (clock, catalog) = &mut *catalog;
+        if let Some(now) = clock.tick(SystemTime::now()) {
+            catalog.set_date(&now);
         }
-        let mut site = self.site.borrow_mut();
-        site.refresh();
-        match site.get() {
-            Some(site) => H2Response::from_site(site, request, date),
-            None => response.clone(),
-        }
+        catalog.refresh();
+        catalog.stream_answer(request)
     }
 }
 
@@ -387,7 +375,7 @@ async fn serve(thread: Rc<Thread>, endpoint: quinn::Endpoint, mut stop: shutdown
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
-            _ = refresh.tick() => thread.site.borrow_mut().refresh(),
+            _ = refresh.tick() => thread.catalog.borrow_mut().1.refresh(),
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => if let Some(incoming) = thread.admit(incoming) {

@@ -36,7 +36,7 @@ use io_uring::{cqueue, opcode, squeue, types};
 use statico_common::Counter;
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
-use crate::catalog::response::{DateClock, Response};
+use crate::catalog::response::DateClock;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::MAX_SLICES;
@@ -118,10 +118,9 @@ impl Gather {
 /// What every connection of the worker reads.
 struct Shared<'a> {
     settings: &'a Settings,
-    /// This worker's copy of the response, its `Date` patched by the tick.
-    response: Response,
-    /// `--root`: the site this worker answers from, replaced when a rebuild is swapped in.
-    site: crate::catalog::site::WorkerSite,
+    /// This worker's copy of the catalog, its `Date` patched by the tick, its site replaced when a
+    /// rebuild is swapped in.
+    catalog: crate::catalog::Local,
     counters: &'a WorkerCounters,
 }
 
@@ -129,8 +128,7 @@ impl Shared<'_> {
     fn env(&self) -> Env<'_> {
         Env {
             policy: &self.settings.policy,
-            response: &self.response,
-            site: self.site.get(),
+            catalog: self.catalog.view(),
             counters: self.counters,
         }
     }
@@ -206,8 +204,7 @@ impl<'a> Worker<'a> {
             bufs,
             shared: Shared {
                 settings,
-                response: settings.response.clone(),
-                site: crate::catalog::site::WorkerSite::new(settings.site.as_ref()),
+                catalog: crate::catalog::Local::for_worker(&settings.catalog),
                 counters: counters.worker(id),
             },
             listener: listener.into_raw_fd(),
@@ -260,7 +257,7 @@ impl<'a> Worker<'a> {
                 .map(|c| (c.user_data(), c.result(), c.flags())),
         );
         self.now = Instant::now();
-        self.shared.site.refresh();
+        self.shared.catalog.refresh();
         for &(data, res, flags) in &cqes {
             if !cqueue::more(flags) {
                 self.ring.inflight = self.ring.inflight.saturating_sub(1);
@@ -382,7 +379,7 @@ impl<'a> Worker<'a> {
     /// Every [`TICK`]: `Date`, expired deadlines, idle connections while draining, a failed accept.
     fn on_tick(&mut self) {
         if let Some(date) = self.clock.tick(SystemTime::now()) {
-            self.shared.response.set_date(&date);
+            self.shared.catalog.set_date(&date);
         }
         for slot in 0..self.conns.capacity() {
             let draining = self.draining.is_some();

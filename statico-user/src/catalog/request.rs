@@ -1,0 +1,75 @@
+//! The request view: the few fields of a request that an answer may depend on, borrowed from the
+//! request as it arrived and built once per request, the same way for every protocol — from an
+//! HTTP/1.x head ([`Request::from_head`]) or from the `http` crate's request that HTTP/2 and HTTP/3
+//! hand over ([`Request::from_http`]).
+//!
+//! It allocates nothing; a catalog kind that answers every request alike never asks for it (see
+//! [`View::choose`](crate::catalog::View::choose)), so the single-response hot path parses no head twice.
+
+/// The request fields an answer depends on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Request<'a> {
+    pub method: &'a [u8],
+    /// The request target as sent: `/a%20b/c?x=1` (or an absolute URI).
+    pub target: &'a [u8],
+    pub accept_encoding: Option<&'a [u8]>,
+    pub if_none_match: Option<&'a [u8]>,
+    pub if_modified_since: Option<&'a [u8]>,
+    pub range: Option<&'a [u8]>,
+    pub if_range: Option<&'a [u8]>,
+}
+
+impl<'a> Request<'a> {
+    /// The fields of an HTTP/1.x request head (complete, as the framing parser accepted it); a head
+    /// that does not parse again gives the empty view.
+    pub fn from_head(raw: &'a [u8]) -> Request<'a> {
+        let mut headers = [httparse::EMPTY_HEADER; crate::proto::MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        if req.parse(raw).is_err() {
+            return Request::default();
+        }
+        let (Some(method), Some(target)) = (req.method, req.path) else {
+            return Request::default();
+        };
+        let mut r = Request {
+            method: method.as_bytes(),
+            target: target.as_bytes(),
+            ..Request::default()
+        };
+        for h in req.headers.iter() {
+            r.set(h.name.as_bytes(), h.value);
+        }
+        r
+    }
+
+    /// The fields of an HTTP/2 or HTTP/3 request.
+    pub fn from_http<B>(request: &'a http::Request<B>) -> Request<'a> {
+        let target = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes();
+        let mut r = Request {
+            method: request.method().as_str().as_bytes(),
+            target,
+            ..Request::default()
+        };
+        for (name, value) in request.headers() {
+            r.set(name.as_str().as_bytes(), value.as_bytes());
+        }
+        r
+    }
+
+    /// Records one header field if the answer depends on it.
+    pub fn set(&mut self, name: &[u8], value: &'a [u8]) {
+        let slot = match name.len() {
+            5 if name.eq_ignore_ascii_case(b"range") => &mut self.range,
+            8 if name.eq_ignore_ascii_case(b"if-range") => &mut self.if_range,
+            13 if name.eq_ignore_ascii_case(b"if-none-match") => &mut self.if_none_match,
+            15 if name.eq_ignore_ascii_case(b"accept-encoding") => &mut self.accept_encoding,
+            17 if name.eq_ignore_ascii_case(b"if-modified-since") => &mut self.if_modified_since,
+            _ => return,
+        };
+        *slot = Some(value);
+    }
+}

@@ -1,0 +1,137 @@
+//! An answer in the form HTTP/2 and HTTP/3 send it: a status, header fields, and a body that is a
+//! slice of a shared buffer — the same answer HTTP/1.1 gets as bytes, for protocols that send a head
+//! as a HEADERS frame and the body as DATA frames. The `http` crate's types, which `h2` and `h3` take.
+//!
+//! HTTP/2 forbids connection-specific fields (RFC 9113 §8.2.2), so the user's `-H` fields of that kind
+//! are left out here and stay in HTTP/1.1 answers ([`left_out_fields`] names them at start-up).
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use super::response::{header_fields, http_date, ResponseSpec, DATE_LEN};
+
+/// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
+#[derive(Clone, Debug)]
+pub struct StreamAnswer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Whether a header field is connection-specific, which HTTP/2 forbids in a message (RFC 9113 §8.2.2;
+/// `h2` resets a stream that carries one): `Connection`, `Keep-Alive`, `Proxy-Connection`,
+/// `Transfer-Encoding`, `Upgrade`, and `TE` with any value but `trailers`.
+fn is_connection_specific(name: &str, value: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+    ) || (name == "te" && !value.trim().eq_ignore_ascii_case("trailers"))
+}
+
+/// The user's `-H` fields that HTTP/2 responses leave out (they stay in HTTP/1.1 responses), by name.
+pub fn left_out_fields(spec: &ResponseSpec) -> Vec<String> {
+    spec.headers
+        .iter()
+        .filter(|(n, v)| is_connection_specific(n, v))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+impl StreamAnswer {
+    /// From the user's response spec, without its connection-specific fields (see
+    /// [`left_out_fields`]); `date` is patched per second by the caller.
+    pub fn new(spec: &ResponseSpec) -> anyhow::Result<Self> {
+        let status = StatusCode::from_u16(spec.status)?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in header_fields(spec)? {
+            if is_connection_specific(&name, &value) {
+                continue;
+            }
+            headers.append(
+                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())?,
+                HeaderValue::from_str(&value)?,
+            );
+        }
+        let mut response = StreamAnswer {
+            status,
+            headers,
+            body: Bytes::from(spec.body.clone()),
+        };
+        response.set_date(&http_date(std::time::SystemTime::now()));
+        Ok(response)
+    }
+
+    /// A site's answer in parts, as a stream answer with `date`.
+    pub fn from_parts(parts: super::site::Parts<'_>, date: &[u8; DATE_LEN]) -> Self {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &parts.fields {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        let body = parts.body.unwrap_or_default();
+        if parts.status != 304 {
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        let mut response = StreamAnswer {
+            status: StatusCode::from_u16(parts.status).unwrap_or(StatusCode::OK),
+            headers,
+            body,
+        };
+        response.set_date(date);
+        response
+    }
+
+    pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {
+        if let Ok(v) = HeaderValue::from_bytes(date) {
+            self.headers.insert(http::header::DATE, v);
+        }
+    }
+
+    /// The response head to send and its body. Consumes this copy, so the headers are moved, not
+    /// cloned a second time (the caller's copy per stream is the one clone).
+    pub fn into_parts(self) -> (Response<()>, Bytes) {
+        let mut r = Response::new(());
+        *r.status_mut() = self.status;
+        *r.headers_mut() = self.headers;
+        (r, self.body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_specific_fields_are_left_out_of_http2_responses() {
+        let spec = ResponseSpec {
+            status: 200,
+            headers: [
+                ("Keep-Alive", "timeout=5"),
+                ("TE", "trailers"),
+                ("te", "gzip"),
+                ("Upgrade", "websocket"),
+                ("Proxy-Connection", "close"),
+                ("X-Kept", "yes"),
+            ]
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+            body: vec![],
+        };
+        assert_eq!(
+            left_out_fields(&spec),
+            ["Keep-Alive", "te", "Upgrade", "Proxy-Connection"]
+        );
+        let r = StreamAnswer::new(&spec).unwrap();
+        assert_eq!(r.headers.get("x-kept").unwrap(), "yes");
+        assert_eq!(r.headers.get("te").unwrap(), "trailers");
+        for gone in ["keep-alive", "upgrade", "proxy-connection"] {
+            assert!(r.headers.get(gone).is_none(), "{gone}");
+        }
+    }
+}
