@@ -7,7 +7,28 @@
 //! frequency governor, irqbalance, RPS, busy polling), read from /proc and /sys. Advice never fails the
 //! check.
 
+use std::net::SocketAddr;
 use std::path::Path;
+
+use crate::config::Plan;
+
+/// `--check`: everything a start needs has worked (the listeners and BPF state are released on
+/// return); says what a start would use, and advice about the node. `lines` are the runtime's and the
+/// steering's descriptions.
+pub fn report(plan: &Plan, addr: SocketAddr, [runtime, steering]: &[String; 2]) {
+    let scheme = if plan.https() { "https" } else { "http" };
+    eprintln!("statico: check: steering {steering}");
+    eprintln!(
+        "statico: check: a start would listen on {scheme}://{addr} with {} workers (runtime: {runtime}){}",
+        plan.workers,
+        plan.h3_note(addr)
+    );
+    let backlog = u32::try_from(plan.listen.sockets.backlog).unwrap_or(0);
+    for line in advice(backlog) {
+        eprintln!("statico: advice: {line}");
+    }
+    eprintln!("statico: check: OK");
+}
 
 /// Lines of advice about this node for a server started with `backlog` (empty: nothing to say).
 pub fn advice(backlog: u32) -> Vec<String> {

@@ -8,11 +8,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Parser};
 
 use crate::catalog::response::ResponseSpec;
+use crate::kernel::steering::SteeringKind;
 use crate::observe::meter::MeterFormat;
 use crate::proto::http1::parser::Limits;
+use crate::runtime::RuntimeKind;
 
 /// statico answers every HTTP request with one pre-built response, as fast as the machine allows.
 ///
@@ -230,24 +232,6 @@ Examples:
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Body(pub Vec<u8>);
 
-/// Which runtime moves the bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RuntimeKind {
-    /// One current-thread tokio runtime per pinned worker.
-    Tokio,
-    /// One io_uring per pinned worker, driven directly (Linux).
-    IoUring,
-}
-
-impl RuntimeKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            RuntimeKind::Tokio => "tokio",
-            RuntimeKind::IoUring => "io-uring",
-        }
-    }
-}
-
 /// The runtime asked for, and the name it was asked by when that was an alias of another project's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RuntimeChoice {
@@ -283,22 +267,6 @@ impl RuntimeChoice {
             auto: name == "auto",
         }
     }
-}
-
-/// How connections are spread over workers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SteeringKind {
-    /// The best rung that works on this machine
-    Auto,
-    /// An SK_REUSEPORT eBPF program steers each connection to the worker on the CPU that took its SYN
-    /// (Linux, CAP_BPF + CAP_NET_ADMIN)
-    Ebpf,
-    /// Each listener carries SO_INCOMING_CPU = its worker's CPU (Linux 6.2+, unprivileged)
-    IncomingCpu,
-    /// One SO_REUSEPORT listener per worker; the kernel hashes connections over them (Linux)
-    Reuseport,
-    /// One listener shared by all workers
-    Shared,
 }
 
 fn parse_body(s: &str) -> Result<Body, String> {

@@ -24,6 +24,7 @@
 pub mod catalog;
 pub mod check;
 pub mod cli;
+pub mod config;
 pub mod conn;
 pub mod kernel;
 pub mod observe;

@@ -1,7 +1,6 @@
 //! The request view: the few fields of a request that an answer may depend on, borrowed from the
-//! request as it arrived and built once per request, the same way for every protocol — from an
-//! HTTP/1.x head ([`Request::from_head`]) or from the `http` crate's request that HTTP/2 and HTTP/3
-//! hand over ([`Request::from_http`]).
+//! request as it arrived and built once per request: by the HTTP/1.1 session from the request head,
+//! and from the `http` crate's request that HTTP/2 and HTTP/3 hand over ([`Request::from_http`]).
 //!
 //! It allocates nothing; a catalog kind that answers every request alike never asks for it (see
 //! [`View::choose`](crate::catalog::View::choose)), so the single-response hot path parses no head twice.
@@ -20,28 +19,6 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// The fields of an HTTP/1.x request head (complete, as the framing parser accepted it); a head
-    /// that does not parse again gives the empty view.
-    pub fn from_head(raw: &'a [u8]) -> Request<'a> {
-        let mut headers = [httparse::EMPTY_HEADER; crate::proto::MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        if req.parse(raw).is_err() {
-            return Request::default();
-        }
-        let (Some(method), Some(target)) = (req.method, req.path) else {
-            return Request::default();
-        };
-        let mut r = Request {
-            method: method.as_bytes(),
-            target: target.as_bytes(),
-            ..Request::default()
-        };
-        for h in req.headers.iter() {
-            r.set(h.name.as_bytes(), h.value);
-        }
-        r
-    }
-
     /// The fields of an HTTP/2 or HTTP/3 request.
     pub fn from_http<B>(request: &'a http::Request<B>) -> Request<'a> {
         let target = request

@@ -1,5 +1,5 @@
 //! Where an answer is written: the [`Sink`] trait a catalog writes HTTP/1.1 answers into — a
-//! connection's output queue ([`crate::conn::output::Output`]) or a plain buffer — and [`FileAt`], where
+//! connection's output queue (`conn::output::Output`) or a plain buffer — and [`FileAt`], where
 //! a shared body lies in a file, so a runtime can send it with `sendfile`.
 //!
 //! Defined here, below the connection, so that the catalog writes answers without knowing the

@@ -15,6 +15,58 @@ pub type TlsConfig = std::sync::Arc<arc_swap::ArcSwap<rustls::ServerConfig>>;
 #[derive(Debug, Clone)]
 pub enum TlsConfig {}
 
+/// The TLS part of the start-up plan (`--tls-*`; off Linux it is refused while planning).
+#[cfg(target_os = "linux")]
+pub type TlsOptions = crate::conn::tls::TlsOptions;
+#[cfg(not(target_os = "linux"))]
+pub type TlsOptions = std::convert::Infallible;
+
+/// The TLS configuration `options` ask for (none without them); its description is printed at
+/// start-up. An error is the user's (a certificate, a key).
+pub fn configure(options: Option<&TlsOptions>) -> anyhow::Result<Option<TlsConfig>> {
+    let Some(options) = options else {
+        return Ok(None);
+    };
+    #[cfg(target_os = "linux")]
+    return Ok(
+        crate::conn::tls::server_config(options)?.map(|(config, lines)| {
+            for line in lines.lines() {
+                eprintln!("statico: {line}");
+            }
+            std::sync::Arc::new(arc_swap::ArcSwap::new(config))
+        }),
+    );
+    #[cfg(not(target_os = "linux"))]
+    match *options {}
+}
+
+/// SIGHUP: loads the certificate and key again and, if they are good, serves new connections with
+/// them; connections already open keep theirs. A bad new pair keeps the old one. Says what happened.
+pub fn reload(current: Option<&TlsConfig>, options: Option<&TlsOptions>) -> String {
+    let (Some(current), Some(options)) = (current, options) else {
+        return "nothing to reload (no --tls-cert)".into();
+    };
+    #[cfg(target_os = "linux")]
+    {
+        if options.self_signed {
+            return "nothing to reload (--tls-self-signed makes its certificate once)".into();
+        }
+        match crate::conn::tls::server_config(options) {
+            Ok(Some((config, line))) => {
+                current.store(config);
+                format!("reloaded: {}", line.replace('\n', "; "))
+            }
+            Ok(None) => "nothing to reload".into(),
+            Err(e) => format!("kept the certificate in use: {e:#}"),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = current;
+        match *options {}
+    }
+}
+
 pub enum Layer {
     Plain,
     #[cfg(target_os = "linux")]

@@ -25,8 +25,6 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use clap::ValueEnum;
 
-use crate::cli::{Cli, SteeringKind};
-
 /// A steering rung that is in effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rung {
@@ -47,6 +45,32 @@ impl Rung {
     }
 }
 
+/// How connections are spread over workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SteeringKind {
+    /// The best rung that works on this machine
+    Auto,
+    /// An SK_REUSEPORT eBPF program steers each connection to the worker on the CPU that took its SYN
+    /// (Linux, CAP_BPF + CAP_NET_ADMIN)
+    Ebpf,
+    /// Each listener carries SO_INCOMING_CPU = its worker's CPU (Linux 6.2+, unprivileged)
+    IncomingCpu,
+    /// One SO_REUSEPORT listener per worker; the kernel hashes connections over them (Linux)
+    Reuseport,
+    /// One listener shared by all workers
+    Shared,
+}
+
+/// How the listeners are made: the steering part of the start-up plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// `--steering`.
+    pub rung: SteeringKind,
+    pub sockets: SocketOptions,
+    /// `--xdp IFACE`: XDP counters on that interface (the ebpf rung).
+    pub xdp: Option<String>,
+}
+
 /// The bound listeners, one per worker (the same socket duplicated for `shared`).
 #[derive(Debug)]
 pub struct Listeners {
@@ -56,8 +80,7 @@ pub struct Listeners {
     pub local_addr: SocketAddr,
     pub sockets: Vec<TcpListener>,
     /// The attached BPF program and its maps, on the `ebpf` rung.
-    #[cfg(all(target_os = "linux", statico_bpf))]
-    pub kernel: Option<crate::kernel::bpf::Kernel>,
+    pub assist: super::Assist,
 }
 
 impl Listeners {
@@ -76,18 +99,6 @@ pub struct SocketOptions {
     /// TCP_NODELAY on the listener: Linux copies it to every accepted connection, so runtimes need no
     /// per-connection setsockopt.
     pub nodelay: bool,
-}
-
-impl SocketOptions {
-    pub fn from_cli(cli: &Cli) -> Self {
-        let size = |v: Option<u64>| v.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
-        SocketOptions {
-            receive_buffer: size(cli.receive_buffer_size),
-            send_buffer: size(cli.send_buffer_size),
-            backlog: cli.listen_backlog,
-            nodelay: cli.tcp_nodelay || cli.body_delay.is_some(),
-        }
-    }
 }
 
 const REUSEPORT_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
@@ -204,8 +215,7 @@ fn finish(rung: Rung, why: String, sockets: Vec<TcpListener>) -> Result<Listener
         why,
         local_addr,
         sockets,
-        #[cfg(all(target_os = "linux", statico_bpf))]
-        kernel: None,
+        assist: super::Assist::default(),
     })
 }
 
@@ -251,7 +261,7 @@ fn finish_ebpf(kernel: KernelState, how: String, sockets: Vec<TcpListener>) -> R
         ),
         sockets,
     )?;
-    l.kernel = Some(kernel);
+    l.assist = super::Assist::ebpf(kernel);
     Ok(l)
 }
 

@@ -13,8 +13,6 @@
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 
-use crate::catalog::response::ErrorStatus;
-
 /// `-v` for a request on a stream (HTTP/2, HTTP/3): its request line (`-vv`: and its header fields),
 /// in one write.
 pub fn stream_request<B>(
@@ -112,12 +110,10 @@ impl Dumper {
         emit(&s);
     }
 
-    pub fn error(&mut self, status: ErrorStatus) {
+    pub fn error(&mut self, code: u16, reason: &str) {
         if self.level > 0 {
             emit(&format!(
-                "↪ response:\nHTTP/1.1 {} {} (connection closes)\n",
-                status.code(),
-                status.reason()
+                "↪ response:\nHTTP/1.1 {code} {reason} (connection closes)\n"
             ));
         }
     }

@@ -337,6 +337,35 @@ pub async fn run(counters: Counters, format: MeterFormat, kernel: &dyn Fn() -> K
     }
 }
 
+/// The totals line, one line per worker, and the per-CPU steering and XDP counters.
+pub fn print_totals(counters: &Counters, cpus: &[Option<usize>], kernel: &KernelDetail) {
+    eprintln!("{}", format_totals(&counters.snapshot()));
+    for (w, cpu) in cpus.iter().enumerate() {
+        eprintln!(
+            "{}",
+            format_worker_totals(w, *cpu, &counters.worker_snapshot(w))
+        );
+    }
+    for (cpu, s) in kernel.steering.iter().enumerate() {
+        eprintln!(
+            "statico: steering cpu {cpu}: runs={} steered={} fallbacks={}",
+            s.runs, s.steered, s.fallbacks
+        );
+    }
+    for (cpu, x) in kernel.xdp.iter().enumerate() {
+        eprintln!(
+            "statico: xdp cpu {cpu}: packets={} bytes={}",
+            x.packets, x.bytes
+        );
+    }
+    for (cpu, q) in kernel.quic_steering.iter().enumerate() {
+        eprintln!(
+            "statico: quic steering cpu {cpu}: runs={} by_id={} by_cpu={} fallbacks={}",
+            q.runs, q.by_id, q.by_cpu, q.fallbacks
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,6 @@ use statico_common::Counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::observe::meter::{Counters, KernelDetail};
-use crate::proto::http1::parser::{Event, Limits, Parser};
 
 /// What `statico_build_info` says, and which counters apply.
 #[derive(Clone, Debug)]
@@ -183,31 +182,43 @@ pub async fn serve(listener: tokio::net::TcpListener, page: &dyn Fn() -> String)
     }
 }
 
-/// Reads one request head (framed by statico's parser, 8 KiB at most); returns its path.
+/// Reads one request head (8 KiB at most) and returns its path. `httparse` frames it, not the
+/// workers' parser: a scrape is one GET, and the observing layer stays below the protocols it counts.
 async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
-    let limits = Limits {
-        max_head: 8192,
-        max_body: 0,
-    };
-    let mut parser = Parser::new(limits);
+    const MAX_HEAD: usize = 8192;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 2048];
-    loop {
+    while buf.len() <= MAX_HEAD {
         let n = conn.read(&mut chunk).await.ok()?;
         if n == 0 {
             return None;
         }
         buf.extend_from_slice(&chunk[..n]);
-        match parser.next(&buf).1 {
-            Event::Head { raw, .. } => {
-                let line = raw.split(|&b| b == b'\r').next()?;
-                let path = line.split(|&b| b == b' ').nth(1)?;
-                return Some(String::from_utf8_lossy(path).into_owned());
-            }
-            Event::Incomplete => {}
-            _ => return None,
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(_)) => return req.path.map(str::to_string),
+            Ok(httparse::Status::Partial) => {}
+            Err(_) => return None,
         }
     }
+    None
+}
+
+/// `--metrics`: its listener, bound now; the start-up line says where.
+pub fn listen(addr: Option<std::net::SocketAddr>) -> anyhow::Result<Option<std::net::TcpListener>> {
+    use anyhow::Context;
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
+    listener.set_nonblocking(true)?;
+    eprintln!(
+        "statico: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    Ok(Some(listener))
 }
 
 #[cfg(test)]

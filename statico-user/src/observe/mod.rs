@@ -7,3 +7,36 @@
 pub mod dump;
 pub mod meter;
 pub mod metrics;
+
+use crate::observe::meter::{Counters, KernelDetail, MeterFormat};
+
+/// What the main thread shows while the workers run: the meter (`-m`) and the metrics page
+/// (`--metrics`), each reading the workers' counters (and the kernel's) when it reports.
+pub struct Watch<'a> {
+    pub counters: &'a Counters,
+    pub kernel_detail: &'a dyn Fn() -> KernelDetail,
+    pub meter: Option<MeterFormat>,
+    /// The metrics listener, bound at start-up, and the page it serves.
+    pub metrics: Option<(std::net::TcpListener, &'a dyn Fn() -> String)>,
+}
+
+impl Watch<'_> {
+    /// Runs the meter and serves the page until the caller stops polling (shutdown).
+    pub async fn run(self) {
+        let lines = async {
+            if let Some(format) = self.meter {
+                meter::run(self.counters.clone(), format, self.kernel_detail).await;
+            }
+        };
+        let page = async {
+            if let Some((listener, page)) = self.metrics {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => metrics::serve(l, page).await,
+                    Err(e) => eprintln!("statico: --metrics: {e}"),
+                }
+            }
+        };
+        tokio::join!(lines, page);
+        std::future::pending::<()>().await;
+    }
+}

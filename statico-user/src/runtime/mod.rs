@@ -5,6 +5,7 @@
 //! shared `connection` module's, so runtimes differ only in the I/O they perform. The few things both
 //! loops need besides — how to treat a failed accept — live here, once.
 
+mod start;
 #[cfg(target_os = "linux")]
 mod tls_stream;
 pub mod tokio;
@@ -15,9 +16,29 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use start::{available, resolve, start_workers, worker_cores, Plan, Start, Workers};
+
 use crate::conn::connection::Policy;
 use crate::observe::meter::Counters;
 use crate::shutdown;
+
+/// Which runtime moves the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// One current-thread tokio runtime per pinned worker.
+    Tokio,
+    /// One io_uring per pinned worker, driven directly (Linux).
+    IoUring,
+}
+
+impl RuntimeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Tokio => "tokio",
+            RuntimeKind::IoUring => "io-uring",
+        }
+    }
+}
 
 /// Settings every worker shares, fixed at start-up.
 #[derive(Debug)]

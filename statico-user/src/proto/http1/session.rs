@@ -1,14 +1,14 @@
 //! One connection's HTTP exchange: input bytes in, response bytes out.
 //!
-//! [`Connection`](crate::conn::connection::Connection) hands it the bytes it has, [`Session::process`] appends
+//! The connection (`conn::connection`) hands it the bytes it has, [`Session::process`] appends
 //! the responses to `out` (pipelined requests together, so they leave in **one** write) and says how many
 //! bytes it consumed; the connection keeps the rest. Everything about HTTP — which response, which
 //! framing, 100 Continue, error responses, when to close, what to count and dump — is decided here,
 //! without I/O; what to do about the socket (deadlines, backpressure, pacing) is the connection's.
 
 use crate::catalog::response::Framing;
+use crate::catalog::sink::Sink;
 use crate::catalog::{Choice, Request, View};
-use crate::conn::output::Sink;
 use crate::observe::dump::Dumper;
 use crate::proto::http1::parser::{ErrorStatus, Event, Limits, Parser, RequestInfo, Version};
 
@@ -143,7 +143,7 @@ impl Session {
                         && info.body == crate::proto::http1::parser::BodyFraming::None)
                         .then(|| crate::proto::detect::UpgradeRequest::from_head(raw).map(Box::new))
                         .flatten();
-                    *choice = Some(catalog.choose(|| Request::from_head(raw)));
+                    *choice = Some(catalog.choose(|| request_view(raw)));
                     // Ask for the body only if it has not started to arrive already.
                     if info.expect_continue && after == input.len() {
                         out.extend_from_slice(CONTINUE);
@@ -183,7 +183,7 @@ impl Session {
                 }
                 Event::Error(status) => {
                     out.extend_from_slice(catalog.error(status));
-                    dumper.error(status);
+                    dumper.error(status.code(), status.reason());
                     batch.responses += 1;
                     batch.error = Some(status);
                     batch.close = true;
@@ -195,6 +195,25 @@ impl Session {
             batch.consumed = after;
         }
     }
+}
+
+/// The catalog's view of a request head (complete, as the framing parser accepted it); a head that
+/// does not parse again gives the empty view.
+fn request_view(raw: &[u8]) -> Request<'_> {
+    let mut headers = [httparse::EMPTY_HEADER; crate::proto::MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let (Ok(_), Some(method), Some(target)) = (req.parse(raw), req.method, req.path) else {
+        return Request::default();
+    };
+    let mut view = Request {
+        method: method.as_bytes(),
+        target: target.as_bytes(),
+        ..Request::default()
+    };
+    for h in req.headers.iter() {
+        view.set(h.name.as_bytes(), h.value);
+    }
+    view
 }
 
 fn framing(info: &RequestInfo) -> Framing {

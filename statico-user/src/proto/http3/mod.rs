@@ -69,6 +69,10 @@ use crate::observe::meter::Counters;
 use crate::shutdown;
 use guard::{Guarded, GuardedBidi};
 
+/// The HTTPS port's TLS configuration (`conn::layer::TlsConfig`), swapped whole on a SIGHUP reload:
+/// QUIC follows its certificate and shares its ticket keys.
+type TlsConfig = Arc<arc_swap::ArcSwap<rustls::ServerConfig>>;
+
 /// Request streams a client may have open at once on one connection.
 pub const MAX_STREAMS: u32 = 100;
 
@@ -129,7 +133,7 @@ impl Http3 {
     /// From the HTTPS port's TLS configuration (its certificate, also after a reload, and its ticket
     /// keys are shared) and the answers. An error is the user's (exit code 2).
     pub fn new(
-        tls: &crate::conn::layer::TlsConfig,
+        tls: &TlsConfig,
         options: Http3Options,
         catalog: Arc<crate::catalog::Catalog>,
     ) -> Result<Self> {
@@ -149,7 +153,7 @@ impl Http3 {
 
 /// The certificate of the HTTPS port's configuration in force (swapped on a SIGHUP reload).
 #[derive(Debug)]
-struct Following(crate::conn::layer::TlsConfig);
+struct Following(TlsConfig);
 
 impl rustls::server::ResolvesServerCert for Following {
     fn resolve(
@@ -162,16 +166,14 @@ impl rustls::server::ResolvesServerCert for Following {
 
 /// quinn's server configuration: TLS 1.3 and ALPN `h3` with `tls`'s certificate, the idle timeout,
 /// [`MAX_STREAMS`].
-fn server_config(
-    tls: &crate::conn::layer::TlsConfig,
-    idle: Duration,
-) -> Result<quinn::ServerConfig> {
-    let mut crypto =
-        rustls::ServerConfig::builder_with_provider(Arc::new(crate::conn::tls::provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("QUIC's TLS 1.3")?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(Following(tls.clone())));
+fn server_config(tls: &TlsConfig, idle: Duration) -> Result<quinn::ServerConfig> {
+    // The HTTPS port's provider: the same suites, in the same order.
+    let provider = tls.load().crypto_provider().clone();
+    let mut crypto = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("QUIC's TLS 1.3")?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Following(tls.clone())));
     let tls = tls.load();
     crypto.alpn_protocols = vec![b"h3".to_vec()];
     crypto.ignore_client_order = true;

@@ -1,0 +1,210 @@
+//! The start-up plan: the parsed flags turned, once, into one part per component.
+//!
+//! `cli` parses and checks each flag on its own; this step is where flags meet: which settings each
+//! component takes from which flags (`--body-delay` also sets `TCP_NODELAY`, `--http3` adds `Alt-Svc`
+//! to every answer and needs a certificate), and which combinations are refused (exit code 2). Each
+//! component defines the part it takes — [`crate::catalog::Plan`], [`crate::conn::connection::Policy`],
+//! [`crate::runtime::Plan`], [`crate::kernel::steering::Plan`], the HTTP/2 and HTTP/3 settings, the TLS
+//! options — and receives only that part; only `main`, `server`, `check` and this module see
+//! [`Cli`]. Nothing here does I/O: the plan is data, and `server` starts the components from it in
+//! order.
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, Result};
+
+use crate::cli::Cli;
+use crate::runtime::RuntimeKind;
+
+/// Everything a start needs, decided from the flags.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// `--check`: every start-up step runs, then statico says what it would serve, and exits.
+    pub check: bool,
+    /// Where TCP (and with `--http3`, UDP) listens; port 0 with `--http3` is chosen at start-up.
+    pub address: SocketAddr,
+    pub workers: usize,
+    pub runtime: crate::runtime::Plan,
+    pub listen: crate::kernel::steering::Plan,
+    pub policy: crate::conn::connection::Policy,
+    pub catalog: crate::catalog::Plan,
+    pub http2: Option<crate::proto::http2::H2Settings>,
+    pub tls: Option<crate::conn::layer::TlsOptions>,
+    pub http3: Option<Http3>,
+    pub observe: Observe,
+    /// `--user`: who the workers run as, once everything privileged is done.
+    pub user: Option<String>,
+}
+
+/// HTTP/3's options (Linux builds; elsewhere `--http3` is refused while planning).
+#[cfg(target_os = "linux")]
+pub type Http3 = crate::proto::http3::Http3Options;
+#[cfg(not(target_os = "linux"))]
+pub type Http3 = std::convert::Infallible;
+
+/// What a user watches: the meter, the metrics page.
+#[derive(Clone, Copy, Debug)]
+pub struct Observe {
+    /// `-m`, in `--meter-format`.
+    pub meter: Option<crate::observe::meter::MeterFormat>,
+    /// `--metrics ADDR:PORT`.
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Plan {
+    /// The plan the flags describe, or why they cannot work together (exit code 2).
+    pub fn from_cli(cli: &Cli) -> Result<Plan> {
+        refuse_what_this_build_lacks(cli)?;
+        Ok(Plan {
+            check: cli.check,
+            address: SocketAddr::new(cli.address, cli.port),
+            workers: cli.workers(),
+            runtime: runtime(cli),
+            listen: listen(cli),
+            policy: policy(cli),
+            catalog: catalog(cli),
+            http2: http2(cli)?,
+            tls: tls(cli),
+            http3: http3(cli),
+            observe: Observe {
+                meter: cli.meter.then_some(cli.meter_format),
+                metrics: cli.metrics,
+            },
+            user: cli.user.clone(),
+        })
+    }
+
+    /// Whether the port serves HTTPS.
+    pub fn https(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The start-up lines' note that HTTP/3 is served too (empty without `--http3`).
+    pub fn h3_note(&self, local_addr: SocketAddr) -> String {
+        match self.http3 {
+            Some(_) => format!(" and h3 on udp/{}", local_addr.port()),
+            None => String::new(),
+        }
+    }
+}
+
+/// `--http3` and `--tls-*` need a Linux build; `--http3` needs a certificate.
+pub fn refuse_what_this_build_lacks(cli: &Cli) -> Result<()> {
+    if cli.http3 && !cfg!(target_os = "linux") {
+        bail!("--http3 needs a Linux build of statico (this one has no QUIC)");
+    }
+    if cli.http3 && !cli.tls() {
+        bail!("--http3 needs a TLS certificate: add --tls-self-signed, or --tls-cert FILE --tls-key FILE");
+    }
+    if cli.tls() && !cfg!(target_os = "linux") {
+        bail!("--tls-* needs a Linux build of statico (this one has no TLS)");
+    }
+    Ok(())
+}
+
+fn runtime(cli: &Cli) -> crate::runtime::Plan {
+    crate::runtime::Plan {
+        kind: cli.runtime.kind,
+        auto: cli.runtime.auto,
+        alias: cli.runtime.alias,
+        uring_entries: cli.uring_entries,
+        uring_sqpoll: cli.uring_sqpoll,
+        http2: cli.http2,
+        shutdown_timeout: cli.shutdown_timeout,
+    }
+}
+
+fn listen(cli: &Cli) -> crate::kernel::steering::Plan {
+    let size = |v: Option<u64>| v.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+    crate::kernel::steering::Plan {
+        rung: cli.steering,
+        sockets: crate::kernel::steering::SocketOptions {
+            receive_buffer: size(cli.receive_buffer_size),
+            send_buffer: size(cli.send_buffer_size),
+            backlog: cli.listen_backlog,
+            // A body sent apart from its head must not wait for the head's acknowledgement.
+            nodelay: cli.tcp_nodelay || cli.body_delay.is_some(),
+        },
+        xdp: cli.xdp.clone(),
+    }
+}
+
+fn policy(cli: &Cli) -> crate::conn::connection::Policy {
+    crate::conn::connection::Policy {
+        limits: cli.limits(),
+        header_timeout: cli.header_timeout,
+        idle_timeout: cli.idle_timeout,
+        delay: cli.delay,
+        body_delay: cli.body_delay,
+        verbose: cli.verbose,
+        h2c: cli.http2,
+    }
+}
+
+fn catalog(cli: &Cli) -> crate::catalog::Plan {
+    crate::catalog::Plan {
+        response: cli.response_spec(),
+        site: cli.site_options(),
+        streams: cli.http2 || cli.http3,
+    }
+}
+
+/// `--http2`: its settings; refused on io_uring, which serves HTTP/1.1 only (`auto` picks tokio).
+fn http2(cli: &Cli) -> Result<Option<crate::proto::http2::H2Settings>> {
+    if !cli.http2 {
+        return Ok(None);
+    }
+    if !cli.runtime.auto && cli.runtime.kind != RuntimeKind::Tokio {
+        bail!("--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2");
+    }
+    Ok(Some(crate::proto::http2::H2Settings {
+        max_concurrent_streams: cli.max_concurrent_streams,
+        max_body: cli.max_body_size,
+        delay: cli.delay,
+        body_delay: cli.body_delay,
+        idle_timeout: cli.idle_timeout,
+        header_timeout: cli.header_timeout,
+    }))
+}
+
+#[cfg(target_os = "linux")]
+fn tls(cli: &Cli) -> Option<crate::conn::layer::TlsOptions> {
+    cli.tls().then(|| crate::conn::tls::TlsOptions {
+        cert: cli.tls_cert.clone(),
+        key: cli.tls_key.clone(),
+        self_signed: cli.tls_self_signed,
+        self_signed_out: cli.tls_self_signed_out.clone(),
+        min: cli.tls_min.clone(),
+        address: Some(cli.address),
+        tickets: usize::from(cli.tls_tickets),
+        h2: cli.http2,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn tls(_: &Cli) -> Option<crate::conn::layer::TlsOptions> {
+    None // refused above
+}
+
+#[cfg(target_os = "linux")]
+fn http3(cli: &Cli) -> Option<Http3> {
+    let size = |v: Option<u64>| v.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+    cli.http3.then(|| crate::proto::http3::Http3Options {
+        idle_timeout: cli.idle_timeout,
+        shutdown_timeout: cli.shutdown_timeout,
+        header_timeout: cli.header_timeout,
+        max_head: cli.max_head_size,
+        max_body: cli.max_body_size,
+        delay: cli.delay,
+        body_delay: cli.body_delay,
+        verbose: cli.verbose,
+        receive_buffer: size(cli.receive_buffer_size),
+        send_buffer: size(cli.send_buffer_size),
+        retry: cli.quic_retry,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn http3(_: &Cli) -> Option<Http3> {
+    None // refused above
+}
