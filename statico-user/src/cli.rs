@@ -238,7 +238,7 @@ pub struct RuntimeChoice {
     pub kind: RuntimeKind,
     /// Set for `tokio-uring`, `monoio`, `glommio`: statico prints that they map to its own loop.
     pub alias: Option<&'static str>,
-    /// `auto`: `kind` is decided at start-up (see `server::resolve_runtime`).
+    /// `auto`: `kind` is decided at start-up (see `runtime::resolve`).
     pub auto: bool,
 }
 

@@ -114,13 +114,17 @@ fn runtime(cli: &Cli) -> crate::runtime::Plan {
     }
 }
 
+/// A socket buffer size from its flag (sizes past the address space are the most there is).
+fn buffer_size(v: Option<u64>) -> Option<usize> {
+    v.map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+}
+
 fn listen(cli: &Cli) -> crate::kernel::steering::Plan {
-    let size = |v: Option<u64>| v.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     crate::kernel::steering::Plan {
         rung: cli.steering,
         sockets: crate::kernel::steering::SocketOptions {
-            receive_buffer: size(cli.receive_buffer_size),
-            send_buffer: size(cli.send_buffer_size),
+            receive_buffer: buffer_size(cli.receive_buffer_size),
+            send_buffer: buffer_size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
             // A body sent apart from its head must not wait for the head's acknowledgement.
             nodelay: cli.tcp_nodelay || cli.body_delay.is_some(),
@@ -188,7 +192,6 @@ fn tls(_: &Cli) -> Option<crate::conn::layer::TlsOptions> {
 
 #[cfg(target_os = "linux")]
 fn http3(cli: &Cli) -> Option<Http3> {
-    let size = |v: Option<u64>| v.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     cli.http3.then(|| crate::proto::http3::Http3Options {
         idle_timeout: cli.idle_timeout,
         shutdown_timeout: cli.shutdown_timeout,
@@ -198,8 +201,8 @@ fn http3(cli: &Cli) -> Option<Http3> {
         delay: cli.delay,
         body_delay: cli.body_delay,
         verbose: cli.verbose,
-        receive_buffer: size(cli.receive_buffer_size),
-        send_buffer: size(cli.send_buffer_size),
+        receive_buffer: buffer_size(cli.receive_buffer_size),
+        send_buffer: buffer_size(cli.send_buffer_size),
         retry: cli.quic_retry,
     })
 }

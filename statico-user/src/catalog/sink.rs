@@ -33,7 +33,7 @@ impl Sink for Vec<u8> {
 }
 
 /// Where a shared body's first byte lies in a file that outlives it: the `Bytes` holding the body
-/// owns the file (see `site::store`), so the descriptor is open while a chunk holds the body.
+/// owns the file (see `catalog::site::store`), so the descriptor is open while a chunk holds the body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileAt {
     pub fd: std::os::raw::c_int,

@@ -5,7 +5,8 @@
 //! - [`connection`]: the connection's policy — kept input, backpressure, deadlines, pacing, closing —
 //!   and the switch to HTTP/2;
 //! - [`output`]: what waits to be sent, own bytes and shared bodies in order;
-//! - [`layer`]: what sits between the socket and the connection: nothing, or TLS;
+//! - [`layer`]: what sits between the socket and the connection: nothing, or TLS; the TLS set-up and
+//!   its SIGHUP reload, on every build;
 //! - `tls` (Linux): the TLS record layer (rustls) and its configuration.
 //!
 //! Below it: [`crate::proto`] (what the bytes mean) and [`crate::catalog`] (what to answer). Above it:

@@ -4,7 +4,7 @@
 //! 64-byte-aligned block per worker) and is its only writer, so an update is a plain load and store
 //! (`Relaxed`): no locked instruction and no cache line shared between workers on the hot path. Workers
 //! update their record once per read batch, not once per request. The meter thread only reads. With
-//! `--http3`, the worker's QUIC thread (`quic`) writes the `quic_*` slots of the same record and no
+//! `--http3`, the worker's QUIC thread (`proto::http3`) writes the `quic_*` slots of the same record and no
 //! other, so every slot still has one writer.
 //!
 //! The report is computed from byte and request counts over a monotonic clock ([`Instant`]), once a

@@ -1,8 +1,9 @@
 //! What a user sees of a running server: the counters and the `-m` meter ([`meter`]), the Prometheus
 //! page of `--metrics` ([`metrics`]), and the `-v` dump of requests and responses ([`dump`]).
 //!
-//! Every other layer writes to these (a worker's counter record, the dump); none of them reads back,
-//! so this folder imports nothing above the catalog's response (for the dump).
+//! Every other layer writes to these (a worker's counter record, the dump) and none of them is
+//! imported here, so this folder is the bottom of the tree: the metrics page frames its one GET with
+//! `httparse` rather than the workers' parser, and the dump takes a status as a code and a reason.
 
 pub mod dump;
 pub mod meter;

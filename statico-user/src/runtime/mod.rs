@@ -2,8 +2,10 @@
 //!
 //! A runtime runs one worker on its own thread, pinned to one CPU, and serves the connections its
 //! listener accepts. Everything it needs is in [`WorkerSetup`]; every decision about a connection is the
-//! shared `connection` module's, so runtimes differ only in the I/O they perform. The few things both
-//! loops need besides — how to treat a failed accept — live here, once.
+//! shared [`crate::conn`] layer's, and every answer the [`crate::catalog`]'s (each worker holds its own
+//! [`crate::catalog::Local`] copy), so runtimes differ only in the I/O they perform. The few things
+//! both loops need besides — how to treat a failed accept — live here, once; `start` chooses the
+//! runtime and starts the pinned worker threads.
 
 mod start;
 #[cfg(target_os = "linux")]
