@@ -49,9 +49,8 @@ fn main() {
     // once; it is a different directory from the outer build's, so the two cargo locks never meet.
     let target_dir = manifest.join("../target/bpf");
     if !run(bpf_build(&nightly, &ebpf, target, &target_dir)) {
-        println!(
-            "cargo:warning={WITHOUT_BPF} (run `cargo xtask setup` for {nightly} and bpf-linker)"
-        );
+        watch_for_tools(&nightly);
+        println!("cargo:warning={WITHOUT_BPF}: run `cargo xtask setup` (it installs {nightly} with rust-src and bpf-linker), then build again with the same command; this build notices them when they arrive, no `cargo clean` needed");
         return;
     }
     let object = target_dir.join(target).join("release/statico-ebpf");
@@ -98,6 +97,42 @@ fn bpf_build(nightly: &str, ebpf: &Path, target: &str, target_dir: &Path) -> Com
         cmd.env_remove(var);
     }
     cmd
+}
+
+/// After a build without BPF: re-run this script when the tools it lacked arrive, so that the advice
+/// in the warning (set up, then build again) works without a `cargo clean`. Without this, cargo keeps
+/// the first result, since nothing in the package changed.
+///
+/// Cargo re-runs a build script when a watched path changes; for a directory it takes the newest
+/// modification time of everything below it, and a directory's own time changes when an entry is
+/// added. So this watches the deepest existing directory on the way to the pinned toolchain's
+/// `lib/rustlib` (the rustup `toolchains` directory while the toolchain is missing — a toolchain
+/// installed, or moved back, adds an entry there; `lib/rustlib` while `rust-src` is missing) and the
+/// directory `bpf-linker` is installed into. Only existing paths are watched: cargo treats a missing
+/// one as changed on every build, which would recompile statico each time.
+fn watch_for_tools(nightly: &str) {
+    let home = |var: &str, dot: &str| {
+        env::var_os(var)
+            .map(PathBuf::from)
+            .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(dot)))
+    };
+    if let (Some(rustup), Ok(host)) = (home("RUSTUP_HOME", ".rustup"), env::var("HOST")) {
+        let toolchains = rustup.join("toolchains");
+        let rustlib = toolchains.join(format!("{nightly}-{host}/lib/rustlib"));
+        if let Some(dir) = rustlib
+            .ancestors()
+            .take_while(|p| p.starts_with(&toolchains))
+            .find(|p| p.is_dir())
+        {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
+    }
+    let linker_dir = env::var_os("PATH")
+        .and_then(|paths| env::split_paths(&paths).find(|d| d.join("bpf-linker").is_file()))
+        .or_else(|| home("CARGO_HOME", ".cargo").map(|c| c.join("bin")));
+    if let Some(dir) = linker_dir.filter(|d| d.is_dir()) {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
 }
 
 /// Runs the BPF build; on failure passes its error lines on as warnings.

@@ -131,6 +131,10 @@ pub struct Cli {
     #[arg(long, default_value = "auto", value_parser = PossibleValuesParser::new(RuntimeChoice::NAMES).map(|s| RuntimeChoice::from_name(&s)))]
     pub runtime: RuntimeChoice,
 
+    /// The Statico original's spelling of --runtime io-uring, so its command lines run unchanged
+    #[arg(long = "io-uring", conflicts_with = "runtime")]
+    pub io_uring: bool,
+
     /// io_uring: submission queue entries per worker ring
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=32768))]
     pub uring_entries: u32,
@@ -176,7 +180,8 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", hide = true)]
     pub generate_docs: Option<std::path::PathBuf>,
 
-    /// After start-up (eBPF attached, maps pinned), switch to this user; capabilities are dropped always
+    /// After start-up (listeners bound, eBPF attached, maps pinned), switch to this user (from the system's
+    /// user database, with its groups); capabilities are dropped always
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
 
@@ -391,6 +396,14 @@ impl Cli {
         headers
     }
 
+    /// The runtime asked for: `--runtime`, or `--io-uring`.
+    pub fn runtime_choice(&self) -> RuntimeChoice {
+        match self.io_uring {
+            true => RuntimeChoice::from_name("io-uring"),
+            false => self.runtime,
+        }
+    }
+
     /// Whether the port serves HTTPS.
     pub fn tls(&self) -> bool {
         self.tls_cert.is_some() || self.tls_self_signed
@@ -423,6 +436,16 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_originals_io_uring_flag_selects_io_uring_and_conflicts_with_runtime() {
+        let c = parse(&["--io-uring", "--uring-entries", "256"]).unwrap();
+        let choice = c.runtime_choice();
+        assert_eq!((choice.kind, choice.auto), (RuntimeKind::IoUring, false));
+        assert!(parse(&[]).unwrap().runtime_choice().auto);
+        let e = parse(&["--io-uring", "--runtime", "tokio"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
 
     #[test]

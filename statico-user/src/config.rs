@@ -103,10 +103,11 @@ pub fn refuse_what_this_build_lacks(cli: &Cli) -> Result<()> {
 }
 
 fn runtime(cli: &Cli) -> crate::runtime::Plan {
+    let choice = cli.runtime_choice();
     crate::runtime::Plan {
-        kind: cli.runtime.kind,
-        auto: cli.runtime.auto,
-        alias: cli.runtime.alias,
+        kind: choice.kind,
+        auto: choice.auto,
+        alias: choice.alias,
         uring_entries: cli.uring_entries,
         uring_sqpoll: cli.uring_sqpoll,
         http2: cli.http2,
@@ -158,7 +159,8 @@ fn http2(cli: &Cli) -> Result<Option<crate::proto::http2::H2Settings>> {
     if !cli.http2 {
         return Ok(None);
     }
-    if !cli.runtime.auto && cli.runtime.kind != RuntimeKind::Tokio {
+    let runtime = cli.runtime_choice();
+    if !runtime.auto && runtime.kind != RuntimeKind::Tokio {
         bail!("--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2");
     }
     Ok(Some(crate::proto::http2::H2Settings {

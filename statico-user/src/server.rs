@@ -101,7 +101,11 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         humantime::format_duration(plan.runtime.shutdown_timeout)
     );
     workers.stop();
-    meter::print_totals(&counters, &cpus, &kernel_detail());
+    let shown = meter::Shown {
+        tls: plan.https(),
+        quic: plan.http3.is_some(),
+    };
+    meter::print_totals(&counters, &cpus, &kernel_detail(), shown);
     // Dropping the kernel state detaches the programs, clears the socket slots, removes the pins.
     #[cfg(all(target_os = "linux", statico_bpf))]
     drop(assist);

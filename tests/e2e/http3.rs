@@ -343,7 +343,15 @@ fn the_totals_count_http3_connections_requests_bytes_and_failed_handshakes() {
     );
     assert!(stopped.total("quic_bytes_out") > 7 * 7);
     assert!(stopped.total("quic_bytes_in") > 0);
-    assert_eq!(stopped.total("requests"), 0, "no TCP request was made");
+    assert_eq!(
+        (stopped.total("requests"), stopped.total("responses")),
+        (7, 7),
+        "requests and responses count HTTP/3's too (no TCP request was made)"
+    );
+    assert!(
+        stopped.total("tls_handshakes") == 0,
+        "HTTPS: TLS counters shown"
+    );
 }
 
 #[test]

@@ -156,6 +156,24 @@ fn sigterm_finishes_in_flight_responses_and_prints_totals() {
 }
 
 #[test]
+fn a_plain_servers_totals_name_only_what_it_runs() {
+    let s = Server::start(&[]);
+    let (ok, _, err) = statico_tests::run_client("curl", &["-s", &s.url("/")]);
+    assert!(ok, "{err}");
+    let stopped = s.stop();
+    let lines: Vec<&str> = stopped
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("statico: totals") || l.starts_with("statico: worker "))
+        .collect();
+    assert!(lines.len() >= 2, "{}", stopped.stderr);
+    for line in lines {
+        assert!(!line.contains("tls_") && !line.contains("quic_"), "{line}");
+    }
+    assert_eq!(stopped.total("requests"), 1);
+}
+
+#[test]
 fn sigint_exits_zero_with_totals() {
     let s = Server::start(&[]);
     statico_tests::signal(s.pid(), "INT");

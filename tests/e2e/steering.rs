@@ -410,6 +410,32 @@ fn xdp_without_the_ebpf_rung_is_refused() {
     );
 }
 
+/// `/proc/PID/status`'s values for `key` (`Uid:` gives real, effective, saved and filesystem uid).
+#[cfg(target_os = "linux")]
+fn status_fields(pid: u32, key: &str) -> Vec<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+    line.split_whitespace()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+/// A statico started as root with `--user nobody` runs as nobody (every uid), with no capability
+/// left, and serves.
+#[cfg(target_os = "linux")]
+fn assert_serves_as_nobody(s: &Server) {
+    assert_eq!(status_fields(s.pid(), "Uid:"), ["65534"; 4]);
+    assert_eq!(status_fields(s.pid(), "Gid:"), ["65534"; 4]);
+    for set in ["CapEff:", "CapPrm:", "CapInh:", "CapAmb:"] {
+        let caps = u64::from_str_radix(&status_fields(s.pid(), set)[0], 16).unwrap();
+        assert_eq!(caps, 0, "{set} capabilities left");
+    }
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/"));
+    assert_eq!(r.response(false).status, 200);
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn user_flag_runs_the_hot_path_unprivileged_and_pins_still_go() {
@@ -423,32 +449,42 @@ fn user_flag_runs_the_hot_path_unprivileged_and_pins_still_go() {
     );
     let pins = format!("/sys/fs/bpf/statico/{}", s.addr.port());
     assert!(std::path::Path::new(&pins).exists());
-    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
-    let field = |k: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(k))
-            .unwrap()
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .to_string()
-    };
-    assert_eq!(field("Uid:"), "65534");
-    assert_eq!(
-        u64::from_str_radix(&field("CapEff:"), 16).unwrap(),
-        0,
-        "capabilities left"
-    );
-    let mut r = Reader::new(s.connect());
-    r.send(&get("/"));
-    assert_eq!(r.response(false).status, 200);
-    drop(r);
+    assert_serves_as_nobody(&s);
     let stopped = s.stop();
     assert!(stopped.status.success(), "{}", stopped.stderr);
     assert!(
         !std::path::Path::new(&pins).exists(),
         "pins left behind after --user"
+    );
+}
+
+/// `--user` has nothing to do with BPF: on a rung without it (as on a build without the programs)
+/// statico switches user all the same.
+#[cfg(target_os = "linux")]
+#[test]
+fn user_flag_switches_without_any_bpf_state() {
+    require_root!("--user");
+    let s = Server::start(&["--steering", "reuseport", "--user", "nobody"]);
+    assert!(
+        s.stderr()
+            .contains("running as nobody with no capabilities"),
+        "{}",
+        s.stderr()
+    );
+    assert_serves_as_nobody(&s);
+    assert!(s.stop().status.success());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_user_the_system_does_not_know_is_refused_with_the_fix() {
+    require_root!("--user");
+    let (code, err) =
+        statico_tests::run_to_exit(&["-a", "127.0.0.1", "-p", "0", "--user", "no-such-user-here"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--user no-such-user-here: no such user"),
+        "{err}"
     );
 }
 

@@ -4,17 +4,23 @@
 //!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), the pinned nightly
 //!   toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
 //!   0.10.0, and the non-Linux targets' std.
-//! - `build`: release build of the `statico` binary.
-//! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it).
+//! - `build`: release build of the `statico` binary (after installing what building needs: the pinned
+//!   nightly with `rust-src` and `bpf-linker`, nothing else).
+//! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it);
+//!   installs only what building needs, so a first run on a fresh machine waits for no test tool.
 //! - `test`: fmt check, clippy `-D warnings` (for Linux and for each of `setup::NON_LINUX_TARGETS`), unit
 //!   tests, end-to-end tests against the release binary.
 //! - `package`: the Debian package (see `package.rs`).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`).
 //! - `fuzz`: runs the parser fuzz target for a while (the pinned nightly, cargo-fuzz).
 //!
-//! `run`, `test` and `bench` call `setup` first when something is missing.
+//! Each task installs what it uses and is missing first (`setup::Purpose`): `run`/`build` the build
+//! toolchains, `bench` its peers and clients, `package` cargo-deb, `test` everything (it runs the smoke
+//! benches and the package stage too).
 
 mod bench;
+#[cfg(target_os = "linux")]
+mod late_toolchain;
 mod package;
 mod setup;
 
@@ -23,6 +29,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use setup::Purpose;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "statico's project tasks")]
@@ -62,15 +69,18 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     match args.task {
         Task::Setup => setup::run(true),
-        Task::Build => build_release(),
+        Task::Build => {
+            setup::ensure(&[Purpose::Build], false)?;
+            build_release()
+        }
         Task::Run { args } => {
-            setup::run(false)?;
+            setup::ensure(&[Purpose::Build], false)?;
             build_release()?;
             exec(root.join("target/release/statico"), &args)
         }
         Task::Test => test(),
         Task::Package => {
-            setup::run(false)?;
+            setup::ensure(&[Purpose::Build, Purpose::Package], false)?;
             build_release()?;
             let deb = package::build(&root)?;
             package::check(&deb)?;
@@ -78,7 +88,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Bench(b) => {
-            setup::run(false)?;
+            setup::ensure(&[Purpose::Build, Purpose::Bench], false)?;
             build_release()?;
             bench::run(&root, b)
         }
@@ -169,6 +179,10 @@ fn test() -> Result<()> {
         )?;
     }
     build_release()?;
+    // A build made before the BPF toolchain arrived gains the programs when it does (two release
+    // builds of statico-user); it leaves the release binary built with them.
+    #[cfg(target_os = "linux")]
+    late_toolchain::check(&workspace_root())?;
     // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary with
     // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
     std::env::set_var("STATICO_BIN", "target/release/statico");

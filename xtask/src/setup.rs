@@ -1,4 +1,6 @@
-//! `cargo xtask setup`: installs what a fresh machine lacks, and nothing twice.
+//! `cargo xtask setup`: installs what a fresh machine lacks, and nothing twice. Each task installs
+//! only what it uses ([`Purpose`]): `run` and `build` the toolchains the BPF programs need, `bench`,
+//! `package` and `test` their tools; `setup` installs all of it at once.
 //!
 //! - Debian packages: `curl` and `openssl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
@@ -25,31 +27,60 @@ use anyhow::{bail, Context, Result};
 
 use crate::cmd;
 
-/// (program to look for, or an absolute path, Debian package that provides it)
-const PACKAGES: [(&str, &str); 15] = [
-    ("curl", "curl"),
-    ("openssl", "openssl"),
-    ("wrk", "wrk"),
-    ("nginx", "nginx-light"),
-    ("bpftool", "bpftool"),
-    ("nghttp", "nghttp2-client"),
-    ("h2load", "nghttp2-client"),
-    ("kill", "procps"),
-    ("perf", "linux-perf"),
-    ("testssl", "testssl.sh"),
-    ("prometheus", "prometheus"),
-    ("systemd-analyze", "systemd"),
+/// What a task needs installed, so that each task installs only that: `run` and `build` only what
+/// building needs (a first run on a fresh machine waits for no test tool), `bench` its peers and load
+/// generators, `package` cargo-deb; `setup` and `test` (which also runs the smoke benches and the
+/// package stage) everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The pinned nightly with rust-src and bpf-linker: the BPF programs.
+    Build,
+    /// The end-to-end suite's clients and checkers, and the non-Linux clippy targets.
+    Test,
+    /// The benchmark peers, corpora and load generators.
+    Bench,
+    /// cargo-deb.
+    Package,
+}
+
+impl Purpose {
+    pub const ALL: [Purpose; 4] = [
+        Purpose::Build,
+        Purpose::Test,
+        Purpose::Bench,
+        Purpose::Package,
+    ];
+}
+
+use Purpose::{Bench, Package, Test};
+
+/// (program to look for, or an absolute path; Debian package that provides it; who needs it)
+const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
+    ("curl", "curl", &[Test]),
+    ("openssl", "openssl", &[Test, Bench]),
+    ("wrk", "wrk", &[Test, Bench]),
+    ("nginx", "nginx-light", &[Bench]),
+    ("bpftool", "bpftool", &[Test]),
+    ("nghttp", "nghttp2-client", &[Test]),
+    ("h2load", "nghttp2-client", &[Test, Bench]),
+    ("kill", "procps", &[Test, Bench]),
+    ("perf", "linux-perf", &[Bench]),
+    ("testssl", "testssl.sh", &[Test]),
+    ("prometheus", "prometheus", &[Test]),
+    ("systemd-analyze", "systemd", &[Test, Package]),
     // `bench --site`: the corpus, and nginx's brotli_static for the peer.
     (
         "/usr/share/doc/python3.11/html/index.html",
         "python3.11-doc",
+        &[Bench],
     ),
     (
         "/usr/lib/nginx/modules/ngx_http_brotli_static_module.so",
         "libnginx-mod-http-brotli-static",
+        &[Bench],
     ),
     // `bench --http3`: the peer.
-    ("caddy", "caddy"),
+    ("caddy", "caddy", &[Bench]),
 ];
 /// The oha `bench --http3` drives its load with (built with the `http3` feature).
 pub const OHA_VERSION: &str = "1.16.0";
@@ -170,46 +201,60 @@ fn ensure_target(target: &str) -> Result<()> {
     cmd("rustup", &["target", "add", target])
 }
 
-/// Installs what is missing. `report` prints a line for what is already there too.
+/// `cargo xtask setup`: installs everything any task uses. `report` prints a line for what is
+/// already there too.
 pub fn run(report: bool) -> Result<()> {
+    ensure(&Purpose::ALL, report)
+}
+
+/// Installs what `purposes` need and is missing (see [`Purpose`]).
+pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
+    let wanted = |who: &[Purpose]| who.iter().any(|p| purposes.contains(p));
     let missing: Vec<&str> = PACKAGES
         .iter()
-        .filter(|(program, _)| {
-            if program.starts_with('/') {
-                !std::path::Path::new(program).exists()
-            } else {
-                !on_path(program)
-            }
-        })
-        .map(|(_, package)| *package)
+        .filter(|(program, _, who)| wanted(who) && !present(program))
+        .map(|(_, package, _)| *package)
         .fold(Vec::new(), |mut v, p| {
             if !v.contains(&p) {
                 v.push(p);
             }
             v
         });
-    if missing.is_empty() {
-        if report {
-            eprintln!("setup: curl, openssl, wrk, nginx (with brotli_static), bpftool, nghttp, h2load, perf, testssl, prometheus, caddy and the Python docs are installed");
-        }
-    } else {
+    if !missing.is_empty() {
         install_debian(&missing)?;
+    } else if report {
+        eprintln!("setup: the Debian packages are installed");
     }
     let nightly = ensure_nightly()?;
     if report {
         eprintln!("setup: {nightly} with rust-src is installed");
     }
     ensure_bpf_linker(&nightly, report)?;
-    for target in NON_LINUX_TARGETS {
-        ensure_target(target)?;
+    if purposes.contains(&Test) {
+        for target in NON_LINUX_TARGETS {
+            ensure_target(target)?;
+        }
+        ensure_h2spec()?;
     }
-    ensure_h2spec()?;
-    ensure_cargo_deb()?;
-    ensure_oha()?;
+    if purposes.contains(&Package) {
+        ensure_cargo_deb()?;
+    }
+    if purposes.contains(&Bench) {
+        ensure_oha()?;
+    }
     if report {
         eprintln!("setup: done");
     }
     Ok(())
+}
+
+/// A program on PATH, or a file at an absolute path.
+fn present(program: &str) -> bool {
+    if program.starts_with('/') {
+        std::path::Path::new(program).exists()
+    } else {
+        on_path(program)
+    }
 }
 
 /// The pinned nightly (see [`pinned_nightly`]) with `rust-src`, through rustup; returns its name.

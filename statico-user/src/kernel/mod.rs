@@ -3,12 +3,14 @@
 //!
 //! - [`steering`]: the listeners and the steering ladder, chosen once at start-up;
 //! - `bpf` (Linux, built with its BPF programs): the programs, their maps and pins, loaded with aya;
+//! - [`privilege`]: `--user` and dropping capabilities once start-up is done, on every build;
 //! - [`sys`]: the kernel version, the open-files limit, platform-dependent socket options.
 //!
 //! Nothing here knows HTTP; the workers' counters live in the BPF map when there is one.
 
 #[cfg(all(target_os = "linux", statico_bpf))]
 pub mod bpf;
+pub mod privilege;
 pub mod steering;
 pub mod sys;
 
@@ -82,28 +84,17 @@ impl Assist {
         eprintln!("statico: quic steering: kernel hash of each datagram's address ({why}); a client whose address changes may reach a worker without its connection");
     }
 
-    /// Drops capabilities (and switches user with `--user`) once nothing privileged is left to do.
-    /// Returns the line to print, if anything changed.
+    /// Drops every capability, and switches to `--user` (the pinned maps chowned to it first), once
+    /// nothing privileged is left to do (see [`privilege`]). Returns the line to print, if anything
+    /// changed.
     pub fn drop_privileges(&self, user: Option<&str>) -> Result<Option<String>> {
-        #[cfg(all(target_os = "linux", statico_bpf))]
-        {
-            let had_caps = caps::read(None, caps::CapSet::Permitted)
-                .map(|c| !c.is_empty())
-                .unwrap_or(false);
-            if !had_caps && user.is_none() {
-                return Ok(None);
+        privilege::drop(user, |uid, gid| {
+            #[cfg(all(target_os = "linux", statico_bpf))]
+            if let Some(k) = &self.kernel {
+                k.chown_pins(uid, gid)?;
             }
-            bpf::drop_privileges(self.kernel.as_ref(), user).map(Some)
-        }
-        #[cfg(all(target_os = "linux", not(statico_bpf)))]
-        match user {
-            Some(_) => anyhow::bail!("--user needs a statico built with its BPF support (run `cargo xtask setup` and rebuild)"),
-            None => Ok(None),
-        }
-        #[cfg(not(target_os = "linux"))]
-        match user {
-            Some(_) => Err(anyhow::anyhow!("--user is supported on Linux only")),
-            None => Ok(None),
-        }
+            let _ = (uid, gid);
+            Ok(())
+        })
     }
 }

@@ -273,24 +273,58 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
     }
 }
 
-/// The line printed at exit.
-pub fn format_totals(total: &Snapshot) -> String {
-    let mut s = String::from("statico: totals");
-    for (c, name) in Counter::ALL {
-        let _ = write!(s, " {name}={}", total.get(c));
+/// Which counters the totals at exit show: TLS's only on an HTTPS port, QUIC's only with `--http3`
+/// (the BPF map, the JSON meter and `--metrics` keep the full schema).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shown {
+    pub tls: bool,
+    pub quic: bool,
+}
+
+impl Shown {
+    fn shows(self, name: &str) -> bool {
+        (self.tls || !name.starts_with("tls_")) && (self.quic || !name.starts_with("quic_"))
     }
+}
+
+/// A counter as the totals show it: `requests` and `responses` count every protocol's (HTTP/3's
+/// answered request streams are kept in `quic_requests`, one writer per slot, and added here), so the
+/// first number a user reads is everything served.
+fn total_of(total: &Snapshot, c: Counter) -> u64 {
+    match c {
+        Counter::Requests | Counter::Responses => total.get(c) + total.get(Counter::QuicRequests),
+        _ => total.get(c),
+    }
+}
+
+/// The counters of one totals line.
+fn write_totals(s: &mut String, total: &Snapshot, shown: Shown) {
+    for (c, name) in Counter::ALL {
+        if shown.shows(name) {
+            let _ = write!(s, " {name}={}", total_of(total, c));
+        }
+    }
+}
+
+/// The line printed at exit.
+pub fn format_totals(total: &Snapshot, shown: Shown) -> String {
+    let mut s = String::from("statico: totals");
+    write_totals(&mut s, total, shown);
     s
 }
 
 /// One worker's line printed at exit.
-pub fn format_worker_totals(worker: usize, cpu: Option<usize>, total: &Snapshot) -> String {
+pub fn format_worker_totals(
+    worker: usize,
+    cpu: Option<usize>,
+    total: &Snapshot,
+    shown: Shown,
+) -> String {
     let mut s = match cpu {
         Some(cpu) => format!("statico: worker {worker} (cpu {cpu}):"),
         None => format!("statico: worker {worker}:"),
     };
-    for (c, name) in Counter::ALL {
-        let _ = write!(s, " {name}={}", total.get(c));
-    }
+    write_totals(&mut s, total, shown);
     s
 }
 
@@ -338,13 +372,16 @@ pub async fn run(counters: Counters, format: MeterFormat, kernel: &dyn Fn() -> K
 }
 
 /// The totals line, one line per worker, and the per-CPU steering and XDP counters.
-pub fn print_totals(counters: &Counters, cpus: &[Option<usize>], kernel: &KernelDetail) {
-    eprintln!("{}", format_totals(&counters.snapshot()));
+pub fn print_totals(
+    counters: &Counters,
+    cpus: &[Option<usize>],
+    kernel: &KernelDetail,
+    shown: Shown,
+) {
+    eprintln!("{}", format_totals(&counters.snapshot(), shown));
     for (w, cpu) in cpus.iter().enumerate() {
-        eprintln!(
-            "{}",
-            format_worker_totals(w, *cpu, &counters.worker_snapshot(w))
-        );
+        let worker = counters.worker_snapshot(w);
+        eprintln!("{}", format_worker_totals(w, *cpu, &worker, shown));
     }
     for (cpu, s) in kernel.steering.iter().enumerate() {
         eprintln!(
@@ -411,7 +448,39 @@ mod tests {
             line.contains("| h3 conns 2 requests 9 handshake failures 1"),
             "{line}"
         );
-        assert!(format_totals(&s).ends_with(" quic_retries=0"));
+        let h3 = Shown {
+            tls: true,
+            quic: true,
+        };
+        assert!(format_totals(&s, h3).ends_with(" quic_retries=0"));
+    }
+
+    #[test]
+    fn totals_show_what_the_server_runs_and_count_every_protocols_requests() {
+        let mut s = Snapshot::default();
+        s.values[Counter::Requests as usize] = 3;
+        s.values[Counter::Responses as usize] = 4;
+        s.values[Counter::QuicRequests as usize] = 9;
+        let plain = Shown {
+            tls: false,
+            quic: false,
+        };
+        let line = format_totals(&s, plain);
+        assert!(!line.contains("tls_") && !line.contains("quic_"), "{line}");
+        assert!(line.contains(" requests=12 responses=13 "), "{line}");
+        let https = format_totals(&s, Shown { tls: true, ..plain });
+        assert!(https.contains(" tls_handshakes=0") && !https.contains("quic_"));
+        let worker = format_worker_totals(
+            0,
+            Some(1),
+            &s,
+            Shown {
+                quic: true,
+                ..plain
+            },
+        );
+        assert!(worker.starts_with("statico: worker 0 (cpu 1): requests=12 "));
+        assert!(worker.contains(" quic_requests=9") && !worker.contains("tls_"));
     }
 
     #[test]
