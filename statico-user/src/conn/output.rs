@@ -6,7 +6,7 @@
 //!
 //! A runtime sends [`Output::slices`] (up to as many chunks as it has room for, in one `writev` or
 //! `sendmsg`) and reports how much went. A runtime that can call `sendfile` asks [`Output::next`]
-//! instead: a large shared body that lies in a file (a site's sealed store, see `site::store`) then
+//! instead: a large shared body that lies in a file (a site's sealed store, see `catalog::site::store`) then
 //! goes out from that file, the kernel taking its pages rather than copying them. While a send is in flight ([`Output::freeze`]) new bytes
 //! start a new chunk, so nothing the kernel reads moves or grows.
 
