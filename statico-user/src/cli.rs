@@ -31,8 +31,8 @@ pub struct Cli {
     #[arg(short, long, default_value_t = 8080)]
     pub port: u16,
 
-    /// Address to listen on (IPv4 or IPv6)
-    #[arg(short, long, default_value = "0.0.0.0")]
+    /// Address to listen on (IPv4 or IPv6, bracketed or not)
+    #[arg(short, long, default_value = "0.0.0.0", value_parser = parse_address)]
     pub address: IpAddr,
 
     /// HTTP status code of the response
@@ -274,6 +274,17 @@ impl RuntimeChoice {
     }
 }
 
+/// An IP address; IPv6 may come bracketed (`[::1]`), as the Statico original accepts it.
+fn parse_address(s: &str) -> Result<IpAddr, String> {
+    let bare = s
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .unwrap_or(s);
+    bare.parse().map_err(|_| {
+        format!("{s:?} is not an IP address; give one such as 0.0.0.0, 127.0.0.1 or ::1")
+    })
+}
+
 fn parse_body(s: &str) -> Result<Body, String> {
     if let Some(literal) = s.strip_prefix("@@") {
         return Ok(Body(format!("@{literal}").into_bytes()));
@@ -446,6 +457,22 @@ mod tests {
         assert!(parse(&[]).unwrap().runtime_choice().auto);
         let e = parse(&["--io-uring", "--runtime", "tokio"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn addresses_parse_bare_and_bracketed_as_the_original_takes_them() {
+        let v6: IpAddr = "::1".parse().unwrap();
+        assert_eq!(parse(&["-a", "[::1]"]).unwrap().address, v6);
+        assert_eq!(parse(&["-a", "::1"]).unwrap().address, v6);
+        assert_eq!(
+            parse(&["-a", "127.0.0.1"]).unwrap().address.to_string(),
+            "127.0.0.1"
+        );
+        let e = parse(&["-a", "localhost"]).unwrap_err().to_string();
+        assert!(
+            e.contains("--address") && e.contains("not an IP address"),
+            "{e}"
+        );
     }
 
     #[test]
