@@ -11,6 +11,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser};
 
 use crate::catalog::response::ResponseSpec;
+use crate::catalog::site::walk::{Dotfiles, Symlinks};
 use crate::kernel::steering::SteeringKind;
 use crate::observe::meter::MeterFormat;
 use crate::proto::http1::parser::Limits;
@@ -77,6 +78,15 @@ pub struct Cli {
     /// Static site: most bytes kept in memory (every stored variant, identical bodies once)
     #[arg(long, default_value = "1g", value_parser = parse_size, value_name = "BYTES")]
     pub max_site_size: u64,
+
+    /// Static site: follow symlinks wherever they lead (read with the privileges the site is served
+    /// with), or only those that stay inside --root
+    #[arg(long, value_enum, default_value = "follow", requires = "root")]
+    pub symlinks: Symlinks,
+
+    /// Static site: hide names that start with a dot (/.well-known/ is served either way) or serve them
+    #[arg(long, value_enum, default_value = "hide", requires = "root")]
+    pub dotfiles: Dotfiles,
 
     /// HTTPS: PEM certificate chain; the port then serves TLS only (Linux builds, with --tls-key)
     #[arg(
@@ -389,6 +399,10 @@ impl Cli {
             headers: self.headers(),
             spa_fallback: self.spa_fallback.clone(),
             max_size: self.max_site_size,
+            symlinks: self.symlinks,
+            dotfiles: self.dotfiles,
+            reader: self.user.clone(),
+            list_left_out: self.verbose > 0,
         })
     }
 

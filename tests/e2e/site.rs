@@ -169,28 +169,129 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-#[test]
-fn startup_line_counts_the_served_files_leaving_out_hidden_ones_and_symlinks_out_of_the_root() {
-    let t = Tree::new();
-    let s = start(&t, &[]);
+/// The site line of a server's start-up: "N files, … built in N ms; what was left out".
+fn site_line(s: &Server) -> String {
     let err = s.stderr();
-    let line = err
-        .lines()
+    err.lines()
         .find(|l| l.starts_with("statico: site "))
-        .unwrap_or_else(|| panic!("no site line in stderr:\n{err}"));
+        .unwrap_or_else(|| panic!("no site line in stderr:\n{err}"))
+        .to_string()
+}
+
+#[test]
+fn startup_line_counts_the_served_files_and_says_what_was_left_out() {
+    let t = Tree::new();
+    let s = start(&t, &["--symlinks", "inside"]);
+    let line = site_line(&s);
     // index.html, style.css, app.js, logo.png, docs/index.html, docs/page.html; not .env, leak.txt
-    // or outlink/secret.txt.
+    // or outlink/.
     let prefix = format!("statico: site {}: 6 files, ", t.root());
     assert!(
         line.starts_with(&prefix),
         "{line:?} should start {prefix:?}"
     );
-    let ms = line
+    let (built, left) = line
         .split(" built in ")
         .nth(1)
-        .and_then(|rest| rest.strip_suffix(" ms"))
-        .unwrap_or_else(|| panic!("{line:?} should end `built in N ms`"));
-    assert!(ms.parse::<u64>().is_ok(), "{line:?}");
+        .and_then(|rest| rest.split_once(" ms; "))
+        .unwrap_or_else(|| panic!("{line:?} should end `built in N ms; …`"));
+    assert!(built.parse::<u64>().is_ok(), "{line:?}");
+    assert_eq!(
+        left,
+        "1 dot-name hidden, 2 symlinks out of the root refused; 0 symlinks out of the root followed"
+    );
+    // By default both symlinks are followed: leak.txt and outlink/secret.txt are served too.
+    let s = start(&t, &["-v"]);
+    let line = site_line(&s);
+    assert!(line.contains(": 8 files, "), "{line}");
+    assert!(
+        line.ends_with("ms; 1 dot-name hidden; 2 symlinks out of the root followed"),
+        "{line}"
+    );
+    let listed = format!(
+        "statico: site: left out {}/.env: a dot-name (hidden)",
+        t.root()
+    );
+    assert!(s.stderr().contains(&listed), "-v lists it:\n{}", s.stderr());
+}
+
+#[test]
+fn symlinks_out_of_the_root_are_followed_and_well_known_is_served_while_dot_names_stay_hidden() {
+    let t = Tree::new();
+    t.write(
+        "site/.well-known/security.txt",
+        b"Contact: mailto:security@example.org\n",
+    );
+    t.write("site/.git/config", b"[core]\n");
+    let s = start(&t, &[]);
+    for (path, marker) in [
+        ("/leak.txt", OUTSIDE_MARKER),
+        ("/outlink/secret.txt", OUTSIDE_MARKER),
+    ] {
+        let r = fetch(&s, &get(path));
+        assert_eq!(r.status, 200, "{path}");
+        assert!(contains(&r.body, marker), "{path}");
+    }
+    let r = fetch(&s, &get("/.well-known/security.txt"));
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"Contact: mailto:security@example.org\n"[..])
+    );
+    for hidden in ["/.git/config", "/.env"] {
+        let r = fetch(&s, &get(hidden));
+        assert_eq!(r.status, 404, "{hidden}");
+        assert!(!contains(&r.body, DOTENV_MARKER));
+    }
+    // `--dotfiles serve` serves them.
+    let s = start(&t, &["--dotfiles", "serve"]);
+    assert!(contains(&fetch(&s, &get("/.env")).body, DOTENV_MARKER));
+}
+
+/// As root with `--user nobody`, the site is read as nobody: a link to a world-readable file outside
+/// the root is served, one to a root-only file is not (and is counted), at start-up and on SIGHUP.
+#[cfg(target_os = "linux")]
+#[test]
+fn with_user_a_symlink_to_a_file_that_user_cannot_read_is_not_served() {
+    use std::os::unix::fs::PermissionsExt;
+    if !statico_tests::is_root() {
+        eprintln!(
+            "SKIPPED: with_user_a_symlink_to_a_file_that_user_cannot_read_is_not_served needs root"
+        );
+        return;
+    }
+    let t = Tree::new();
+    // nobody must be able to reach the tree itself.
+    for dir in [t.dir.as_path(), &t.dir.join("site"), &t.dir.join("outside")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(
+        t.dir.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o1777),
+    )
+    .ok();
+    t.write("outside/public.txt", b"PUBLIC\n");
+    t.write("outside/root-only.txt", b"ROOT-ONLY-7d1c\n");
+    let private = t.dir.join("outside/root-only.txt");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink("../outside/public.txt", t.dir.join("site/public.txt")).unwrap();
+    std::os::unix::fs::symlink("../outside/root-only.txt", t.dir.join("site/private.txt")).unwrap();
+    let s = start(&t, &["--user", "nobody"]);
+    // private.txt, and outlink/root-only.txt (outlink leads to the whole outside directory).
+    let unreadable = "2 files unreadable as nobody";
+    assert!(site_line(&s).contains(unreadable), "{}", site_line(&s));
+    assert_eq!(fetch(&s, &get("/public.txt")).body, b"PUBLIC\n");
+    let r = fetch(&s, &get("/private.txt"));
+    assert_eq!(r.status, 404);
+    assert!(!contains(&r.body, "ROOT-ONLY"));
+    // A SIGHUP rebuild (statico now runs as nobody) reads it the same way.
+    signal(s.pid(), "HUP");
+    let rebuilt = wait_stderr(&s, "SIGHUP: site rebuilt");
+    let rebuilt = rebuilt
+        .lines()
+        .find(|l| l.contains("SIGHUP: site rebuilt"))
+        .unwrap();
+    assert!(rebuilt.contains(unreadable), "{rebuilt}");
+    assert_eq!(fetch(&s, &get("/private.txt")).status, 404);
 }
 
 #[test]
@@ -533,7 +634,9 @@ fn other_methods_get_405_with_allow_and_the_connection_stays_usable() {
 #[test]
 fn traversal_attempts_sent_byte_for_byte_never_reach_outside_or_hidden_files() {
     let t = Tree::new();
-    let s = start(&t, &[]);
+    // The root's own symlinks out of it are followed by default (see the tests below); here only
+    // the root may be reached.
+    let s = start(&t, &["--symlinks", "inside"]);
     let targets: &[&[u8]] = &[
         b"/../outside/secret.txt",
         b"/../../../../etc/passwd",
@@ -749,8 +852,10 @@ fn sighup_under_load_swaps_in_the_new_content_without_a_failed_request() {
     t.write("site/docs/added.html", b"added after start\n");
     signal(s.pid(), "HUP");
     let err = wait_stderr(&s, "statico: SIGHUP: site rebuilt");
+    // The 6 files, leak.txt and outlink/secret.txt (symlinks out of the root are followed), and
+    // the added page.
     assert!(
-        err.contains("statico: SIGHUP: site rebuilt: 7 files, "),
+        err.contains("statico: SIGHUP: site rebuilt: 9 files, "),
         "{err}"
     );
     let (ok, body, e) = curl(&["-s", "--compressed", &s.url("/style.css")]);

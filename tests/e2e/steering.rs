@@ -8,20 +8,12 @@
 
 use std::process::Command;
 
-use statico_tests::{get, Reader, Server, Stopped};
+use statico_tests::{get, is_root, Reader, Server, Stopped};
 
 const PER_CPU: usize = 12;
 
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }
 
 /// Skips (loudly) a test that needs root.

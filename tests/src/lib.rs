@@ -505,6 +505,15 @@ pub fn h2spec_passes(port: u16, tls: bool) {
     );
 }
 
+/// Whether the tests run as root (privileged tests print `SKIPPED: … needs root` otherwise).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
 /// A GET request for `path` with a Host header.
 pub fn get(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()

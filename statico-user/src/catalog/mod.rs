@@ -108,6 +108,7 @@ impl Catalog {
         std::thread::spawn(move || match site::build(&opts) {
             Ok(site) => {
                 let stats = site.stats.clone();
+                list_left_out(&opts, &site);
                 handle.swap(site);
                 crate::kernel::sys::release_free_memory(); // and the old site's, once its last request is out
                 eprintln!("statico: SIGHUP: site rebuilt: {stats}");
@@ -121,9 +122,11 @@ impl Catalog {
 /// cannot do for it.
 fn build_site(opts: &SiteOptions) -> Result<Site> {
     crate::kernel::sys::prefer_own_pages_for_large_buffers();
-    let site = site::build(opts)?;
+    // Read with the privileges the site is served with (see `site::walk`).
+    let site = crate::kernel::privilege::read_as(opts.reader.as_deref(), || site::build(opts))?;
     crate::kernel::sys::release_free_memory();
     eprintln!("statico: site {}: {}", opts.root.display(), site.stats);
+    list_left_out(opts, &site);
     if !cfg!(target_os = "linux") {
         eprintln!("statico: site: this build has no zstd compressor (Linux builds only): zstd is served from precompressed .zst files only");
     }
@@ -131,6 +134,19 @@ fn build_site(opts: &SiteOptions) -> Result<Site> {
         eprintln!("statico: site: there is no SIGHUP here to rebuild the site: restart statico to serve changes");
     }
     Ok(site)
+}
+
+/// `-v`: every path the walk left out, with why.
+fn list_left_out(opts: &SiteOptions, site: &Site) {
+    if opts.list_left_out {
+        for (path, why) in &site.stats.left_out.paths {
+            eprintln!(
+                "statico: site: left out {}: {}",
+                path.display(),
+                why.describe()
+            );
+        }
+    }
 }
 
 /// One worker's copy of the catalog (or one QUIC thread's): its own pre-built answers, whose `Date`

@@ -114,3 +114,88 @@ fn has_capabilities() -> bool {
 fn drop_capabilities() -> Result<()> {
     Ok(())
 }
+
+/// Runs `f` with file access checked as `user`'s, when statico runs as root and will switch to
+/// `user` (`--user`): what it reads is what that user could read, as nginx's workers open files as
+/// their user. Linux: on a thread of its own, whose filesystem uid and gid and supplementary groups
+/// are set with raw syscalls that change that thread only (the kernel clears its file capabilities
+/// as its filesystem uid leaves 0); threads it starts inherit them. Elsewhere, or unprivileged, `f`
+/// runs as it is (after the switch, SIGHUP rebuilds run as the user anyway).
+pub fn read_as<T: Send>(user: Option<&str>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    #[cfg(target_os = "linux")]
+    if let Some(name) = user.filter(|_| nix::unistd::geteuid().is_root()) {
+        let account = account(name)?;
+        return std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    become_reader(&account)?;
+                    f()
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("reading as {name}: the thread panicked"))?
+        });
+    }
+    let _ = user;
+    f()
+}
+
+/// A user's ids and groups, from the system's user database.
+#[cfg(target_os = "linux")]
+struct Account {
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+}
+
+#[cfg(target_os = "linux")]
+fn account(name: &str) -> Result<Account> {
+    use anyhow::{anyhow, Context};
+    let user = nix::unistd::User::from_name(name)
+        .with_context(|| format!("--user {name}: cannot read the user database"))?
+        .ok_or_else(|| {
+            anyhow!("--user {name}: no such user; pass an existing user (e.g. nobody)")
+        })?;
+    let cname = std::ffi::CString::new(name)?;
+    let groups = nix::unistd::getgrouplist(&cname, user.gid)
+        .with_context(|| format!("--user {name}: cannot read its groups"))?;
+    Ok(Account {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        groups: groups.iter().map(|g| g.as_raw()).collect(),
+    })
+}
+
+/// This thread's file access becomes `account`'s (see [`read_as`]).
+#[cfg(target_os = "linux")]
+fn become_reader(account: &Account) -> Result<()> {
+    // SAFETY: raw `setgroups` changes only the calling thread's groups (glibc's wrapper would change
+    // every thread's); the pointer and length describe `account.groups`, alive for the call.
+    let set = unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            account.groups.len(),
+            account.groups.as_ptr(),
+        )
+    };
+    if set != 0 {
+        anyhow::bail!(
+            "cannot read as uid {}: setgroups: {}",
+            account.uid,
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: setfsgid/setfsuid change only this thread's filesystem ids; they return the previous
+    // id, so a second call with the same id reads back whether the first took.
+    let (gid, uid) = unsafe {
+        libc::setfsgid(account.gid);
+        libc::setfsuid(account.uid);
+        (libc::setfsgid(account.gid), libc::setfsuid(account.uid))
+    };
+    if gid as u32 != account.gid || uid as u32 != account.uid {
+        anyhow::bail!(
+            "cannot read as uid {}: setfsuid/setfsgid refused",
+            account.uid
+        );
+    }
+    Ok(())
+}

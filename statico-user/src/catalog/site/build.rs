@@ -1,5 +1,5 @@
-//! Building a [`Site`] from a directory: the walk (regular files; no dot-names; symlinks only when they
-//! stay inside the root), each file's variants (precompressed siblings `x.br`/`x.zst`/`x.gz` taken as
+//! Building a [`Site`] from a directory: the walk ([`super::walk`]: what is served and what is left
+//! out), each file's variants (precompressed siblings `x.br`/`x.zst`/`x.gz` taken as
 //! they are, otherwise compressed here, kept only where smaller), identical bodies stored once, and
 //! every header block prepared.
 //!
@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use super::request::Coding;
 use super::store;
+use super::walk::{Dotfiles, Found, LeftOut, Symlinks, Walk};
 use super::{File, Site, Target, Variant};
 use crate::catalog::sink::FileAt;
 
@@ -33,6 +34,14 @@ pub struct SiteOptions {
     pub spa_fallback: Option<String>,
     /// `--max-site-size`: most bytes kept in memory (bodies of every variant, shared ones once).
     pub max_size: u64,
+    /// `--symlinks`: where a symlink may lead.
+    pub symlinks: Symlinks,
+    /// `--dotfiles`: whether dot-names are served.
+    pub dotfiles: Dotfiles,
+    /// `--user`: the user the site is read as (for the message; the catalog sets the privileges).
+    pub reader: Option<String>,
+    /// `-v`: list every path the walk left out.
+    pub list_left_out: bool,
 }
 
 /// What a build did, for the start-up line.
@@ -46,13 +55,15 @@ pub struct BuildStats {
     /// The bodies lie in a sealed memfd (sent with `sendfile` where the runtime can).
     pub sealed: bool,
     pub took: Duration,
+    /// What the walk left out, and the symlinks out of the root it followed.
+    pub left_out: LeftOut,
 }
 
 impl std::fmt::Display for BuildStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} files, {} bytes (+ {} compressed), {} identical bodies shared, {}, built in {} ms",
+            "{} files, {} bytes (+ {} compressed), {} identical bodies shared, {}, built in {} ms; {}",
             self.files,
             self.identity_bytes,
             self.compressed_bytes,
@@ -62,7 +73,8 @@ impl std::fmt::Display for BuildStats {
             } else {
                 "stored on the heap"
             },
-            self.took.as_millis()
+            self.took.as_millis(),
+            self.left_out
         )
     }
 }
@@ -80,8 +92,10 @@ pub fn build(opts: &SiteOptions) -> Result<Site> {
     if !root.is_dir() {
         bail!("--root {}: not a directory", opts.root.display());
     }
-    let mut found = Vec::new();
-    walk(&root, &root, "", &mut found, &mut vec![root.clone()])?;
+    let Walk {
+        found, mut left, ..
+    } = Walk::run(&root, opts.symlinks, opts.dotfiles)?;
+    left.reader = opts.reader.clone();
     if found.is_empty() {
         bail!("--root {}: no file to serve in it", opts.root.display());
     }
@@ -91,71 +105,8 @@ pub fn build(opts: &SiteOptions) -> Result<Site> {
     let files = read_and_compress(&found)?;
     let mut site = assemble(opts, found, files)?;
     site.stats.took = started.elapsed();
+    site.stats.left_out = left;
     Ok(site)
-}
-
-/// A file found by the walk: its URL path (`/a/b.html`) and where it is.
-struct Found {
-    url: String,
-    path: PathBuf,
-    modified: SystemTime,
-    size: u64,
-}
-
-/// Collects the regular files under `dir`, skipping dot-names, symlinks that leave `root` or lead
-/// into a hidden directory, and a directory inside itself (a symlink loop: `ancestors` are the
-/// directories being walked, from the root down).
-fn walk(
-    root: &Path,
-    dir: &Path,
-    url: &str,
-    out: &mut Vec<Found>,
-    ancestors: &mut Vec<PathBuf>,
-) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    let mut entries: Vec<_> = entries.collect::<std::io::Result<_>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let name = entry.file_name();
-        let Some(name) = name.to_str().filter(|n| !n.starts_with('.')) else {
-            continue; // hidden, or not UTF-8 (no URL could name it)
-        };
-        let Ok(real) = entry.path().canonicalize() else {
-            continue; // a dangling symlink
-        };
-        let Ok(inside) = real.strip_prefix(root) else {
-            continue; // a symlink out of the site
-        };
-        if inside.iter().any(|c| c.to_string_lossy().starts_with('.')) {
-            continue; // a symlink into a hidden file or directory
-        }
-        let meta = std::fs::metadata(&real)?;
-        let url = format!("{url}/{name}");
-        if meta.is_dir() {
-            if !ancestors.contains(&real) {
-                ancestors.push(real.clone());
-                walk(root, &real, &url, out, ancestors)?;
-                ancestors.pop();
-            }
-        } else if meta.is_file() {
-            // Whole seconds, as `Last-Modified` and `If-Modified-Since` have them.
-            let secs = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs());
-            let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-            let size = meta.len();
-            out.push(Found {
-                url,
-                path: real,
-                modified,
-                size,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// A file's bodies: identity and the compressed ones worth keeping, keyed by coding.

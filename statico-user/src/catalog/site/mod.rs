@@ -16,6 +16,7 @@
 mod build;
 pub mod request;
 mod store;
+pub mod walk;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

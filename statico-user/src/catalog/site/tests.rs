@@ -162,7 +162,7 @@ fn directories_index_redirect_and_missing_paths() {
 }
 
 #[test]
-fn hidden_files_and_symlinks_out_of_the_root_are_not_served() {
+fn hidden_files_stay_hidden_and_symlinks_out_of_the_root_are_followed_unless_inside() {
     let outside = tree("outside", &[("secret.txt", b"secret")]);
     let root = tree(
         "inside",
@@ -170,23 +170,59 @@ fn hidden_files_and_symlinks_out_of_the_root_are_not_served() {
             ("ok.txt", b"ok"),
             (".env", b"hidden"),
             (".git/config", b"hidden"),
+            (".well-known/security.txt", b"Contact: mailto:a@b"),
+            (".well-known/.private", b"hidden"),
         ],
     );
-    std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("leak.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("linked.txt")).unwrap();
     std::os::unix::fs::symlink(root.join("ok.txt"), root.join("alias.txt")).unwrap();
-    let s = build(&SiteOptions {
+    std::os::unix::fs::symlink(root.join("gone.txt"), root.join("dangling.txt")).unwrap();
+    std::os::unix::fs::symlink(".git/config", root.join("git-config")).unwrap();
+    let opts = SiteOptions {
         root,
         max_size: 1 << 20,
         ..SiteOptions::default()
-    })
-    .unwrap();
+    };
+    let s = build(&opts).unwrap();
     assert_eq!(get(&s, "/ok.txt", &[]).0, 200);
     assert_eq!(split(&get(&s, "/alias.txt", &[]).1).1, b"ok");
-    for hidden in ["/.env", "/.git/config", "/leak.txt"] {
+    assert_eq!(split(&get(&s, "/linked.txt", &[]).1).1, b"secret");
+    assert_eq!(get(&s, "/.well-known/security.txt", &[]).0, 200);
+    for hidden in [
+        "/.env",
+        "/.git/config",
+        "/git-config",
+        "/.well-known/.private",
+    ] {
         assert_eq!(get(&s, hidden, &[]).0, 404, "{hidden}");
     }
-    assert_eq!(s.stats.files, 2);
+    assert_eq!(s.stats.files, 4);
     assert_eq!(s.stats.shared, 1, "alias.txt shares ok.txt's body");
+    let left = s.stats.left_out.to_string();
+    assert_eq!(
+        left,
+        "4 dot-names hidden, 1 dangling symlink; 1 symlink out of the root followed"
+    );
+
+    let inside = build(&SiteOptions {
+        symlinks: super::walk::Symlinks::Inside,
+        ..opts.clone()
+    })
+    .unwrap();
+    assert_eq!(get(&inside, "/linked.txt", &[]).0, 404);
+    assert!(inside
+        .stats
+        .left_out
+        .to_string()
+        .contains("1 symlink out of the root refused"));
+
+    let served = build(&SiteOptions {
+        dotfiles: super::walk::Dotfiles::Serve,
+        ..opts
+    })
+    .unwrap();
+    assert_eq!(split(&get(&served, "/.env", &[]).1).1, b"hidden");
+    assert_eq!(get(&served, "/.git/config", &[]).0, 200);
 }
 
 #[test]
@@ -210,6 +246,11 @@ fn a_symlink_loop_is_walked_once_and_a_directory_alias_serves_both_names() {
         get(&s, "/docs/up/docs/a.txt", &[]).0,
         404,
         "the loop is not followed"
+    );
+    assert_eq!(
+        s.stats.left_out.to_string(),
+        "3 dot-names hidden, 2 symlink loops; 0 symlinks out of the root followed",
+        "docs/.hidden, alias/.hidden and peek (into docs/.hidden); docs/up and alias/up (the root)"
     );
 }
 
