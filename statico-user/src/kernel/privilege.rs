@@ -54,19 +54,24 @@ pub fn drop(user: Option<&str>, _: impl FnOnce(u32, u32) -> Result<()>) -> Resul
 /// Looks `name` up, hands over, sets its groups, gid and uid.
 #[cfg(unix)]
 fn switch_user(name: &str, hand_over: impl FnOnce(u32, u32) -> Result<()>) -> Result<()> {
-    use anyhow::{anyhow, Context};
-    use nix::unistd::{setgid, setuid, User};
-    let user = User::from_name(name)
-        .with_context(|| format!("--user {name}: cannot read the user database"))?
-        .ok_or_else(|| {
-            anyhow!("--user {name}: no such user; pass an existing user (e.g. nobody)")
-        })?;
+    use anyhow::anyhow;
+    use nix::unistd::{setgid, setuid};
+    let user = lookup(name)?;
     hand_over(user.uid.as_raw(), user.gid.as_raw())?;
     let failed = |what: &str, e: nix::Error| anyhow!("cannot switch to user {name}: {what}: {e}");
     set_groups(&user).map_err(|e| failed("initgroups", e))?;
     setgid(user.gid).map_err(|e| failed("setgid", e))?;
     setuid(user.uid).map_err(|e| failed("setuid", e))?;
     Ok(())
+}
+
+/// `name` in the system's user database (`getpwnam_r`: NSS users too).
+#[cfg(unix)]
+fn lookup(name: &str) -> Result<nix::unistd::User> {
+    use anyhow::{anyhow, Context};
+    nix::unistd::User::from_name(name)
+        .with_context(|| format!("--user {name}: cannot read the user database"))?
+        .ok_or_else(|| anyhow!("--user {name}: no such user; pass an existing user (e.g. nobody)"))
 }
 
 /// The user's supplementary groups (see the module doc for why not none).
@@ -149,12 +154,8 @@ struct Account {
 
 #[cfg(target_os = "linux")]
 fn account(name: &str) -> Result<Account> {
-    use anyhow::{anyhow, Context};
-    let user = nix::unistd::User::from_name(name)
-        .with_context(|| format!("--user {name}: cannot read the user database"))?
-        .ok_or_else(|| {
-            anyhow!("--user {name}: no such user; pass an existing user (e.g. nobody)")
-        })?;
+    use anyhow::Context;
+    let user = lookup(name)?;
     let cname = std::ffi::CString::new(name)?;
     let groups = nix::unistd::getgrouplist(&cname, user.gid)
         .with_context(|| format!("--user {name}: cannot read its groups"))?;
