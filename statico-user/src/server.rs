@@ -116,6 +116,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
 /// alike, so that both listen on it and every answer's `Alt-Svc` names it.
 fn plan(cli: Cli) -> Result<Plan, StartError> {
     crate::config::refuse_what_this_build_lacks(&cli).map_err(Usage)?;
+    crate::kernel::privilege::check_user(cli.user.as_deref()).map_err(Usage)?;
     #[cfg(target_os = "linux")]
     let cli = match cli.http3 && cli.port == 0 {
         true => Cli {

@@ -470,14 +470,22 @@ fn user_flag_switches_without_any_bpf_state() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_user_the_system_does_not_know_is_refused_with_the_fix() {
-    require_root!("--user");
-    let (code, err) =
-        statico_tests::run_to_exit(&["-a", "127.0.0.1", "-p", "0", "--user", "no-such-user-here"]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(
-        err.contains("--user no-such-user-here: no such user"),
-        "{err}"
-    );
+    for check in [false, true] {
+        let mut args = vec!["-a", "127.0.0.1", "-p", "0", "--user", "no-such-user-here"];
+        if check {
+            args.push("--check");
+        }
+        let (code, err) = statico_tests::run_to_exit(&args);
+        assert_eq!(code, Some(2), "a flag error (--check: {check}): {err}");
+        assert!(
+            err.contains("--user no-such-user-here: no such user"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("listening on"),
+            "refused before listening: {err}"
+        );
+    }
 }
 
 #[test]

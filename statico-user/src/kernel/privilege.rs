@@ -65,6 +65,20 @@ fn switch_user(name: &str, hand_over: impl FnOnce(u32, u32) -> Result<()>) -> Re
     Ok(())
 }
 
+/// `--user NAME` names a user this system knows (checked while starting, before anything listens, so
+/// a wrong name is a flag error, exit code 2, and `--check` finds it); Windows refuses `--user`.
+pub fn check_user(user: Option<&str>) -> Result<()> {
+    match user {
+        #[cfg(unix)]
+        Some(name) => lookup(name).map(|_| ()),
+        #[cfg(windows)]
+        Some(_) => anyhow::bail!(
+            "--user is not supported on Windows: run statico as the account it should serve as"
+        ),
+        None => Ok(()),
+    }
+}
+
 /// `name` in the system's user database (`getpwnam_r`: NSS users too).
 #[cfg(unix)]
 fn lookup(name: &str) -> Result<nix::unistd::User> {
@@ -81,11 +95,13 @@ fn set_groups(user: &nix::unistd::User) -> nix::Result<()> {
     nix::unistd::initgroups(&name, user.gid)
 }
 
-/// macOS: groups come from Directory Services per process; nix offers no `initgroups` there, and
-/// `setgid`/`setuid` below still leave root's identity.
+/// macOS: nix offers no `initgroups` there; libc's takes the group as an `int`.
 #[cfg(target_vendor = "apple")]
-fn set_groups(_: &nix::unistd::User) -> nix::Result<()> {
-    Ok(())
+fn set_groups(user: &nix::unistd::User) -> nix::Result<()> {
+    let name = std::ffi::CString::new(user.name.as_str()).map_err(|_| nix::Error::EINVAL)?;
+    // SAFETY: `name` is a NUL-terminated string alive for the call; initgroups only reads it.
+    let done = unsafe { libc::initgroups(name.as_ptr(), user.gid.as_raw() as libc::c_int) };
+    nix::Error::result(done).map(|_| ())
 }
 
 /// Whether this process holds any capability (a root or capability-granted start).
