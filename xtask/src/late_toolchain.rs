@@ -68,16 +68,8 @@ fn rustup_which(tool: &str) -> Result<String> {
 
 /// The release build as a user types it, with the build script seeing `rustup_home`.
 fn build(root: &Path, rustup_home: &Path, rustc: &str) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "statico-user",
-            "--bin",
-            "statico",
-        ])
+    let status = Command::new(crate::cargo())
+        .args(crate::RELEASE_BUILD)
         .current_dir(root)
         .env("RUSTUP_HOME", rustup_home)
         .env("RUSTC", rustc)

@@ -116,22 +116,22 @@ pub fn cmd(program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> String {
+pub fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
+/// The release build of the binary, as `build`, `run`, `test`, `bench` and `package` make it.
+pub const RELEASE_BUILD: [&str; 6] = [
+    "build",
+    "--release",
+    "-p",
+    "statico-user",
+    "--bin",
+    "statico",
+];
+
 fn build_release() -> Result<()> {
-    cmd(
-        &cargo(),
-        &[
-            "build",
-            "--release",
-            "-p",
-            "statico-user",
-            "--bin",
-            "statico",
-        ],
-    )
+    cmd(&cargo(), &RELEASE_BUILD)
 }
 
 #[cfg(unix)]
