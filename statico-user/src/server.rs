@@ -82,12 +82,11 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     announce(&plan, local_addr, &cpus, &lines, privileges);
 
     let kernel_detail = || assist.detail();
-    let info = crate::observe::metrics::Info::new(
-        plan.runtime.kind.name(),
-        rung.name(),
-        plan.https(),
-        plan.http3.is_some(),
-    );
+    let shown = meter::Shown {
+        tls: plan.https(),
+        quic: plan.http3.is_some(),
+    };
+    let info = crate::observe::metrics::Info::new(plan.runtime.kind.name(), rung.name(), shown);
     let page = || crate::observe::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
     let watch = Watch {
         counters: &counters,
@@ -101,10 +100,6 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         humantime::format_duration(plan.runtime.shutdown_timeout)
     );
     workers.stop();
-    let shown = meter::Shown {
-        tls: plan.https(),
-        quic: plan.http3.is_some(),
-    };
     meter::print_totals(&counters, &cpus, &kernel_detail(), shown);
     // Dropping the kernel state detaches the programs, clears the socket slots, removes the pins.
     #[cfg(all(target_os = "linux", statico_bpf))]

@@ -273,8 +273,8 @@ pub fn format_line(format: MeterFormat, r: &Rates, total: &Snapshot, detail: &De
     }
 }
 
-/// Which counters the totals at exit show: TLS's only on an HTTPS port, QUIC's only with `--http3`
-/// (the BPF map, the JSON meter and `--metrics` keep the full schema).
+/// Which counters the totals at exit and the `--metrics` page show: TLS's only on an HTTPS port,
+/// QUIC's only with `--http3` (the BPF map and the JSON meter keep the full schema).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shown {
     pub tls: bool,
@@ -282,7 +282,8 @@ pub struct Shown {
 }
 
 impl Shown {
-    fn shows(self, name: &str) -> bool {
+    /// Whether the counter called `name` is shown.
+    pub fn shows(self, name: &str) -> bool {
         (self.tls || !name.starts_with("tls_")) && (self.quic || !name.starts_with("quic_"))
     }
 }

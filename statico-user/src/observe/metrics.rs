@@ -12,26 +12,24 @@ use std::time::Duration;
 use statico_common::Counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::observe::meter::{Counters, KernelDetail};
+use crate::observe::meter::{Counters, KernelDetail, Shown};
 
 /// What `statico_build_info` says, and which counters apply.
 #[derive(Clone, Debug)]
 pub struct Info {
     pub runtime: String,
     pub steering: String,
-    /// TLS counters are exported only on an HTTPS port.
-    pub tls: bool,
-    /// QUIC counters are exported only with `--http3`.
-    pub http3: bool,
+    /// Which protocols' counters are exported (TLS's only on an HTTPS port, QUIC's only with
+    /// `--http3`): the same rule as the totals'.
+    pub shown: Shown,
 }
 
 impl Info {
-    pub fn new(runtime: &str, steering: &str, tls: bool, http3: bool) -> Info {
+    pub fn new(runtime: &str, steering: &str, shown: Shown) -> Info {
         Info {
             runtime: runtime.into(),
             steering: steering.into(),
-            tls,
-            http3,
+            shown,
         }
     }
 }
@@ -81,7 +79,7 @@ fn help(c: Counter) -> &'static str {
 pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: &Info) -> String {
     let mut s = String::new();
     for (c, name) in Counter::ALL {
-        if (name.starts_with("tls_") && !info.tls) || (name.starts_with("quic_") && !info.http3) {
+        if !info.shown.shows(name) {
             continue;
         }
         let metric = format!("statico_{name}_total");
@@ -120,7 +118,7 @@ pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: 
         ),
         ("fallbacks", "Datagrams left to the kernel's hash."),
     ];
-    let quic_steering = if info.http3 {
+    let quic_steering = if info.shown.quic {
         &kernel.quic_steering[..]
     } else {
         &[]
@@ -247,8 +245,10 @@ mod tests {
         let info = Info {
             runtime: "tokio".into(),
             steering: "ebpf".into(),
-            tls: false,
-            http3: false,
+            shown: Shown {
+                tls: false,
+                quic: false,
+            },
         };
         let page = render(&counters, 2, &kernel, &info);
         assert!(
@@ -264,13 +264,19 @@ mod tests {
         let types = page.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!((helps, types), (14 + 3 + 1, 14 + 3 + 1));
         let info = Info {
-            http3: true,
+            shown: Shown {
+                quic: true,
+                ..info.shown
+            },
             ..info
         };
         let page = render(&counters, 2, &kernel, &info);
         assert!(page.contains("statico_quic_steering_by_id_total{cpu=\"0\"} 6\n"));
         let h3 = Info {
-            http3: true,
+            shown: Shown {
+                quic: true,
+                ..info.shown
+            },
             ..info
         };
         counters.worker(1).add(Counter::QuicRequests, 5);
