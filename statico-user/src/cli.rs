@@ -56,6 +56,25 @@ pub struct Cli {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub body_delay: Option<Duration>,
 
+    /// A route: '[METHODS] PATH key=value…' answers the requests it matches with its own status mix,
+    /// body, headers, delay distribution and faults (repeatable, first match wins; unmatched requests
+    /// get the default answer). Keys: status=200|503:10%,429:5%  body=TEXT|@FILE  size=64k
+    /// header=Name:Value  delay=DIST  body-delay=DIST  fault=reset:0.1%,close:0.5%,stall:0.01%,truncate:0.1%
+    /// rate=1m. DIST: 10ms · uniform:5ms:15ms · exp:10ms · normal:10ms:2ms · lognormal:P50:P99 ·
+    /// pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s
+    #[arg(long = "route", value_name = "SPEC", value_parser = parse_route)]
+    pub routes: Vec<crate::catalog::route::spec::RouteSpec>,
+
+    /// Routes from a TOML file: one [[route]] table per route, with the keys of --route (path,
+    /// methods, status, body, size, header, delay, body-delay, fault, rate, name); after the --route ones
+    #[arg(long = "routes", value_name = "FILE", value_parser = parse_routes_file)]
+    pub routes_file: Option<RoutesFile>,
+
+    /// Seed of the routes' random draws: the same seed gives the same outcomes in the same order
+    /// (per worker) [default: from the clock]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
     /// Static site: serve the files under DIR (responses built at start-up, rebuilt on SIGHUP)
     /// instead of one response
     #[arg(long, value_name = "DIR", conflicts_with_all = ["body", "status"])]
@@ -321,6 +340,18 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 }
 
 /// Bytes, with an optional binary suffix: `4096`, `16k`, `16KiB`, `1m`, `1g`.
+/// `--routes FILE`: the routes it holds, read and checked while parsing the flags.
+#[derive(Clone, Debug)]
+pub struct RoutesFile(pub Vec<crate::catalog::route::spec::RouteSpec>);
+
+fn parse_route(s: &str) -> Result<crate::catalog::route::spec::RouteSpec, String> {
+    crate::catalog::route::spec::parse_spec(s)
+}
+
+fn parse_routes_file(s: &str) -> Result<RoutesFile, String> {
+    crate::catalog::route::spec::parse_file(std::path::Path::new(s)).map(RoutesFile)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -391,6 +422,12 @@ impl Cli {
     }
 
     /// `--root` and its companions, if a static site is served.
+    /// Every route, the --route ones first, then those of --routes FILE.
+    pub fn all_routes(&self) -> Vec<crate::catalog::route::spec::RouteSpec> {
+        let file = self.routes_file.iter().flat_map(|f| f.0.iter());
+        self.routes.iter().chain(file).cloned().collect()
+    }
+
     pub fn site_options(&self) -> Option<crate::catalog::site::SiteOptions> {
         Some(crate::catalog::site::SiteOptions {
             root: self.root.clone()?,

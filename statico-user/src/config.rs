@@ -128,7 +128,7 @@ fn listen(cli: &Cli) -> crate::kernel::steering::Plan {
             send_buffer: buffer_size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
             // A body sent apart from its head must not wait for the head's acknowledgement.
-            nodelay: cli.tcp_nodelay || cli.body_delay.is_some(),
+            nodelay: cli.tcp_nodelay || cli.body_delay.is_some() || !cli.all_routes().is_empty(),
         },
         xdp: cli.xdp.clone(),
     }
@@ -139,8 +139,6 @@ fn policy(cli: &Cli) -> crate::conn::connection::Policy {
         limits: cli.limits(),
         header_timeout: cli.header_timeout,
         idle_timeout: cli.idle_timeout,
-        delay: cli.delay,
-        body_delay: cli.body_delay,
         verbose: cli.verbose,
         h2c: cli.http2,
     }
@@ -151,6 +149,14 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
         response: cli.response_spec(),
         site: cli.site_options(),
         streams: cli.http2 || cli.http3,
+        hold: crate::catalog::Hold {
+            delay: cli.delay.unwrap_or_default(),
+            body_delay: cli.body_delay.unwrap_or_default(),
+            ..crate::catalog::Hold::default()
+        },
+        routes: cli.all_routes(),
+        seed: cli.seed,
+        workers: cli.workers(),
     }
 }
 
@@ -166,8 +172,6 @@ fn http2(cli: &Cli) -> Result<Option<crate::proto::http2::H2Settings>> {
     Ok(Some(crate::proto::http2::H2Settings {
         max_concurrent_streams: cli.max_concurrent_streams,
         max_body: cli.max_body_size,
-        delay: cli.delay,
-        body_delay: cli.body_delay,
         idle_timeout: cli.idle_timeout,
         header_timeout: cli.header_timeout,
     }))
@@ -200,8 +204,6 @@ fn http3(cli: &Cli) -> Option<Http3> {
         header_timeout: cli.header_timeout,
         max_head: cli.max_head_size,
         max_body: cli.max_body_size,
-        delay: cli.delay,
-        body_delay: cli.body_delay,
         verbose: cli.verbose,
         receive_buffer: buffer_size(cli.receive_buffer_size),
         send_buffer: buffer_size(cli.send_buffer_size),

@@ -12,27 +12,35 @@
 //! - **one** pre-built response (`-s/-b/-H`) for every request: it never looks at the request (the
 //!   view is not even built), so the hot path stays a copy of pre-encoded bytes;
 //! - a **site** (`--root`): a table of files with their encoded variants, 304, 206 and HEAD forms
-//!   ([`site`]), rebuilt and swapped whole on SIGHUP.
+//!   ([`site`]), rebuilt and swapped whole on SIGHUP;
+//! - in front of either, **routes** (`--route`, [`route`]): answers by method and path with drawn
+//!   statuses, delays and faults; a request no route matches falls through to the kind below.
 //!
-//! A new kind (routes with latency distributions and faults) is one more [`Kind`] and one more
-//! [`Choice`] variant here: the protocols and runtimes ask the catalog, never a kind.
+//! With its answer the catalog decides how it is delivered ([`Hold`]: a delay, a body held apart or
+//! paced, a fault): `-d` / `--body-delay` for the default answer, a route's draws for its own. The
+//! protocols carry the hold out; the runtimes ask the catalog, never a kind.
 //!
 //! Built once at start-up ([`Catalog::build`]) and shared by every worker; each worker (and each QUIC
 //! thread) holds a [`Local`] copy: its own pre-built bytes with a live `Date`, and its own reference to
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
+pub mod hold;
 pub mod request;
 pub mod response;
+pub mod route;
 pub mod sink;
 pub mod site;
 pub mod stream;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use anyhow::Result;
 
+pub use hold::{Hold, Recorder, TruthKey};
 pub use request::Request;
 use response::{ErrorStatus, Framing, Response, ResponseSpec, DATE_LEN};
+use route::{Draw, RouteChoice, Routes};
 use sink::Sink;
 use site::{Site, SiteHandle, SiteOptions};
 pub use stream::StreamAnswer;
@@ -47,6 +55,14 @@ pub struct Plan {
     pub site: Option<SiteOptions>,
     /// HTTP/2 or HTTP/3 is served: the answers are needed as [`StreamAnswer`]s too.
     pub streams: bool,
+    /// `-d` / `--body-delay`: how the default answer (the response, the site) is delivered.
+    pub hold: Hold,
+    /// `--route` / `--routes`, in order (none: no routes).
+    pub routes: Vec<route::spec::RouteSpec>,
+    /// `--seed`: the routes' draws repeat from run to run.
+    pub seed: Option<u64>,
+    /// How many workers answer: each, and each one's QUIC thread, records its own ground truth.
+    pub workers: usize,
 }
 
 /// What statico answers from, built once, shared by every worker.
@@ -56,6 +72,12 @@ pub struct Catalog {
     /// The response as HTTP/2 and HTTP/3 send it (with `--http2` or `--http3`).
     stream: Option<StreamAnswer>,
     kind: Kind,
+    hold: Hold,
+    routes: Option<Routes>,
+    seed: Option<u64>,
+    workers: usize,
+    /// Whether some answer is held: HTTP/1.1 then answers one request at a time.
+    paced: bool,
 }
 
 /// The kinds of catalog (see the module doc).
@@ -71,6 +93,30 @@ pub enum Choice {
     /// The pre-built response.
     One,
     Site(site::Choice),
+    Route(RouteChoice),
+}
+
+/// What [`View::write`] wrote: where the body starts (when it may be held apart from the head), and
+/// how the answer is delivered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub body_at: Option<usize>,
+    pub hold: Hold,
+}
+
+impl Plan {
+    /// The plan of one response answered at once, with no routes (tests).
+    pub fn of_response(response: ResponseSpec) -> Plan {
+        Plan {
+            response,
+            site: None,
+            streams: false,
+            hold: Hold::default(),
+            routes: Vec::new(),
+            seed: None,
+            workers: 1,
+        }
+    }
 }
 
 impl Catalog {
@@ -86,11 +132,30 @@ impl Catalog {
             None => Kind::One,
             Some(opts) => Kind::Site(Arc::new(SiteHandle::new(build_site(opts)?))),
         };
+        let routes = match plan.routes.is_empty() {
+            true => None,
+            false => Some(Routes::build(
+                &plan.routes,
+                &plan.response,
+                plan.streams,
+                2 * plan.workers,
+            )?),
+        };
         Ok(Catalog {
             response,
             stream,
             kind,
+            hold: plan.hold,
+            paced: plan.hold.paces() || routes.as_ref().is_some_and(Routes::paces),
+            routes,
+            seed: plan.seed,
+            workers: plan.workers,
         })
+    }
+
+    /// The routes' ground truth (none without routes).
+    pub fn truth(&self) -> Option<Arc<crate::observe::truth::GroundTruth>> {
+        self.routes.as_ref().map(|r| r.truth().clone())
     }
 
     /// Whether the catalog can be rebuilt (SIGHUP): a site can, one response cannot.
@@ -159,19 +224,31 @@ pub struct Local {
     stream: Option<StreamAnswer>,
     date: [u8; DATE_LEN],
     site: Option<(Arc<SiteHandle>, Arc<Site>)>,
+    hold: Hold,
+    paced: bool,
+    routes: Option<Routes>,
+    /// The routes' draws, this thread's own.
+    draw: RefCell<Draw>,
+    /// This thread's slot in the routes' ground truth.
+    recorder: Option<Recorder>,
 }
 
 impl Local {
-    /// A worker's copy: HTTP/1.1 answers, and HTTP/2's when the catalog has them.
-    pub fn for_worker(catalog: &Catalog) -> Local {
+    /// Worker `worker`'s copy: HTTP/1.1 answers, and HTTP/2's when the catalog has them.
+    pub fn for_worker(catalog: &Catalog, worker: usize) -> Local {
         Local {
             response: Some(catalog.response.clone()),
-            ..Local::for_streams(catalog)
+            ..Local::for_streams(catalog, worker)
         }
     }
 
-    /// A copy for HTTP/3's threads: stream answers only.
-    pub fn for_streams(catalog: &Catalog) -> Local {
+    /// A copy for worker `worker`'s HTTP/3 thread: stream answers only.
+    pub fn for_quic(catalog: &Catalog, worker: usize) -> Local {
+        Local::for_streams(catalog, catalog.workers + worker)
+    }
+
+    /// Stream answers only, recording the ground truth in `slot`.
+    fn for_streams(catalog: &Catalog, slot: usize) -> Local {
         Local {
             response: None,
             stream: catalog.stream.clone(),
@@ -180,6 +257,11 @@ impl Local {
                 Kind::One => None,
                 Kind::Site(handle) => Some((handle.clone(), handle.load())),
             },
+            hold: catalog.hold,
+            paced: catalog.paced,
+            routes: catalog.routes.clone(),
+            draw: RefCell::new(route::generator(catalog.seed, slot)),
+            recorder: catalog.truth().map(|t| Recorder::new(t, slot)),
         }
     }
 
@@ -191,6 +273,9 @@ impl Local {
         }
         if let Some(s) = self.stream.as_mut() {
             s.set_date(date);
+        }
+        if let Some(r) = self.routes.as_mut() {
+            r.set_date(date);
         }
     }
 
@@ -209,21 +294,34 @@ impl Local {
                 .as_ref()
                 .expect("a worker's catalog holds the HTTP/1.1 answers"),
             site: self.site.as_ref().map(|(_, site)| &**site),
+            routes: self.routes.as_ref(),
+            draw: &self.draw,
+            recorder: self.recorder.as_ref(),
+            hold: self.hold,
+            paced: self.paced,
         }
     }
 
-    /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date`.
+    /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date` and its hold; a route's
+    /// answer carries where its ground truth is recorded.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
-        match &self.site {
-            Some((_, site)) => {
-                let choice = site.choose(&Request::from_http(request));
-                StreamAnswer::from_parts(site.parts(choice), &self.date)
+        let view =
+            (self.routes.is_some() || self.site.is_some()).then(|| Request::from_http(request));
+        if let (Some(routes), Some(view)) = (&self.routes, &view) {
+            if let Some(choice) = routes.choose(view, &mut self.draw.borrow_mut()) {
+                let mut answer = routes.stream_answer(&choice);
+                answer.recorder = self.recorder.clone();
+                return answer;
             }
-            None => self
-                .stream
-                .clone()
-                .expect("--http2 and --http3 build the stream answer"),
         }
+        let mut answer = match (&self.site, &view) {
+            (Some((_, site)), Some(view)) => {
+                StreamAnswer::from_parts(site.parts(site.choose(view)), &self.date)
+            }
+            _ => (self.stream.clone()).expect("--http2 and --http3 build the stream answer"),
+        };
+        answer.hold = self.hold;
+        answer
     }
 }
 
@@ -232,6 +330,11 @@ impl Local {
 pub struct View<'a> {
     response: &'a Response,
     site: Option<&'a Site>,
+    routes: Option<&'a Routes>,
+    draw: &'a RefCell<Draw>,
+    recorder: Option<&'a Recorder>,
+    hold: Hold,
+    paced: bool,
 }
 
 impl<'a> View<'a> {
@@ -239,15 +342,38 @@ impl<'a> View<'a> {
     /// request, so the single response parses nothing.
     #[inline]
     pub fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
+        if self.routes.is_none() && self.site.is_none() {
+            return Choice::One;
+        }
+        let request = request();
+        if let Some(routes) = self.routes {
+            if let Some(choice) = routes.choose(&request, &mut self.draw.borrow_mut()) {
+                return Choice::Route(choice);
+            }
+        }
         match self.site {
             None => Choice::One,
-            Some(site) => Choice::Site(site.choose(&request())),
+            Some(site) => Choice::Site(site.choose(&request)),
+        }
+    }
+
+    /// Whether some answer may be held: HTTP/1.1 then answers one request at a time.
+    #[inline]
+    pub fn paced(&self) -> bool {
+        self.paced
+    }
+
+    /// Records the ground truth of an answer that was held (see [`Recorder::record`]).
+    pub fn record(&self, key: TruthKey, drawn: std::time::Duration, held: std::time::Duration) {
+        if let Some(recorder) = self.recorder {
+            recorder.record(key, drawn, held);
         }
     }
 
     /// Appends the answer to `choice` as HTTP/1.1 bytes, in the connection's `framing`, without the
-    /// body for HEAD. Returns where the body starts in `out` when it may be held apart from the head
-    /// (`--body-delay`).
+    /// body for HEAD. Says where the body starts in `out` when it may be held apart from the head
+    /// (`--body-delay`), and how the answer is delivered. An answer delivered at once has its ground
+    /// truth recorded here; a held one's is recorded by whoever holds it ([`View::record`]).
     #[inline]
     pub fn write(
         &self,
@@ -255,19 +381,42 @@ impl<'a> View<'a> {
         framing: Framing,
         head_only: bool,
         out: &mut impl Sink,
-    ) -> Option<usize> {
-        if let (Choice::Site(choice), Some(site)) = (choice, self.site) {
-            site.write(choice, framing, self.response.date(), head_only, out);
-            return None;
+    ) -> Written {
+        let hold = self.hold;
+        match (choice, self.site, self.routes) {
+            (Choice::Route(choice), _, Some(routes)) => {
+                let body_at = routes.write(&choice, framing, head_only, out);
+                if let (Some(key), false) = (choice.hold.truth, choice.hold.paces()) {
+                    self.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
+                }
+                Written {
+                    body_at,
+                    hold: choice.hold,
+                }
+            }
+            (Choice::Site(choice), Some(site), _) => {
+                site.write(choice, framing, self.response.date(), head_only, out);
+                Written {
+                    body_at: None,
+                    hold,
+                }
+            }
+            _ if head_only => {
+                out.extend_from_slice(self.response.head(framing));
+                Written {
+                    body_at: None,
+                    hold,
+                }
+            }
+            _ => {
+                let body_at = out.unsent() + self.response.head(framing).len();
+                out.extend_from_slice(self.response.full(framing));
+                Written {
+                    body_at: Some(body_at),
+                    hold,
+                }
+            }
         }
-        let r = self.response;
-        if head_only {
-            out.extend_from_slice(r.head(framing));
-            return None;
-        }
-        let body_at = out.unsent() + r.head(framing).len();
-        out.extend_from_slice(r.full(framing));
-        Some(body_at)
     }
 
     /// The error answer for a request that cannot be answered (always `Connection: close`).

@@ -187,6 +187,11 @@ pub const SERVER: &str = concat!("statico/", env!("CARGO_PKG_VERSION"));
 /// gives one, the user's fields (validated), and `Content-Length` except where the status forbids it.
 /// (`Date` and connection-specific fields are each protocol's own.)
 pub fn header_fields(spec: &ResponseSpec) -> Result<Vec<(String, String)>> {
+    header_fields_for(spec, spec.body.len())
+}
+
+/// [`header_fields`] for a body of `body_len` bytes kept apart from the spec (a route's shared body).
+pub fn header_fields_for(spec: &ResponseSpec, body_len: usize) -> Result<Vec<(String, String)>> {
     let mut fields: Vec<(String, String)> = Vec::new();
     if !spec
         .headers
@@ -200,24 +205,38 @@ pub fn header_fields(spec: &ResponseSpec) -> Result<Vec<(String, String)>> {
         fields.push((name.clone(), value.clone()));
     }
     if spec.status != 204 && !(100..=199).contains(&spec.status) {
-        fields.push(("Content-Length".into(), spec.body.len().to_string()));
+        fields.push(("Content-Length".into(), body_len.to_string()));
     }
     Ok(fields)
 }
 
 impl Response {
     pub fn new(spec: &ResponseSpec) -> Result<Self> {
+        Response::build(spec, spec.body.len())
+    }
+
+    /// The head alone, for a body of `body_len` bytes that is sent from a shared buffer (a route's):
+    /// [`Response::full`] is then the head too, and the caller appends the body.
+    pub fn head_for(spec: &ResponseSpec, body_len: usize) -> Result<Self> {
+        let spec = ResponseSpec {
+            body: Vec::new(),
+            ..spec.clone()
+        };
+        Response::build(&spec, body_len)
+    }
+
+    fn build(spec: &ResponseSpec, body_len: usize) -> Result<Self> {
         let status = http::StatusCode::from_u16(spec.status).with_context(|| {
             format!("invalid status {}: use a code from 100 to 999", spec.status)
         })?;
         let no_body = matches!(spec.status, 100..=199 | 204 | 304);
-        if no_body && !spec.body.is_empty() {
+        if no_body && body_len > 0 {
             bail!(
                 "status {} cannot carry a body (RFC 9110), but --body was given: drop --body or pick another --status",
                 spec.status
             );
         }
-        let fields = header_fields(spec)?;
+        let fields = header_fields_for(spec, body_len)?;
         let status_line = format!(
             "HTTP/1.1 {} {}",
             status.as_u16(),

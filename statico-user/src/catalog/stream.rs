@@ -8,7 +8,8 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::response::{header_fields, http_date, ResponseSpec, DATE_LEN};
+use super::hold::Hold;
+use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -16,6 +17,10 @@ pub struct StreamAnswer {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// How it is delivered (a delay, a fault, ...).
+    pub hold: Hold,
+    /// Where a route's answer records its ground truth.
+    pub recorder: Option<super::hold::Recorder>,
 }
 
 /// Whether a header field is connection-specific, which HTTP/2 forbids in a message (RFC 9113 §8.2.2;
@@ -42,9 +47,22 @@ impl StreamAnswer {
     /// From the user's response spec, without its connection-specific fields (see
     /// [`left_out_fields`]); `date` is patched per second by the caller.
     pub fn new(spec: &ResponseSpec) -> anyhow::Result<Self> {
+        Self::build(spec, header_fields(spec)?, Bytes::from(spec.body.clone()))
+    }
+
+    /// From a response spec whose body is `body`, shared (a route's).
+    pub fn with_body(spec: &ResponseSpec, body: Bytes) -> anyhow::Result<Self> {
+        Self::build(spec, header_fields_for(spec, body.len())?, body)
+    }
+
+    fn build(
+        spec: &ResponseSpec,
+        fields: Vec<(String, String)>,
+        body: Bytes,
+    ) -> anyhow::Result<Self> {
         let status = StatusCode::from_u16(spec.status)?;
         let mut headers = HeaderMap::new();
-        for (name, value) in header_fields(spec)? {
+        for (name, value) in fields {
             if is_connection_specific(&name, &value) {
                 continue;
             }
@@ -56,7 +74,9 @@ impl StreamAnswer {
         let mut response = StreamAnswer {
             status,
             headers,
-            body: Bytes::from(spec.body.clone()),
+            body,
+            hold: Hold::default(),
+            recorder: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -81,6 +101,8 @@ impl StreamAnswer {
             status: StatusCode::from_u16(parts.status).unwrap_or(StatusCode::OK),
             headers,
             body,
+            hold: Hold::default(),
+            recorder: None,
         };
         response.set_date(date);
         response

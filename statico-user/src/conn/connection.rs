@@ -11,8 +11,11 @@
 //! - **deadlines**, one at a time ([`Connection::deadline`]): idle between requests, header (a head must
 //!   arrive whole within `--header-timeout` of its first byte; a body may pause that long), send (output
 //!   that makes no progress for `--idle-timeout`), the `--delay` / `--body-delay` waits, and lingering;
-//! - **pacing** for `--delay` / `--body-delay`: one request at a time, its response held until its delay
-//!   has passed, the body held until the head is sent and the body delay has passed;
+//! - **pacing**, when the catalog may hold an answer (`--delay`, `--body-delay`, a route's drawn
+//!   delays, paced bodies and faults — see [`Hold`]): one request at a time, its response held until
+//!   its delay has passed, the body held until the head is sent and the body delay has passed, then
+//!   released whole or a piece a tick (`rate=`); a fault replaces the answer (reset, close, stall) or
+//!   cuts it (truncate); a held answer's ground truth is recorded when it is released;
 //! - **closing**: after a response that closes, with a lingering read when the client may still be
 //!   sending (so that its unread bytes do not turn our close into a reset that destroys the response);
 //! - **protocol**: with h2c on, whether the first bytes are HTTP/2's preface, and the switch after
@@ -31,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use statico_common::Counter;
 
+use crate::catalog::hold::{Fault, Hold, PACE_TICK};
 use crate::conn::output::{Output, Sink};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;
@@ -58,17 +62,9 @@ pub struct Policy {
     pub limits: Limits,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
-    pub delay: Option<Duration>,
-    pub body_delay: Option<Duration>,
     pub verbose: u8,
     /// `--http2`: the first bytes may be the HTTP/2 preface, and `Upgrade: h2c` is honoured.
     pub h2c: bool,
-}
-
-impl Policy {
-    fn paced(&self) -> bool {
-        self.delay.is_some() || self.body_delay.is_some()
-    }
 }
 
 /// What a connection reads from its worker on each call.
@@ -89,12 +85,14 @@ pub enum Timer {
     Header,
     /// Output that has not moved: `--idle-timeout`.
     Send,
-    /// `--delay` before a response.
+    /// A held response's delay.
     Delay,
-    /// `--body-delay` between a response's head and body.
+    /// A held body's delay after its head, or the next piece of a paced body.
     BodyDelay,
     /// The lingering read after a closing response.
     Linger,
+    /// A stalled answer (a route's `stall` fault): the idle timeout ends it.
+    Stall,
 }
 
 impl Timer {
@@ -117,18 +115,22 @@ pub enum Status {
     Close,
     /// Everything is sent and the connection speaks HTTP/2 from here: [`Connection::into_h2`].
     Upgrade,
+    /// Everything is sent: close with a reset (`SO_LINGER` 0, so the kernel sends RST, not FIN).
+    Reset,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     /// Reading and answering requests.
     Exchange,
-    /// `--delay`: the response in `held` is released at `until`.
+    /// The response in `held` is released at `until`.
     Delaying,
-    /// `--body-delay`: the head is in the output and the body in `held`, until the head is sent...
+    /// The head is in the output and the body in `held`, until the head is sent...
     SendingHead,
-    /// ...and then until `until`.
+    /// ...and then until `until` (again for each piece of a paced body).
     BodyDelaying,
+    /// A stalled answer: nothing is sent or read until `until` (the idle timeout).
+    Stalled,
     /// Our side is shut; input is read and discarded until `until` or [`LINGER_BYTES`].
     Lingering { discarded: usize },
     /// Done: close now, whatever is unsent.
@@ -144,6 +146,8 @@ enum After {
     Linger,
     /// Switch to HTTP/2: by prior knowledge (`None`), or after `101` for this request.
     Upgrade(Option<Box<UpgradeRequest>>),
+    /// Reset the connection (a route's `reset` fault).
+    Reset,
 }
 
 /// One connection's state, apart from its socket.
@@ -157,10 +161,8 @@ pub struct Connection {
     /// Output not yet sent: own bytes and shared bodies, in order; frozen while a send of it is in
     /// flight (new output then starts a new chunk).
     out: Output,
-    /// A paced response (or its body) waiting for its delay.
-    held: Vec<u8>,
-    /// Where the body of the held response starts, for `--body-delay`.
-    body_at: Option<usize>,
+    /// A held response (or what is left of its body), from the first held one on.
+    held: Option<Box<Held>>,
     phase: Phase,
     after: After,
     /// When the current pacing or lingering phase ends.
@@ -173,6 +175,16 @@ pub struct Connection {
     undecided: bool,
 }
 
+/// A held response: its bytes, how far they have gone out, where its body starts, how it is
+/// delivered. Boxed in the connection, and only once it paces: most connections never do.
+#[derive(Debug, Default)]
+struct Held {
+    bytes: Vec<u8>,
+    at: usize,
+    body_at: Option<usize>,
+    hold: Hold,
+}
+
 impl Connection {
     pub fn new(policy: &Policy, now: Instant) -> Self {
         Connection {
@@ -180,8 +192,7 @@ impl Connection {
             dumper: Dumper::new(policy.verbose),
             pending: Vec::new(),
             out: Output::default(),
-            held: Vec::new(),
-            body_at: None,
+            held: None,
             phase: Phase::Exchange,
             after: After::KeepAlive,
             until: now,
@@ -211,7 +222,9 @@ impl Connection {
             }
             return;
         }
-        if matches!(self.after, After::Close | After::Linger) || self.phase == Phase::Closed {
+        if matches!(self.after, After::Close | After::Linger | After::Reset)
+            || self.phase == Phase::Closed
+        {
             return; // input after a closing response is discarded
         }
         let was_between = self.session.between_requests() && self.pending.is_empty();
@@ -252,7 +265,7 @@ impl Connection {
     /// own (io_uring's multishot) stops them, so that kept input stays bounded.
     pub fn keeps_input(&self) -> bool {
         !matches!(self.phase, Phase::Closed | Phase::Lingering { .. })
-            && !matches!(self.after, After::Close | After::Linger)
+            && !matches!(self.after, After::Close | After::Linger | After::Reset)
     }
 
     /// The bytes to send now (empty: nothing to send).
@@ -320,6 +333,7 @@ impl Connection {
             After::Close => Status::Close,
             After::Linger => Status::ShutdownWrite,
             After::Upgrade(_) => Status::Upgrade,
+            After::Reset => Status::Reset,
         }
     }
 
@@ -340,6 +354,7 @@ impl Connection {
         match self.phase {
             Phase::Delaying => (self.until, Timer::Delay),
             Phase::BodyDelaying => (self.until, Timer::BodyDelay),
+            Phase::Stalled => (self.until, Timer::Stall),
             Phase::Lingering { .. } => (self.until, Timer::Linger),
             _ if self.unsent() > 0 => (self.send_deadline, Timer::Send),
             _ => self.read_deadline,
@@ -356,16 +371,15 @@ impl Connection {
         match timer {
             Timer::Delay => {
                 self.phase = Phase::Exchange;
-                self.release(now, env);
+                let delay = self.held.as_ref().map_or(Duration::ZERO, |h| h.hold.delay);
+                self.release(self.until - delay, now, env);
             }
-            Timer::BodyDelay => {
-                self.phase = Phase::Exchange;
-                let body = std::mem::take(&mut self.held);
-                self.emit(&body, now, env);
-                self.held = body;
-                self.held.clear();
-            }
+            Timer::BodyDelay => self.release_piece(now, env),
             Timer::Linger => self.phase = Phase::Closed,
+            Timer::Stall => {
+                env.counters.add(Counter::Timeouts, 1);
+                self.phase = Phase::Closed;
+            }
             Timer::Idle | Timer::Header | Timer::Send => {
                 env.counters.add(Counter::Timeouts, 1);
                 self.phase = Phase::Closed;
@@ -447,12 +461,12 @@ impl Connection {
                 batch
             };
             answered += batch.requests;
-            let more = env.policy.paced() && batch.requests > 0 && !batch.close;
+            let more = env.catalog.paced() && batch.requests > 0 && !batch.close;
             if !more || self.pending.is_empty() {
                 break;
             }
         }
-        if !fresh.is_empty() && !matches!(self.after, After::Close | After::Linger) {
+        if !fresh.is_empty() && !matches!(self.after, After::Close | After::Linger | After::Reset) {
             self.pending.extend_from_slice(fresh);
         }
         answered
@@ -461,12 +475,15 @@ impl Connection {
     /// One call of the session over `input`: responses go to the output (or, paced, wait for their
     /// delay); what the batch says about closing and upgrading is remembered.
     fn answer_batch(&mut self, input: &[u8], now: Instant, env: Env) -> Batch {
-        let paced = env.policy.paced();
+        let paced = env.catalog.paced();
         let was_empty = self.unsent() == 0;
         let room = MAX_UNSENT.saturating_sub(self.unsent());
         // Paced: one response at a time into `held` (a copy: it is released by pieces).
         let mut batch = if paced {
-            let target = &mut self.held;
+            let held = self.held.get_or_insert_with(Box::default);
+            held.at = 0;
+            held.bytes.clear();
+            let target = &mut held.bytes;
             (self.session).process(input, target, env.catalog, Pace::OneByOne, &mut self.dumper)
         } else {
             let limit = Pace::UpTo(self.out.unsent() + room);
@@ -492,42 +509,85 @@ impl Connection {
         batch
     }
 
-    /// `--delay` / `--body-delay`: a response just went into `held`. An interim or error response goes
-    /// out at once; an answer waits for `--delay`.
+    /// A response just went into `held`. An interim or error response goes out at once; an answer
+    /// waits for its delay.
     fn pace(&mut self, batch: &Batch, now: Instant, env: Env) {
+        let Some(mut held) = self.held.take() else {
+            return;
+        };
         if batch.requests == 0 {
-            let held = std::mem::take(&mut self.held);
-            self.emit(&held, now, env);
-            self.held = held;
-            self.held.clear();
+            self.emit(&held.bytes, now, env);
+            held.bytes.clear();
+            self.held = Some(held);
             return;
         }
-        self.body_at = batch.body_at;
-        match env.policy.delay {
-            Some(delay) => {
-                self.phase = Phase::Delaying;
-                self.until = now + delay;
-            }
-            None => self.release(now, env),
+        (held.body_at, held.hold) = (batch.body_at, batch.hold);
+        let delay = held.hold.delay;
+        self.held = Some(held);
+        if delay.is_zero() {
+            self.release(now, now, env);
+        } else {
+            self.phase = Phase::Delaying;
+            self.until = now + delay;
         }
     }
 
-    /// The held response goes out: whole, or its head now and its body after `--body-delay`.
-    fn release(&mut self, now: Instant, env: Env) {
-        let mut held = std::mem::take(&mut self.held);
-        let split = match (self.body_at.take(), env.policy.body_delay) {
-            (Some(at), Some(_)) if at < held.len() => at,
-            _ => held.len(),
+    /// The held response's delay is over (the request ended at `arrived`): its ground truth is
+    /// recorded, then it goes out — whole, or its head now and its body later — or its fault happens.
+    fn release(&mut self, arrived: Instant, now: Instant, env: Env) {
+        let Some(mut held) = self.held.take() else {
+            return;
         };
-        self.emit(&held[..split], now, env);
-        held.drain(..split);
-        self.held = held;
-        if !self.held.is_empty() {
-            self.phase = Phase::SendingHead;
-            if self.unsent() == 0 {
-                self.drained(now, env);
-            }
+        let hold = held.hold;
+        if let Some(key) = hold.truth {
+            env.catalog
+                .record(key, hold.delay, now.saturating_duration_since(arrived));
         }
+        let len = held.bytes.len();
+        let split = match (held.body_at, hold.fault) {
+            (_, Some(Fault::Reset | Fault::Close | Fault::Stall)) => 0,
+            (Some(at), Some(Fault::Truncate)) if at < len => at + (len - at) / 2,
+            (Some(at), None) if at < len && (!hold.body_delay.is_zero() || hold.rate > 0) => at,
+            _ => len,
+        };
+        self.emit(&held.bytes[..split], now, env);
+        held.at = split;
+        let rest = held.at < held.bytes.len();
+        self.held = Some(held);
+        match hold.fault {
+            Some(Fault::Reset) => self.after = After::Reset,
+            Some(Fault::Close | Fault::Truncate) => self.after = After::Linger,
+            Some(Fault::Stall) => {
+                self.phase = Phase::Stalled;
+                self.until = now + env.policy.idle_timeout;
+            }
+            None if rest => {
+                self.phase = Phase::SendingHead;
+                if self.unsent() == 0 {
+                    self.drained(now, env);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// The held body's delay (or a paced body's tick) is over: the next piece goes out.
+    fn release_piece(&mut self, now: Instant, env: Env) {
+        self.phase = Phase::Exchange;
+        let Some(mut held) = self.held.take() else {
+            return;
+        };
+        let end = held
+            .bytes
+            .len()
+            .min(held.at.saturating_add(held.hold.piece()));
+        self.emit(&held.bytes[held.at..end], now, env);
+        held.at = end;
+        if held.at < held.bytes.len() {
+            self.phase = Phase::BodyDelaying;
+            self.until = now + PACE_TICK;
+        }
+        self.held = Some(held);
     }
 
     /// Appends bytes to the output, behind a send in flight if there is one.
@@ -546,7 +606,11 @@ impl Connection {
         match self.phase {
             Phase::SendingHead => {
                 self.phase = Phase::BodyDelaying;
-                self.until = now + env.policy.body_delay.unwrap_or_default();
+                self.until = now
+                    + self
+                        .held
+                        .as_ref()
+                        .map_or(Duration::ZERO, |h| h.hold.body_delay);
             }
             Phase::Exchange if self.pending.is_empty() && self.session.between_requests() => {
                 self.read_deadline = (now + env.policy.idle_timeout, Timer::Idle);
@@ -589,12 +653,16 @@ mod tests {
 
     /// A worker's catalog of one response with `body`.
     pub(super) fn one(body: &[u8]) -> crate::catalog::Local {
+        held(body, crate::catalog::Hold::default())
+    }
+
+    /// A worker's catalog of one response with `body`, delivered as `hold` says.
+    fn held(body: &[u8], hold: crate::catalog::Hold) -> crate::catalog::Local {
         let plan = crate::catalog::Plan {
-            response: spec(body),
-            site: None,
-            streams: false,
+            hold,
+            ..crate::catalog::Plan::of_response(spec(body))
         };
-        crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap())
+        crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap(), 0)
     }
 
     /// A worker's worth of shared state for one test.
@@ -613,13 +681,18 @@ mod tests {
                     limits: Limits::default(),
                     header_timeout: 10 * SEC,
                     idle_timeout: 60 * SEC,
-                    delay,
-                    body_delay,
                     verbose: 0,
                     h2c: false,
                 },
                 response: crate::catalog::response::Response::new(&spec(body)).unwrap(),
-                catalog: one(body),
+                catalog: held(
+                    body,
+                    crate::catalog::Hold {
+                        delay: delay.unwrap_or_default(),
+                        body_delay: body_delay.unwrap_or_default(),
+                        ..Default::default()
+                    },
+                ),
                 counters: Counters::new(1),
                 t0: Instant::now(),
             }
@@ -905,8 +978,6 @@ mod chunking {
             limits: Limits::default(),
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            delay: None,
-            body_delay: None,
             verbose: 0,
             h2c: false,
         };

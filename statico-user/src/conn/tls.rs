@@ -471,6 +471,8 @@ impl TlsSession {
             Status::ShutdownWrite => Status::Open,
             // HTTP/2 (after ALPN h2, the client's preface): once every record is out.
             Status::Upgrade if !records_out => Status::Open,
+            // A reset (a route's fault) after what was answered before it, without close_notify.
+            Status::Reset if !records_out => Status::Open,
             s => s,
         }
     }

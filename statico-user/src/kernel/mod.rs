@@ -13,6 +13,7 @@ pub mod bpf;
 pub mod privilege;
 pub mod steering;
 pub mod sys;
+pub mod timer;
 
 use anyhow::Result;
 

@@ -8,6 +8,7 @@
 pub mod dump;
 pub mod meter;
 pub mod metrics;
+pub mod truth;
 
 use crate::observe::meter::{Counters, KernelDetail, MeterFormat};
 

@@ -119,7 +119,7 @@ impl Worker {
         counters: crate::observe::meter::Counters,
     ) -> Self {
         Worker {
-            catalog: RefCell::new(crate::catalog::Local::for_worker(&settings.catalog)),
+            catalog: RefCell::new(crate::catalog::Local::for_worker(&settings.catalog, id)),
             h2_drain: tokio::sync::Notify::new(),
             settings,
             counters,
@@ -302,6 +302,12 @@ async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> O
                 conn.shut_down_write(std::time::Instant::now());
             }
             Status::Close => return None,
+            Status::Reset => {
+                // SO_LINGER 0: the close sends RST (a route's `reset` fault).
+                let _ =
+                    socket2::SockRef::from(&*stream).set_linger(Some(std::time::Duration::ZERO));
+                return None;
+            }
             Status::Upgrade => {
                 let (read, upgrade) = conn.into_h2();
                 #[cfg(target_os = "linux")]

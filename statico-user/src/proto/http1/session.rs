@@ -28,8 +28,10 @@ pub struct Batch {
     pub error: Option<ErrorStatus>,
     /// Close the connection once `out` is written.
     pub close: bool,
-    /// With [`Pace::OneByOne`] and a body delay: where the body of the last response starts in `out`.
+    /// With [`Pace::OneByOne`]: where the body of the last response starts in `out` (when it may be
+    /// held apart from its head), and how that response is delivered.
     pub body_at: Option<usize>,
+    pub hold: crate::catalog::Hold,
     /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
     /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with
     /// the bytes after `consumed`. The request itself is answered on HTTP/2 stream 1.
@@ -166,7 +168,8 @@ impl Session {
                         catalog.write(choice.clone(), framing, info.head_only, &mut copy);
                         dumper.raw_response(&copy);
                     }
-                    batch.body_at = catalog.write(choice, framing, info.head_only, out);
+                    let written = catalog.write(choice, framing, info.head_only, out);
+                    (batch.body_at, batch.hold) = (written.body_at, written.hold);
                     if !info.keep_alive {
                         batch.close = true;
                         return batch;
@@ -188,6 +191,7 @@ impl Session {
                     batch.error = Some(status);
                     batch.close = true;
                     batch.body_at = None;
+                    batch.hold = crate::catalog::Hold::default();
                     batch.consumed = input.len();
                     return batch;
                 }
@@ -230,16 +234,12 @@ mod tests {
     use crate::catalog::response::ResponseSpec;
 
     fn catalog() -> crate::catalog::Local {
-        let plan = crate::catalog::Plan {
-            response: ResponseSpec {
-                status: 200,
-                headers: vec![],
-                body: b"hi".to_vec(),
-            },
-            site: None,
-            streams: false,
-        };
-        crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap())
+        let plan = crate::catalog::Plan::of_response(ResponseSpec {
+            status: 200,
+            headers: vec![],
+            body: b"hi".to_vec(),
+        });
+        crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap(), 0)
     }
 
     fn run(input: &[u8], pace: Pace) -> (Batch, String) {

@@ -21,6 +21,7 @@ use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::detect::{UpgradeRequest, PREFACE};
+use crate::catalog::hold::{Delivery, Step};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
 use statico_common::Counter;
@@ -30,10 +31,6 @@ use statico_common::Counter;
 pub struct H2Settings {
     pub max_concurrent_streams: u32,
     pub max_body: u64,
-    /// `-d`: before each response.
-    pub delay: Option<std::time::Duration>,
-    /// `--body-delay`: between a response's HEADERS and its DATA.
-    pub body_delay: Option<std::time::Duration>,
     /// `--idle-timeout`: a connection with no open stream this long is closed with GOAWAY.
     pub idle_timeout: std::time::Duration,
     /// `--header-timeout`: the handshake, and each pause in a request body, may take this long.
@@ -79,7 +76,13 @@ pub async fn serve<T>(
                 conn.graceful_shutdown();
                 timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
             }
-            Some(()) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
+            Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
+                if ended == Ended::CloseConnection && !draining {
+                    // A route's `close` fault: GOAWAY now, and the connection ends with it.
+                    draining = true;
+                    conn.abrupt_shutdown(h2::Reason::NO_ERROR);
+                    timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
+                }
                 if streams.is_empty() {
                     let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
                     timer.as_mut().reset(tokio::time::Instant::now() + wait);
@@ -105,7 +108,15 @@ pub async fn serve<T>(
     }
 }
 
-/// Reads one stream's request body to its end, then sends the response.
+/// How a stream ended, for the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Done,
+    /// A route's `close` fault: the connection closes (GOAWAY).
+    CloseConnection,
+}
+
+/// Reads one stream's request body to its end, then delivers the answer as its hold says.
 async fn answer(
     request: Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
@@ -113,34 +124,56 @@ async fn answer(
     settings: H2Settings,
     counters: &WorkerCounters,
     verbose: u8,
-) {
+) -> Ended {
     let head_only = request.method() == http::Method::HEAD;
     if verbose > 0 {
         crate::observe::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
     }
     if !read_body(request.into_body(), &mut respond, settings, counters).await {
-        return;
+        return Ended::Done;
     }
     counters.add(Counter::Requests, 1);
-    if let Some(d) = settings.delay {
-        tokio::time::sleep(d).await;
-    }
-    let status = response.status;
+    let arrived = std::time::Instant::now();
+    let (status, hold, recorder) = (response.status, response.hold, response.recorder.clone());
     let (head, data) = response.into_parts();
-    let end = head_only || data.is_empty();
-    let Ok(mut stream) = respond.send_response(head, end) else {
-        return;
-    };
-    counters.add(Counter::Responses, 1);
-    if verbose > 0 {
-        println!("↪ response (HTTP/2): {status}");
-    }
-    if !end {
-        if let Some(d) = settings.body_delay {
-            tokio::time::sleep(d).await;
+    let mut head = Some(head);
+    let mut stream = None;
+    for step in Delivery::new(hold, data.len(), head_only) {
+        match step {
+            Step::Wait(d) => crate::kernel::timer::sleep(d).await,
+            Step::Record(key) => {
+                if let Some(r) = &recorder {
+                    r.record(key, hold.delay, arrived.elapsed());
+                }
+            }
+            Step::Head { end } => {
+                let Ok(s) = respond.send_response(head.take().expect("one head"), end) else {
+                    return Ended::Done;
+                };
+                counters.add(Counter::Responses, 1);
+                if verbose > 0 {
+                    println!("↪ response (HTTP/2): {status}");
+                }
+                stream = Some(s);
+            }
+            Step::Body { range, end } => {
+                if let Some(s) = stream.as_mut() {
+                    let _ = s.send_data(data.slice(range), end);
+                }
+            }
+            Step::Reset => match stream.as_mut() {
+                Some(s) => s.send_reset(h2::Reason::INTERNAL_ERROR),
+                None => respond.send_reset(h2::Reason::INTERNAL_ERROR),
+            },
+            Step::Close => return Ended::CloseConnection,
+            Step::Stall => {
+                tokio::time::sleep(settings.idle_timeout).await;
+                counters.add(Counter::Timeouts, 1);
+                respond.send_reset(h2::Reason::CANCEL);
+            }
         }
-        let _ = stream.send_data(data, true);
     }
+    Ended::Done
 }
 
 /// Reads a stream's request body to its end, releasing flow-control capacity as it goes. A body over

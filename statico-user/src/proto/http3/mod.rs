@@ -64,6 +64,7 @@ use anyhow::{anyhow, Context, Result};
 use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
+use crate::catalog::hold::{Delivery, Step};
 use crate::catalog::response::DateClock;
 use crate::observe::meter::Counters;
 use crate::shutdown;
@@ -98,10 +99,6 @@ pub struct Http3Options {
     /// `--max-head-size`: the largest HEADERS frame (see [`crate::proto::http3::guard`]) and field section.
     pub max_head: u64,
     pub max_body: u64,
-    /// `-d`: before each response.
-    pub delay: Option<Duration>,
-    /// `--body-delay`: between a response's HEADERS and its DATA.
-    pub body_delay: Option<Duration>,
     /// `-v`: print each request's line (`-vv`: and headers) and each response's status.
     pub verbose: u8,
     /// `--receive-buffer-size`, `--send-buffer-size`: `SO_RCVBUF`/`SO_SNDBUF` of the UDP sockets.
@@ -291,7 +288,7 @@ struct Thread {
 
 impl Thread {
     fn new(http3: Arc<Http3>, counters: Counters, id: usize) -> Self {
-        let catalog = crate::catalog::Local::for_streams(&http3.catalog);
+        let catalog = crate::catalog::Local::for_quic(&http3.catalog, id);
         Thread {
             catalog: RefCell::new((DateClock::default(), catalog)),
             handshaking: Cell::new(0),
@@ -448,8 +445,11 @@ async fn connection(
                 draining = true;
                 let _ = h3.shutdown(0).await;
             }
-            Some(_) = requests.join_next(), if !requests.is_empty() => {
+            Some(ended) = requests.join_next(), if !requests.is_empty() => {
                 idle_since = tokio::time::Instant::now();
+                if matches!(ended, Ok(Ended::CloseConnection)) {
+                    break; // a route's `close` fault: GOAWAY, then the connection closes
+                }
             }
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
@@ -576,44 +576,80 @@ impl quinn::AsyncUdpSocket for Counted {
 type Resolver = h3::server::RequestResolver<Guarded, Bytes>;
 type Stream = h3::server::RequestStream<GuardedBidi<Bytes>, Bytes>;
 
-/// One request stream: its head, its body (read and dropped), then the answer.
-async fn request(thread: Rc<Thread>, resolver: Resolver) {
+/// How a request stream ended, for its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Done,
+    /// A route's `close` fault: the connection closes.
+    CloseConnection,
+}
+
+/// One request stream: its head, its body (read and dropped), then the answer, delivered as its
+/// hold says.
+async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
     let options = thread.http3.options;
     // `--header-timeout`: a head not complete by then is given up (the stream ends, unanswered).
     let resolving = tokio::time::timeout(options.header_timeout, resolver.resolve_request());
     let Ok(Ok((head, mut stream))) = resolving.await else {
-        return;
+        return Ended::Done;
     };
     if options.verbose > 0 {
         crate::observe::dump::stream_request(&head, "HTTP/3", stream.id(), options.verbose);
     }
     match read_body(&mut stream, &head, &options).await {
         Body::Read => {}
-        Body::TooLarge => return refuse_body(&mut stream).await,
-        Body::Broken => return,
+        Body::TooLarge => {
+            refuse_body(&mut stream).await;
+            return Ended::Done;
+        }
+        Body::Broken => return Ended::Done,
     }
+    let arrived = std::time::Instant::now();
     let response = thread.answer(&head);
     if options.verbose > 0 {
         println!("↪ response (HTTP/3): {}", response.status);
     }
-    if let Some(d) = options.delay {
-        tokio::time::sleep(d).await;
-    }
+    let (hold, recorder) = (response.hold, response.recorder.clone());
     let (response, body) = response.into_parts();
-    if stream.send_response(response).await.is_err() {
-        return;
-    }
-    if head.method() != http::Method::HEAD && !body.is_empty() {
-        if let Some(d) = options.body_delay {
-            tokio::time::sleep(d).await;
-        }
-        if stream.send_data(body).await.is_err() {
-            return;
+    let mut response = Some(response);
+    let head_only = head.method() == http::Method::HEAD;
+    for step in Delivery::new(hold, body.len(), head_only) {
+        let sent = match step {
+            Step::Wait(d) => {
+                crate::kernel::timer::sleep(d).await;
+                Ok(())
+            }
+            Step::Record(key) => {
+                if let Some(r) = &recorder {
+                    r.record(key, hold.delay, arrived.elapsed());
+                }
+                Ok(())
+            }
+            Step::Head { .. } => {
+                stream
+                    .send_response(response.take().expect("one head"))
+                    .await
+            }
+            Step::Body { range, .. } => stream.send_data(body.slice(range)).await,
+            Step::Reset => {
+                stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return Ended::Done;
+            }
+            Step::Close => return Ended::CloseConnection,
+            Step::Stall => {
+                tokio::time::sleep(options.idle_timeout).await;
+                stream.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+                return Ended::Done;
+            }
+        };
+        if sent.is_err() {
+            return Ended::Done;
         }
     }
     if stream.finish().await.is_ok() {
         thread.count(Counter::QuicRequests, 1);
     }
+    Ended::Done
 }
 
 /// How a request body ended.
@@ -741,8 +777,6 @@ mod tests {
             header_timeout: Duration::from_secs(1),
             max_head: 16 * 1024,
             max_body: 0,
-            delay: None,
-            body_delay: None,
             verbose: 0,
             receive_buffer: Some(1 << 20),
             send_buffer: None,

@@ -64,6 +64,19 @@ macro_rules! on_fd {
     };
 }
 
+/// How [`Worker::close_as`] ends a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closing {
+    Shutdown,
+    Reset,
+}
+
+/// `SO_LINGER` on with a zero timeout: a close then resets the connection.
+static LINGER_RESET: libc::linger = libc::linger {
+    l_onoff: 1,
+    l_linger: 0,
+};
+
 /// The state of a connection's multishot receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Recv {
@@ -204,7 +217,7 @@ impl<'a> Worker<'a> {
             bufs,
             shared: Shared {
                 settings,
-                catalog: crate::catalog::Local::for_worker(&settings.catalog),
+                catalog: crate::catalog::Local::for_worker(&settings.catalog, id),
                 counters: counters.worker(id),
             },
             listener: listener.into_raw_fd(),
@@ -467,6 +480,7 @@ impl<'a> Worker<'a> {
             }
             // The io_uring runtime serves no HTTP/2 (`--http2` is refused with it).
             Status::Close | Status::Upgrade => return self.close(slot),
+            Status::Reset => return self.close_as(slot, Closing::Reset),
         }
         self.steer_recv(slot);
         self.arm_timer(slot);
@@ -559,6 +573,12 @@ impl<'a> Worker<'a> {
 
     /// Ends a connection: shutdown (which also ends its multishot receive) linked to close.
     fn close(&mut self, slot: usize) {
+        self.close_as(slot, Closing::Shutdown);
+    }
+
+    /// Closes a connection: after a shutdown (FIN), or with `SO_LINGER` 0 so that the close sends
+    /// RST (a route's `reset` fault).
+    fn close_as(&mut self, slot: usize, how: Closing) {
         let Some((c, gen)) = self.conns.remove(slot) else {
             return;
         };
@@ -566,17 +586,34 @@ impl<'a> Worker<'a> {
             let orphan = Orphan(c.state, c.layer, c.gather);
             self.orphans.push((token(Op::Send, slot, gen), orphan));
         }
-        // Hard link: the close runs even if the shutdown fails (a peer that already reset).
-        let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(
-            fd,
-            libc::SHUT_RDWR
-        )
-        .build())
-        .flags(squeue::Flags::IO_HARDLINK)
-        .user_data(token(Op::Close, slot, gen));
+        // Hard links: the close runs even if a step before it fails (a peer that already reset).
+        // A reset sets `SO_LINGER` 0 first, and shuts down only the reading side (which sends
+        // nothing): either shutdown ends the multishot receive, whose hold on the socket would
+        // otherwise outlive the close.
+        let token = token(Op::Close, slot, gen);
+        let shut = match how {
+            Closing::Shutdown => libc::SHUT_RDWR,
+            Closing::Reset => {
+                let linger = on_fd!(self.fixed, c.fd, |fd| opcode::SetSockOpt::new(
+                    fd,
+                    libc::SOL_SOCKET as u32,
+                    libc::SO_LINGER as u32,
+                    std::ptr::from_ref(&LINGER_RESET).cast(),
+                    size_of::<libc::linger>() as u32
+                )
+                .build());
+                let linger = linger.flags(squeue::Flags::IO_HARDLINK).user_data(token);
+                // SAFETY: the socket option is a static, never written.
+                unsafe { self.ring.push(linger) };
+                libc::SHUT_RD
+            }
+        };
+        let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(fd, shut).build())
+            .flags(squeue::Flags::IO_HARDLINK)
+            .user_data(token);
         // SAFETY: a shutdown points at no memory.
         unsafe { self.ring.push(shutdown) };
-        self.close_fd(c.fd, token(Op::Close, slot, gen));
+        self.close_fd(c.fd, token);
         self.shared.counters.add(Counter::ConnsClosed, 1);
     }
 

@@ -1,0 +1,361 @@
+//! Routes (`--route SPEC`, `--routes FILE`): answers chosen by method and path, each with its own
+//! status mix, body, fields, latency distribution and faults — a calibrated target for benchmarking
+//! proxies and load generators — and the ground truth of what each request was given
+//! ([`crate::observe::truth`]).
+//!
+//! Everything a route can answer is built at start-up: one pre-encoded head per status of its mix
+//! (HTTP/1.1 bytes and, with HTTP/2 or HTTP/3, a [`StreamAnswer`]), and its body as a slice of a
+//! shared buffer (`size=` bodies are slices of one generated buffer), never copied per request. Per
+//! request the route only *draws*: which status, which fault, how long a delay — from the worker's
+//! own generator ([`Draw`]), seeded by `--seed` for repeatable runs. The first route that matches
+//! wins; a request no route matches gets the catalog's default answer.
+//!
+//! [`spec`] is the user's text (flag or TOML), [`dist`] the latency distributions.
+
+pub mod dist;
+pub mod fortio;
+pub mod spec;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+
+use super::hold::{Hold, TruthKey};
+use super::request::Request;
+use super::response::{Framing, Response, ResponseSpec, DATE_LEN};
+use super::sink::Sink;
+use super::stream::StreamAnswer;
+use crate::observe::truth::{GroundTruth, RouteInfo};
+use dist::Dist;
+use spec::{BodySpec, Fault, PathMatch, RouteSpec};
+
+/// The routes, built: shared by every worker, each of which holds a copy of the heads with its live
+/// `Date` ([`Routes::set_date`]); bodies and the ground truth are shared.
+#[derive(Clone, Debug)]
+pub struct Routes {
+    routes: Vec<Route>,
+    truth: Arc<GroundTruth>,
+}
+
+#[derive(Clone, Debug)]
+struct Route {
+    methods: Vec<Box<[u8]>>,
+    path: PathMatch,
+    /// The base status's answer first, then one per status of the mix.
+    answers: Vec<Answer>,
+    /// Cumulative shares of `answers[1..]`, out of [`ONE`].
+    status_cuts: Vec<u32>,
+    /// Cumulative shares of the faults, out of [`ONE`].
+    fault_cuts: Vec<(u32, Fault)>,
+    delay: Option<Dist>,
+    body_delay: Option<Dist>,
+    rate: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Answer {
+    /// The head in each framing (no body: it is sent from `body`).
+    head: Response,
+    body: Bytes,
+    stream: Option<StreamAnswer>,
+}
+
+/// Probability 1 on the scale the draws use (a uniform `u32`).
+const ONE: u64 = 1 << 32;
+
+/// What a route answered one request with: which answer, and how it is delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteChoice {
+    route: u16,
+    answer: u8,
+    pub hold: Hold,
+}
+
+/// A worker's generator for the routes' draws.
+pub type Draw = rand::rngs::SmallRng;
+
+/// A worker's generator: from `--seed` and the worker's slot (repeatable), or from the clock.
+pub fn generator(seed: Option<u64>, slot: usize) -> Draw {
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    Draw::seed_from_u64(seed ^ (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+impl Routes {
+    /// From the user's specs: `base` gives every answer its `Server` and `-H` fields; `streams`
+    /// builds the HTTP/2 and HTTP/3 answers too; `recorders` is how many threads record truth.
+    pub fn build(
+        specs: &[RouteSpec],
+        base: &ResponseSpec,
+        streams: bool,
+        recorders: usize,
+    ) -> Result<Routes> {
+        let generated = generated_body(specs);
+        let mut routes = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let route = Route::build(spec, base, streams, &generated)
+                .with_context(|| format!("--route {}", spec.name))?;
+            routes.push(route);
+        }
+        let info = specs.iter().map(route_info).collect();
+        Ok(Routes {
+            routes,
+            truth: Arc::new(GroundTruth::new(info, recorders)),
+        })
+    }
+
+    /// The ground truth every answer is recorded in.
+    pub fn truth(&self) -> &Arc<GroundTruth> {
+        &self.truth
+    }
+
+    /// Whether some answer may be held (a delay, a paced body, a fault).
+    pub fn paces(&self) -> bool {
+        self.routes.iter().any(|r| {
+            r.delay.is_some() || r.body_delay.is_some() || r.rate > 0 || !r.fault_cuts.is_empty()
+        })
+    }
+
+    /// The first route `request` matches, and what it draws for it.
+    pub fn choose(&self, request: &Request<'_>, draw: &mut Draw) -> Option<RouteChoice> {
+        let path = path_of(request.target);
+        let i = self
+            .routes
+            .iter()
+            .position(|r| r.matches(request.method, path))?;
+        Some(self.routes[i].draw(i as u16, draw))
+    }
+
+    /// Appends the HTTP/1.1 answer to `out`: the head, then the shared body unless `head_only`.
+    /// Returns where the body starts in `out`.
+    pub fn write(
+        &self,
+        choice: &RouteChoice,
+        framing: Framing,
+        head_only: bool,
+        out: &mut impl Sink,
+    ) -> Option<usize> {
+        let answer = self.answer(choice);
+        let head = answer.head.head(framing);
+        let body_at = out.unsent() + head.len();
+        out.extend_from_slice(head);
+        if head_only || answer.body.is_empty() {
+            return None;
+        }
+        out.share(&answer.body, None);
+        Some(body_at)
+    }
+
+    /// The answer as HTTP/2 and HTTP/3 send it, with its hold.
+    pub fn stream_answer(&self, choice: &RouteChoice) -> StreamAnswer {
+        let mut answer = (self.answer(choice).stream.clone())
+            .expect("--http2 and --http3 build the routes' stream answers");
+        answer.hold = choice.hold;
+        answer
+    }
+
+    /// The second changed: every head carries the new `Date`.
+    pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {
+        for answer in self.routes.iter_mut().flat_map(|r| r.answers.iter_mut()) {
+            answer.head.set_date(date);
+            if let Some(s) = answer.stream.as_mut() {
+                s.set_date(date);
+            }
+        }
+    }
+
+    fn answer(&self, choice: &RouteChoice) -> &Answer {
+        &self.routes[usize::from(choice.route)].answers[usize::from(choice.answer)]
+    }
+}
+
+impl Route {
+    fn build(
+        spec: &RouteSpec,
+        base: &ResponseSpec,
+        streams: bool,
+        generated: &Bytes,
+    ) -> Result<Route> {
+        let body = match &spec.body {
+            BodySpec::Empty => Bytes::new(),
+            BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
+            BodySpec::Size(n) => generated.slice(..*n as usize),
+        };
+        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+        let answers = statuses
+            .map(|status| Answer::build(status, spec, base, &body, streams))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Route {
+            methods: spec.methods.iter().map(|m| m.as_bytes().into()).collect(),
+            path: spec.path.clone(),
+            answers,
+            status_cuts: cumulative(spec.status_mix.iter().map(|(_, p)| *p)),
+            fault_cuts: cumulative(spec.faults.iter().map(|(_, p)| *p))
+                .into_iter()
+                .zip(spec.faults.iter().map(|(f, _)| *f))
+                .collect(),
+            delay: spec.delay.clone(),
+            body_delay: spec.body_delay.clone(),
+            rate: spec.rate.unwrap_or(0),
+        })
+    }
+
+    /// Whether this route answers `method` on `path` (GET routes answer HEAD too).
+    fn matches(&self, method: &[u8], path: &[u8]) -> bool {
+        let method_ok = self.methods.is_empty()
+            || self
+                .methods
+                .iter()
+                .any(|m| **m == *method || (method == b"HEAD" && **m == *b"GET"));
+        method_ok
+            && match &self.path {
+                PathMatch::Exact(p) => p.as_bytes() == path,
+                PathMatch::Prefix(p) => path.starts_with(p.as_bytes()),
+            }
+    }
+
+    /// One request's status, fault and delays, drawn in that order.
+    fn draw(&self, route: u16, draw: &mut Draw) -> RouteChoice {
+        let status_roll = draw.next_u32();
+        let answer = (self.status_cuts.iter())
+            .position(|&cut| status_roll < cut)
+            .map_or(0, |i| i + 1);
+        let fault = match self.fault_cuts.is_empty() {
+            true => None,
+            false => {
+                let roll = draw.next_u32();
+                self.fault_cuts
+                    .iter()
+                    .find(|(cut, _)| roll < *cut)
+                    .map(|(_, f)| *f)
+            }
+        };
+        let outcome = match fault {
+            Some(f) => {
+                self.answers.len()
+                    + self
+                        .fault_cuts
+                        .iter()
+                        .position(|(_, g)| *g == f)
+                        .unwrap_or(0)
+            }
+            None => answer,
+        };
+        let sample = |d: &Option<Dist>, draw: &mut Draw| {
+            d.as_ref().map_or(Duration::ZERO, |d| d.sample(draw))
+        };
+        let delay = sample(&self.delay, draw);
+        let body_delay = sample(&self.body_delay, draw);
+        RouteChoice {
+            route,
+            answer: answer as u8,
+            hold: Hold {
+                delay,
+                body_delay,
+                fault,
+                rate: self.rate,
+                truth: Some(TruthKey {
+                    route,
+                    outcome: outcome as u8,
+                }),
+            },
+        }
+    }
+}
+
+impl Answer {
+    fn build(
+        status: u16,
+        spec: &RouteSpec,
+        base: &ResponseSpec,
+        body: &Bytes,
+        streams: bool,
+    ) -> Result<Answer> {
+        let mut headers = base.headers.clone();
+        headers.extend(spec.headers.iter().cloned());
+        let spec = ResponseSpec {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        let no_body = matches!(status, 100..=199 | 204 | 304);
+        let body = if no_body { Bytes::new() } else { body.clone() };
+        Ok(Answer {
+            head: Response::head_for(&spec, body.len())?,
+            stream: match streams {
+                true => Some(StreamAnswer::with_body(&spec, body.clone())?),
+                false => None,
+            },
+            body,
+        })
+    }
+}
+
+/// The bytes `size=` bodies are cut from: one buffer as long as the longest, printable and
+/// recognisable (a repeating alphabet, 64 bytes a line).
+fn generated_body(specs: &[RouteSpec]) -> Bytes {
+    let longest = specs
+        .iter()
+        .filter_map(|s| match s.body {
+            BodySpec::Size(n) => Some(n as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let line = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-\n";
+    line.iter()
+        .copied()
+        .cycle()
+        .take(longest)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Cumulative shares out of [`ONE`] (a roll below `cuts[i]` and above `cuts[i-1]` picks `i`).
+fn cumulative(shares: impl Iterator<Item = f64>) -> Vec<u32> {
+    let mut sum = 0.0;
+    shares
+        .map(|p| {
+            sum += p;
+            (sum * ONE as f64).min((ONE - 1) as f64) as u32
+        })
+        .collect()
+}
+
+/// The path of a request target, without its query (an absolute URI's path too).
+fn path_of(target: &[u8]) -> &[u8] {
+    let target = match target.iter().position(|&b| b == b'?') {
+        Some(q) => &target[..q],
+        None => target,
+    };
+    match target.windows(3).position(|w| w == b"://") {
+        Some(at) => {
+            let rest = &target[at + 3..];
+            rest.iter()
+                .position(|&b| b == b'/')
+                .map_or(b"/", |p| &rest[p..])
+        }
+        None => target,
+    }
+}
+
+/// What the ground truth knows of a route: its name, outcomes and delay range.
+fn route_info(spec: &RouteSpec) -> RouteInfo {
+    let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+    let mut outcomes: Vec<String> = statuses.map(|s| s.to_string()).collect();
+    outcomes.extend(spec.faults.iter().map(|(f, _)| f.name().to_string()));
+    RouteInfo {
+        name: spec.name.clone(),
+        outcomes,
+        expected: spec
+            .delay
+            .as_ref()
+            .map(|d| (d.quantile(0.001), d.quantile(0.9999))),
+    }
+}

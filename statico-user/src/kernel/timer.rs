@@ -1,0 +1,6 @@
+//! STUB: precise sleeps.
+use std::time::Duration;
+
+pub async fn sleep(d: Duration) {
+    tokio::time::sleep(d).await
+}

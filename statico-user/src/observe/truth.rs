@@ -1,0 +1,886 @@
+//! The routes' ground truth: what the server really did to each request a `--route` matched, for
+//! comparing a load generator's report against.
+//!
+//! Per route it keeps how many requests had each outcome (a status such as `200` or `503`, or a
+//! fault such as `reset`), and two HDR histograms: the delay *drawn* from the route's distribution,
+//! and the time each request was *held* (its last byte in to its response handed to the kernel).
+//! They count nanoseconds to 3 significant digits over 1 ns .. 1 hour (so a 40 µs hold is as exact
+//! as an 80 ms one); values outside saturate. Every recording thread
+//! owns one slot per route, each behind its own `Mutex` and on its own cache lines, so a record takes
+//! an uncontended lock and two histogram increments and never allocates (every slot is allocated by
+//! [`GroundTruth::new`]). Readers — the Prometheus scrape, `/ground-truth.json`, the exit summary —
+//! merge a route's slots one lock at a time; each lock is held for two histogram additions (~34k
+//! counters each), the only moment a reader can make a recorder wait. A histogram is ~270 KiB (33 792
+//! `u64` counters), so the memory is about `2 × recorders × routes × 270 KiB`.
+//!
+//! Prometheus buckets (`le`, per route, fixed at start-up): `histogram_quantile` interpolates
+//! linearly inside a bucket, so to read a 10 ms route's p99 to 1% the buckets over the route's stated
+//! delay range (`expected`, widened ×0.5 below and ×2 above) are geometric with a ratio of at most
+//! 1.02, rounded to 4 significant digits. Outside it, and for a route without delay, a coarse ladder
+//! of 1 µs × 2ᵏ (k = 0..29, up to ~9 minutes; longer goes to `+Inf`). A histogram has at most 400
+//! buckets, `+Inf` included: the fine range gets what the ladder leaves (at least 368 steps), and a
+//! range too wide for that at 1.02 gets a larger ratio. A lognormal with p50 10 ms and p99 80 ms,
+//! stated as its p0.1 .. p99.99 (0.63 .. 278 ms), takes 378 steps at 1.02 and fits; its p99 reads
+//! within 0.1%. Bucket counts come from the merged HDR histogram: each recorded value (its highest
+//! equivalent, as HDR's own percentiles report) goes into the first bucket at or above it.
+
+use std::fmt::Write as _;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// The histograms' range in nanoseconds, 1 ns .. 1 hour (3 significant digits throughout, so a
+/// 40 µs hold is not rounded to a coarse bottom bucket), and the Prometheus buckets' floor, 1 µs.
+const LOWEST_NS: u64 = 1;
+const FLOOR_NS: u64 = 1_000;
+const HIGHEST_NS: u64 = 3_600 * 1_000_000_000;
+const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// The Prometheus buckets over a route's expected range: the largest ratio between neighbours (a
+/// range too wide for the budget gets a larger one); and the budget, `+Inf` included.
+const FINE_RATIO: f64 = 1.02;
+const MAX_BUCKETS: usize = 400;
+/// The coarse ladder, 1 µs × 2ᵏ for k below this (2²⁹ µs ≈ 9 minutes).
+const COARSE_STEPS: u32 = 30;
+
+/// A route as the truth knows it, given at start-up.
+#[derive(Clone, Debug)]
+pub struct RouteInfo {
+    /// How the route is shown, e.g. `GET /api/*`.
+    pub name: String,
+    /// Every outcome the route can have, e.g. `["200", "503", "reset"]`; a record names one by index.
+    pub outcomes: Vec<String>,
+    /// The delay range the route states (e.g. its p0.1 .. p99.99), for choosing the Prometheus
+    /// buckets; `None` for a route without delay.
+    pub expected: Option<(Duration, Duration)>,
+}
+
+/// One route's truth, merged over the recorders.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteTruth {
+    pub name: String,
+    /// Requests with any outcome (those only counted included).
+    pub count: u64,
+    /// Each outcome of [`RouteInfo::outcomes`], in that order, with its count.
+    pub outcomes: Vec<(String, u64)>,
+    pub held: Summary,
+    pub drawn: Summary,
+}
+
+/// A histogram's count and percentiles, in microseconds (all zero when it is empty).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub count: u64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub mean_us: f64,
+}
+
+impl Summary {
+    fn of(histogram: &Histogram<u64>) -> Summary {
+        if histogram.is_empty() {
+            return Summary::default();
+        }
+        let at = |q: f64| histogram.value_at_quantile(q) as f64 / 1_000.0;
+        Summary {
+            count: histogram.len(),
+            p50_us: at(0.5),
+            p90_us: at(0.9),
+            p99_us: at(0.99),
+            p999_us: at(0.999),
+            max_us: histogram.max() as f64 / 1_000.0,
+            mean_us: histogram.mean() / 1_000.0,
+        }
+    }
+}
+
+/// Keeps a value on cache lines of its own, so neighbouring recorders' slots never share one.
+#[repr(align(128))]
+struct CacheLinePadded<T>(T);
+
+/// What one recorder has recorded for one route (or, merged, what all have).
+struct Tally {
+    outcomes: Vec<u64>,
+    drawn: Histogram<u64>,
+    held: Histogram<u64>,
+}
+
+impl Tally {
+    fn new(outcomes: usize) -> Tally {
+        Tally {
+            outcomes: vec![0; outcomes],
+            drawn: empty_histogram(),
+            held: empty_histogram(),
+        }
+    }
+
+    fn count(&mut self, outcome: usize) {
+        debug_assert!(
+            outcome < self.outcomes.len(),
+            "outcome {outcome} out of range"
+        );
+        if let Some(n) = self.outcomes.get_mut(outcome) {
+            *n += 1;
+        }
+    }
+
+    fn add(&mut self, other: &Tally) {
+        for (mine, theirs) in self.outcomes.iter_mut().zip(&other.outcomes) {
+            *mine += theirs;
+        }
+        // Every histogram has the same bounds, so an addition cannot fall outside them.
+        self.drawn
+            .add(&other.drawn)
+            .expect("histograms share bounds");
+        self.held.add(&other.held).expect("histograms share bounds");
+    }
+}
+
+fn empty_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+        .expect("constant histogram bounds are valid")
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A route and its Prometheus bucket bounds.
+struct Route {
+    info: RouteInfo,
+    bounds_ns: Vec<u64>,
+}
+
+/// The ground truth of every route, one slot per (recorder, route). Shared as `Arc<GroundTruth>`.
+pub struct GroundTruth {
+    routes: Vec<Route>,
+    recorders: usize,
+    /// Recorder-major: recorder `r`'s slot for route `i` is `slots[r * routes.len() + i]`.
+    slots: Vec<CacheLinePadded<Mutex<Tally>>>,
+}
+
+impl std::fmt::Debug for GroundTruth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroundTruth").finish_non_exhaustive()
+    }
+}
+
+impl GroundTruth {
+    /// The truth of `routes`, recorded by `recorders` threads (numbered `0..recorders`).
+    pub fn new(routes: Vec<RouteInfo>, recorders: usize) -> GroundTruth {
+        let slots = (0..recorders)
+            .flat_map(|_| routes.iter())
+            .map(|route| CacheLinePadded(Mutex::new(Tally::new(route.outcomes.len()))))
+            .collect();
+        let routes = routes
+            .into_iter()
+            .map(|info| Route {
+                bounds_ns: bucket_bounds_ns(info.expected),
+                info,
+            })
+            .collect();
+        GroundTruth {
+            routes,
+            recorders,
+            slots,
+        }
+    }
+
+    /// One request's truth: its outcome (an index into [`RouteInfo::outcomes`]), the delay drawn for
+    /// it and the time it was held. Called by recorder `recorder` only; no allocation.
+    pub fn record(
+        &self,
+        recorder: usize,
+        route: usize,
+        outcome: usize,
+        drawn: Duration,
+        held: Duration,
+    ) {
+        if let Some(mut slot) = self.slot(recorder, route) {
+            slot.count(outcome);
+            slot.drawn.saturating_record(nanos(drawn));
+            slot.held.saturating_record(nanos(held));
+        }
+    }
+
+    /// Only an outcome (a fault that holds nothing, e.g. a reset before any delay): counted, with no
+    /// histogram sample.
+    pub fn count(&self, recorder: usize, route: usize, outcome: usize) {
+        if let Some(mut slot) = self.slot(recorder, route) {
+            slot.count(outcome);
+        }
+    }
+
+    /// The slot of (`recorder`, `route`), locked; `None` (and a debug assertion) when either is out
+    /// of range, so a misnumbered caller loses its record rather than a worker.
+    fn slot(&self, recorder: usize, route: usize) -> Option<MutexGuard<'_, Tally>> {
+        let in_range = recorder < self.recorders && route < self.routes.len();
+        debug_assert!(in_range, "recorder {recorder} / route {route} out of range");
+        if !in_range {
+            return None;
+        }
+        let slot = &self.slots[recorder * self.routes.len() + route].0;
+        // A recorder that panicked while holding its slot left whole counts behind.
+        Some(slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    /// Route `route` merged over the recorders, locking one slot at a time.
+    fn merged(&self, route: usize) -> Tally {
+        let mut total = Tally::new(self.routes[route].info.outcomes.len());
+        for recorder in 0..self.recorders {
+            if let Some(slot) = self.slot(recorder, route) {
+                total.add(&slot);
+            }
+        }
+        total
+    }
+
+    /// Every route's truth, merged over the recorders, in the order the routes were given.
+    pub fn snapshot(&self) -> Vec<RouteTruth> {
+        (0..self.routes.len())
+            .map(|i| route_truth(&self.routes[i].info, &self.merged(i)))
+            .collect()
+    }
+
+    /// `/ground-truth.json`: `{"routes":[{"route":…,"count":…,"outcomes":{…},"held_us":{…},
+    /// "drawn_us":{…}}]}`, the routes in the order given.
+    pub fn json(&self) -> String {
+        let mut out = String::from("{\"routes\":[");
+        for (i, truth) in self.snapshot().iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_route_json(&mut out, truth);
+        }
+        out.push_str("]}");
+        out
+    }
+
+    /// The Prometheus text (format 0.0.4): `statico_route_requests_total{route,outcome}` and the
+    /// histograms `statico_route_held_seconds` and `statico_route_drawn_seconds{route}`.
+    pub fn prometheus(&self, out: &mut String) {
+        let merged: Vec<Tally> = (0..self.routes.len()).map(|i| self.merged(i)).collect();
+        write_family_head(
+            out,
+            "statico_route_requests_total",
+            "counter",
+            "Requests a route matched, by outcome (a status code or a fault).",
+        );
+        for (route, tally) in self.routes.iter().zip(&merged) {
+            let name = escape_label(&route.info.name);
+            for (outcome, n) in route.info.outcomes.iter().zip(&tally.outcomes) {
+                let outcome = escape_label(outcome);
+                let _ = writeln!(
+                    out,
+                    "statico_route_requests_total{{route=\"{name}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+        }
+        write_histogram_family(
+            out,
+            "statico_route_held_seconds",
+            "Time a route's requests were held, from their last byte to their response.",
+            &self.routes,
+            &merged,
+            |tally| &tally.held,
+        );
+        write_histogram_family(
+            out,
+            "statico_route_drawn_seconds",
+            "Delays drawn from a route's distribution.",
+            &self.routes,
+            &merged,
+            |tally| &tally.drawn,
+        );
+    }
+
+    /// One line per route for the exit summary, e.g. `route GET /api/*: 10234 requests (200 9012,
+    /// 503 1020, reset 12); held p50 10.02ms p99 80.4ms max 1.2s; drawn p50 10.01ms p99 80.3ms`.
+    pub fn totals(&self) -> Vec<String> {
+        let delayed = self.routes.iter().map(|r| r.info.expected.is_some());
+        self.snapshot()
+            .iter()
+            .zip(delayed)
+            .map(|(truth, delayed)| total_line(truth, delayed))
+            .collect()
+    }
+}
+
+fn route_truth(info: &RouteInfo, tally: &Tally) -> RouteTruth {
+    RouteTruth {
+        name: info.name.clone(),
+        count: tally.outcomes.iter().sum(),
+        outcomes: info
+            .outcomes
+            .iter()
+            .cloned()
+            .zip(tally.outcomes.iter().copied())
+            .collect(),
+        held: Summary::of(&tally.held),
+        drawn: Summary::of(&tally.drawn),
+    }
+}
+
+// ---- Prometheus buckets ----
+
+/// A route's bucket bounds in nanoseconds, ascending: fine over its expected range, coarse outside.
+fn bucket_bounds_ns(expected: Option<(Duration, Duration)>) -> Vec<u64> {
+    let ladder = (0..COARSE_STEPS).map(|k| FLOOR_NS << k);
+    let Some((a, b)) = expected else {
+        return ladder.collect();
+    };
+    let (low, high) = fine_range_ns(a.min(b), a.max(b));
+    let outside = |&rung: &u64| (rung as f64) < low || (rung as f64) > high;
+    let mut bounds: Vec<u64> = ladder.filter(outside).collect();
+    // The fine range's bounds (steps + 1) and `+Inf` share what the ladder leaves.
+    let steps = MAX_BUCKETS - 2 - bounds.len();
+    bounds.extend(geometric_bounds_ns(low, high, steps));
+    bounds.sort_unstable();
+    bounds.dedup();
+    bounds
+}
+
+/// The expected range widened ×0.5 below and ×2 above, within the histograms' range.
+fn fine_range_ns(low: Duration, high: Duration) -> (f64, f64) {
+    let low = (nanos(low) as f64 * 0.5).clamp(FLOOR_NS as f64, HIGHEST_NS as f64 / 2.0);
+    let high = (nanos(high) as f64 * 2.0).clamp(low * FINE_RATIO, HIGHEST_NS as f64);
+    (low, high)
+}
+
+/// Geometric bounds from `low` to `high`, neighbours at most [`FINE_RATIO`] apart unless that takes
+/// more than `max_steps` steps.
+fn geometric_bounds_ns(low: f64, high: f64, max_steps: usize) -> Vec<u64> {
+    let span = (high / low).ln();
+    let steps = (span / FINE_RATIO.ln()).ceil().clamp(1.0, max_steps as f64) as i32;
+    let ratio = (span / f64::from(steps)).exp();
+    (0..=steps)
+        .map(|k| round_to_4_significant(low * ratio.powi(k)))
+        .collect()
+}
+
+/// `x` (at least 1000 ns) rounded to 4 significant digits, so the `le` labels read as short decimals.
+fn round_to_4_significant(x: f64) -> u64 {
+    let unit = 10f64.powi(x.log10().floor() as i32 - 3).max(1.0);
+    ((x / unit).round() * unit) as u64
+}
+
+/// How many of `histogram`'s values are at or below each bound (cumulative).
+fn cumulative_counts(histogram: &Histogram<u64>, bounds_ns: &[u64]) -> Vec<u64> {
+    let mut counts = vec![0u64; bounds_ns.len()];
+    for value in histogram.iter_recorded() {
+        let bucket = bounds_ns.partition_point(|&bound| bound < value.value_iterated_to());
+        if let Some(n) = counts.get_mut(bucket) {
+            *n += value.count_at_value();
+        }
+    }
+    let mut running = 0;
+    for n in &mut counts {
+        running += *n;
+        *n = running;
+    }
+    counts
+}
+
+// ---- Prometheus text ----
+
+fn write_family_head(out: &mut String, metric: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+}
+
+fn write_histogram_family(
+    out: &mut String,
+    metric: &str,
+    help: &str,
+    routes: &[Route],
+    merged: &[Tally],
+    histogram_of: impl Fn(&Tally) -> &Histogram<u64>,
+) {
+    write_family_head(out, metric, "histogram", help);
+    for (route, tally) in routes.iter().zip(merged) {
+        write_histogram(
+            out,
+            metric,
+            &route.info.name,
+            &route.bounds_ns,
+            histogram_of(tally),
+        );
+    }
+}
+
+fn write_histogram(
+    out: &mut String,
+    metric: &str,
+    route: &str,
+    bounds_ns: &[u64],
+    histogram: &Histogram<u64>,
+) {
+    let route = escape_label(route);
+    for (bound, n) in bounds_ns
+        .iter()
+        .zip(cumulative_counts(histogram, bounds_ns))
+    {
+        let le = *bound as f64 / 1e9;
+        let _ = writeln!(out, "{metric}_bucket{{route=\"{route}\",le=\"{le}\"}} {n}");
+    }
+    let count = histogram.len();
+    let sum_seconds = histogram.mean() * count as f64 / 1e9;
+    let _ = writeln!(
+        out,
+        "{metric}_bucket{{route=\"{route}\",le=\"+Inf\"}} {count}"
+    );
+    let _ = writeln!(out, "{metric}_sum{{route=\"{route}\"}} {sum_seconds}");
+    let _ = writeln!(out, "{metric}_count{{route=\"{route}\"}} {count}");
+}
+
+/// A label value as the exposition format wants it: `\`, `"` and newline escaped.
+fn escape_label(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+// ---- JSON ----
+
+fn write_route_json(out: &mut String, truth: &RouteTruth) {
+    out.push_str("{\"route\":");
+    write_json_string(out, &truth.name);
+    let _ = write!(out, ",\"count\":{},\"outcomes\":{{", truth.count);
+    for (i, (outcome, n)) in truth.outcomes.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_string(out, outcome);
+        let _ = write!(out, ":{n}");
+    }
+    out.push_str("},\"held_us\":");
+    write_summary_json(out, &truth.held);
+    out.push_str(",\"drawn_us\":");
+    write_summary_json(out, &truth.drawn);
+    out.push('}');
+}
+
+fn write_summary_json(out: &mut String, s: &Summary) {
+    let _ = write!(
+        out,
+        "{{\"count\":{},\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},\"p99.9\":{:.3},\"max\":{:.3},\"mean\":{:.3}}}",
+        s.count, s.p50_us, s.p90_us, s.p99_us, s.p999_us, s.max_us, s.mean_us
+    );
+}
+
+/// `value` as a JSON string: quotes, backslashes and control characters escaped.
+fn write_json_string(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+// ---- The exit summary ----
+
+fn total_line(truth: &RouteTruth, delayed: bool) -> String {
+    let outcomes: Vec<String> = truth
+        .outcomes
+        .iter()
+        .map(|(outcome, n)| format!("{outcome} {n}"))
+        .collect();
+    let mut line = format!(
+        "route {}: {} requests ({})",
+        truth.name,
+        truth.count,
+        outcomes.join(", ")
+    );
+    let held = &truth.held;
+    if held.count > 0 {
+        let _ = write!(
+            line,
+            "; held p50 {} p99 {} max {}",
+            human_duration(held.p50_us),
+            human_duration(held.p99_us),
+            human_duration(held.max_us)
+        );
+    }
+    let drawn = &truth.drawn;
+    if delayed && drawn.count > 0 {
+        let _ = write!(
+            line,
+            "; drawn p50 {} p99 {}",
+            human_duration(drawn.p50_us),
+            human_duration(drawn.p99_us)
+        );
+    }
+    line
+}
+
+/// Microseconds shown in the unit that keeps them short, to about 4 significant digits: `850ns`,
+/// `12.34µs`, `10.02ms`, `1.2s`.
+fn human_duration(us: f64) -> String {
+    let (value, unit) = match us {
+        us if us < 1.0 => (us * 1e3, "ns"),
+        us if us < 1e3 => (us, "µs"),
+        us if us < 1e6 => (us / 1e3, "ms"),
+        us => (us / 1e6, "s"),
+    };
+    let decimals = match value {
+        v if v >= 100.0 => 1,
+        v if v >= 10.0 => 2,
+        _ => 3,
+    };
+    let shown = format!("{value:.decimals$}");
+    let shown = if shown.contains('.') {
+        shown.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &shown
+    };
+    format!("{shown}{unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn route(name: &str, outcomes: &[&str], expected: Option<(Duration, Duration)>) -> RouteInfo {
+        RouteInfo {
+            name: name.into(),
+            outcomes: outcomes.iter().map(|o| o.to_string()).collect(),
+            expected,
+        }
+    }
+
+    fn api_route() -> RouteInfo {
+        let range = (Duration::from_millis(5), Duration::from_millis(50));
+        route("GET /api/*", &["200", "503", "reset"], Some(range))
+    }
+
+    fn close(actual: f64, expected: f64, tolerance: f64) -> bool {
+        (actual - expected).abs() <= expected * tolerance
+    }
+
+    /// Two recorders: 100 × 200 at 10 ms (held 10.1 ms) and 100 × 503 at 20 ms (held 20.2 ms), plus
+    /// 3 resets only counted.
+    fn two_recorders() -> GroundTruth {
+        let truth = GroundTruth::new(vec![api_route(), route("GET /", &["200"], None)], 2);
+        for _ in 0..100 {
+            let (drawn, held) = (
+                Duration::from_nanos(10 * MS),
+                Duration::from_nanos(10_100_000),
+            );
+            truth.record(0, 0, 0, drawn, held);
+            let (drawn, held) = (
+                Duration::from_nanos(20 * MS),
+                Duration::from_nanos(20_200_000),
+            );
+            truth.record(1, 0, 1, drawn, held);
+        }
+        for _ in 0..3 {
+            truth.count(1, 0, 2);
+        }
+        truth.record(1, 1, 0, Duration::ZERO, Duration::from_micros(40));
+        truth
+    }
+
+    #[test]
+    fn is_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<GroundTruth>();
+    }
+
+    #[test]
+    fn merges_the_recorders_counts_and_percentiles() {
+        let routes = two_recorders().snapshot();
+        assert_eq!(routes.len(), 2);
+        let api = &routes[0];
+        assert_eq!(api.name, "GET /api/*");
+        assert_eq!(api.count, 203);
+        let outcomes: Vec<(&str, u64)> =
+            api.outcomes.iter().map(|(o, n)| (o.as_str(), *n)).collect();
+        assert_eq!(outcomes, [("200", 100), ("503", 100), ("reset", 3)]);
+        assert_eq!((api.held.count, api.drawn.count), (200, 200));
+        assert!(close(api.held.p50_us, 10_100.0, 0.001), "{:?}", api.held);
+        assert!(close(api.held.p90_us, 20_200.0, 0.001), "{:?}", api.held);
+        assert!(close(api.held.p99_us, 20_200.0, 0.001), "{:?}", api.held);
+        assert!(close(api.held.max_us, 20_200.0, 0.001), "{:?}", api.held);
+        assert!(close(api.held.mean_us, 15_150.0, 0.001), "{:?}", api.held);
+        assert!(close(api.drawn.p50_us, 10_000.0, 0.001), "{:?}", api.drawn);
+        assert!(close(api.drawn.p999_us, 20_000.0, 0.001), "{:?}", api.drawn);
+        let plain = &routes[1];
+        assert_eq!((plain.count, plain.held.count), (1, 1));
+        assert!(close(plain.held.p50_us, 40.0, 0.001), "{:?}", plain.held);
+        assert_eq!(plain.drawn.max_us, 0.0);
+    }
+
+    #[test]
+    fn records_after_being_read_and_saturates_outside_the_range() {
+        let truth = two_recorders();
+        let _ = (truth.snapshot(), truth.json(), truth.totals());
+        truth.prometheus(&mut String::new());
+        truth.record(0, 0, 0, Duration::from_secs(7_200), Duration::from_nanos(1));
+        truth.count(0, 0, 2);
+        let api = &truth.snapshot()[0];
+        assert_eq!(
+            (api.count, api.outcomes[2].1, api.held.count),
+            (205, 4, 201)
+        );
+        assert!(close(api.drawn.max_us, 3.6e9, 0.001), "{:?}", api.drawn);
+    }
+
+    #[test]
+    fn json_is_valid_and_escapes_the_route_name() {
+        let name = "GET /a\"b\\c\nd\u{1}é";
+        let truth = GroundTruth::new(vec![route(name, &["200"], None), api_route()], 1);
+        truth.record(0, 0, 0, Duration::ZERO, Duration::from_millis(2));
+        let parsed: serde_json::Value = serde_json::from_str(&truth.json()).expect("valid JSON");
+        let routes = parsed["routes"].as_array().expect("routes");
+        assert_eq!(routes.len(), 2);
+        assert_eq!(routes[0]["route"], name);
+        assert_eq!(routes[0]["count"], 1);
+        assert_eq!(routes[0]["outcomes"]["200"], 1);
+        assert_eq!(routes[0]["held_us"]["count"], 1);
+        let p99 = routes[0]["held_us"]["p99.9"].as_f64().expect("p99.9");
+        assert!(close(p99, 2_000.0, 0.001), "{p99}");
+        assert_eq!(routes[1]["route"], "GET /api/*");
+        assert_eq!(routes[1]["outcomes"]["reset"], 0);
+        assert_eq!(routes[1]["drawn_us"]["max"], 0.0);
+    }
+
+    /// The `(le, cumulative count)` pairs of one route's histogram, `+Inf` as infinity, and its
+    /// `_count`.
+    fn buckets(page: &str, metric: &str, route: &str) -> (Vec<(f64, u64)>, u64) {
+        let bucket = format!("{metric}_bucket{{route=\"{route}\",le=\"");
+        let pairs = page
+            .lines()
+            .filter_map(|line| line.strip_prefix(&bucket))
+            .map(|rest| {
+                let (le, n) = rest.split_once("\"} ").expect("a bucket line");
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().expect("le")
+                };
+                (le, n.parse().expect("count"))
+            })
+            .collect();
+        let count = format!("{metric}_count{{route=\"{route}\"}} ");
+        let count = page
+            .lines()
+            .find_map(|line| line.strip_prefix(&count))
+            .expect("_count");
+        (pairs, count.parse().expect("count"))
+    }
+
+    /// Prometheus' `histogram_quantile`: linear interpolation inside the bucket holding the rank.
+    fn histogram_quantile(q: f64, buckets: &[(f64, u64)]) -> f64 {
+        let total = buckets[buckets.len() - 1].1 as f64;
+        let rank = q * total;
+        let b = buckets
+            .iter()
+            .position(|&(_, n)| n as f64 >= rank)
+            .expect("rank");
+        if b == buckets.len() - 1 {
+            return buckets[b - 1].0;
+        }
+        let (start, before) = if b == 0 {
+            (0.0, 0.0)
+        } else {
+            (buckets[b - 1].0, buckets[b - 1].1 as f64)
+        };
+        let (end, upto) = (buckets[b].0, buckets[b].1 as f64);
+        start + (end - start) * (rank - before) / (upto - before)
+    }
+
+    #[test]
+    fn prometheus_histograms_are_cumulative_and_end_at_their_count() {
+        let truth = two_recorders();
+        let mut page = String::new();
+        truth.prometheus(&mut page);
+        for metric in ["statico_route_held_seconds", "statico_route_drawn_seconds"] {
+            assert_eq!(
+                page.matches(&format!("# TYPE {metric} histogram\n"))
+                    .count(),
+                1
+            );
+            assert_eq!(page.matches(&format!("# HELP {metric} ")).count(), 1);
+            for (route, samples) in [("GET /api/*", 200), ("GET /", 1)] {
+                let (pairs, count) = buckets(&page, metric, route);
+                assert!(pairs.len() <= 400 && pairs.len() > 10, "{}", pairs.len());
+                assert!(pairs
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+                assert_eq!(pairs.last(), Some(&(f64::INFINITY, samples)));
+                assert_eq!(count, samples);
+            }
+        }
+        assert_eq!(
+            page.matches("# TYPE statico_route_requests_total counter\n")
+                .count(),
+            1
+        );
+        assert!(page
+            .contains("statico_route_requests_total{route=\"GET /api/*\",outcome=\"503\"} 100\n"));
+        assert!(page
+            .contains("statico_route_requests_total{route=\"GET /api/*\",outcome=\"reset\"} 3\n"));
+        let sum = "statico_route_held_seconds_sum{route=\"GET /api/*\"} ";
+        let sum: f64 = page
+            .lines()
+            .find_map(|l| l.strip_prefix(sum))
+            .expect("_sum")
+            .parse()
+            .expect("sum");
+        assert!(close(sum, 3.03, 0.001), "{sum}");
+    }
+
+    #[test]
+    fn prometheus_escapes_label_values() {
+        let truth = GroundTruth::new(vec![route("GET /a\"b\\c\nd", &["x\"y"], None)], 1);
+        let mut page = String::new();
+        truth.prometheus(&mut page);
+        assert!(page.contains(
+            "statico_route_requests_total{route=\"GET /a\\\"b\\\\c\\nd\",outcome=\"x\\\"y\"} 0\n"
+        ));
+        assert!(
+            page.contains("statico_route_held_seconds_count{route=\"GET /a\\\"b\\\\c\\nd\"} 0\n")
+        );
+        assert_eq!(
+            page.lines().filter(|l| !l.starts_with('#')).count(),
+            1 + 2 * (COARSE_STEPS as usize + 3)
+        );
+    }
+
+    /// A deterministic lognormal: Box-Muller over a 64-bit LCG.
+    struct Lognormal {
+        state: u64,
+        median_ns: f64,
+        sigma: f64,
+    }
+
+    impl Lognormal {
+        fn uniform(&mut self) -> f64 {
+            self.state = self
+                .state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+
+        fn sample(&mut self) -> Duration {
+            let (u1, u2) = (self.uniform(), self.uniform());
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            Duration::from_nanos((self.median_ns * (self.sigma * z).exp()) as u64)
+        }
+    }
+
+    #[test]
+    fn histogram_quantile_reads_a_10ms_routes_p99_to_1_percent() {
+        // p50 10 ms, p99 80 ms: sigma = ln 8 / z(0.99); the route states its p0.1 .. p99.99.
+        let sigma = 8f64.ln() / 2.326_348;
+        let at = |z: f64| Duration::from_nanos((10.0 * MS as f64 * (sigma * z).exp()) as u64);
+        let expected = (at(-3.090_232), at(3.719_016));
+        let truth = GroundTruth::new(vec![route("GET /slow", &["200"], Some(expected))], 2);
+        let mut lognormal = Lognormal {
+            state: 42,
+            median_ns: 10.0 * MS as f64,
+            sigma,
+        };
+        for i in 0..100_000 {
+            let d = lognormal.sample();
+            truth.record(i % 2, 0, 0, d, d);
+        }
+        let held = &truth.snapshot()[0].held;
+        assert!(close(held.p99_us, 80_000.0, 0.03), "{held:?}");
+        let mut page = String::new();
+        truth.prometheus(&mut page);
+        let (pairs, count) = buckets(&page, "statico_route_held_seconds", "GET /slow");
+        assert_eq!(count, 100_000);
+        assert!(pairs.len() <= MAX_BUCKETS, "{}", pairs.len());
+        let fine = pairs
+            .windows(2)
+            .filter(|w| w[0].0 >= 0.0005 && w[1].0 <= 0.5);
+        assert!(fine.clone().count() > 340);
+        assert!(
+            fine.clone().all(|w| w[1].0 / w[0].0 <= FINE_RATIO * 1.001),
+            "{pairs:?}"
+        );
+        for (q, hdr_us) in [
+            (0.5, held.p50_us),
+            (0.9, held.p90_us),
+            (0.99, held.p99_us),
+            (0.999, held.p999_us),
+        ] {
+            let read_us = histogram_quantile(q, &pairs) * 1e6;
+            assert!(
+                close(read_us, hdr_us, 0.01),
+                "q {q}: buckets {read_us} µs, HDR {hdr_us} µs"
+            );
+        }
+    }
+
+    #[test]
+    fn bucket_bounds_are_ascending_bounded_and_fine_over_the_range() {
+        let cases = [
+            None,
+            Some((Duration::from_millis(10), Duration::from_millis(10))),
+            Some((Duration::from_micros(1), Duration::from_secs(3_600))),
+            Some((Duration::from_millis(80), Duration::from_millis(1))),
+            Some((Duration::ZERO, Duration::ZERO)),
+        ];
+        let sweep = (0..40)
+            .flat_map(|a| (a..40).map(move |b| (a, b)))
+            .map(|(a, b)| {
+                let at = |k: i32| Duration::from_nanos((1_000.0 * 1.8f64.powi(k)) as u64);
+                Some((at(a), at(b)))
+            });
+        for expected in cases.into_iter().chain(sweep) {
+            let bounds = bucket_bounds_ns(expected);
+            assert!(bounds.len() < MAX_BUCKETS, "{expected:?}: {}", bounds.len());
+            assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{expected:?}");
+            assert!(
+                bounds[0] >= FLOOR_NS && bounds[bounds.len() - 1] <= HIGHEST_NS,
+                "{expected:?}"
+            );
+        }
+        let fine = bucket_bounds_ns(Some((Duration::from_millis(1), Duration::from_millis(80))));
+        let mut inside = fine
+            .windows(2)
+            .filter(|w| w[0] >= 500_000 && w[1] <= 160 * MS);
+        assert!(inside.clone().count() > 250);
+        assert!(inside.all(|w| w[1] as f64 / w[0] as f64 <= FINE_RATIO + 0.001));
+    }
+
+    #[test]
+    fn totals_name_each_route_with_its_outcomes_and_percentiles() {
+        let lines = two_recorders().totals();
+        assert_eq!(
+            lines,
+            [
+                "route GET /api/*: 203 requests (200 100, 503 100, reset 3); held p50 10.1ms p99 20.2ms max 20.2ms; drawn p50 10ms p99 20ms",
+                "route GET /: 1 requests (200 1); held p50 40.03µs p99 40.03µs max 40.03µs",
+            ]
+        );
+        assert_eq!(human_duration(0.5), "500ns");
+        assert_eq!(human_duration(1_200_000.0), "1.2s");
+        assert_eq!(human_duration(80_400.0), "80.4ms");
+    }
+}
