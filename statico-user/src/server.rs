@@ -88,11 +88,13 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     };
     let info = crate::observe::metrics::Info::new(plan.runtime.kind.name(), rung.name(), shown);
     let page = || crate::observe::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
+    let truth = settings.catalog.truth();
     let watch = Watch {
         counters: &counters,
         kernel_detail: &kernel_detail,
         meter: plan.observe.meter,
         metrics: metrics.map(|l| (l, &page as &dyn Fn() -> String)),
+        truth: truth.as_deref(),
     };
     let signal = wait_for_signal(&main_rt, signals, &plan, &settings, watch);
     eprintln!(
@@ -101,6 +103,9 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     );
     workers.stop();
     meter::print_totals(&counters, &cpus, &kernel_detail(), shown);
+    for line in truth.iter().flat_map(|t| t.totals()) {
+        eprintln!("statico: {line}");
+    }
     // Dropping the kernel state detaches the programs, clears the socket slots, removes the pins.
     #[cfg(all(target_os = "linux", statico_bpf))]
     drop(assist);

@@ -1,6 +1,282 @@
-//! STUB: precise sleeps.
-use std::time::Duration;
+//! Precise sleeps for the tokio threads: a held answer must go out when its delay says, and tokio's
+//! timer wheel rounds every deadline up to the next millisecond (a 1 ms delay became 2.3 ms at the
+//! client, a 10 ms one 11.2 ms).
+//!
+//! Each thread that serves (a tokio worker, a QUIC thread) installs one [`Timers`]: a `timerfd` armed
+//! for the earliest deadline (nanoseconds, `CLOCK_MONOTONIC`, the clock of [`Instant`]), a binary
+//! heap of deadlines, and a task that wakes the sleeps whose deadline has passed when the `timerfd`
+//! fires. A sleep costs a heap push and, when it is the earliest, one `timerfd_settime`; firing costs
+//! a heap pop per sleep and one `read` per expiry — O(log n) each with n sleeps waiting. A sleep
+//! dropped before its deadline (its connection closed) leaves its heap entry behind, which is popped
+//! and ignored at that deadline. The io_uring runtime needs none of this: its timeouts are the
+//! kernel's, to the nanosecond.
+//!
+//! On a thread without [`install`], and off Linux, [`sleep`] is tokio's.
 
+use std::time::{Duration, Instant};
+
+/// Sleeps for `d`, precisely where [`install`] was called on this thread.
 pub async fn sleep(d: Duration) {
-    tokio::time::sleep(d).await
+    sleep_until(Instant::now() + d).await
+}
+
+/// Sleeps until `deadline`, precisely where [`install`] was called on this thread.
+pub async fn sleep_until(deadline: Instant) {
+    #[cfg(target_os = "linux")]
+    if let Some(timers) = precise::current() {
+        return precise::Sleep::new(timers, deadline).await;
+    }
+    tokio::time::sleep_until(deadline.into()).await
+}
+
+/// A sleep that can be re-armed and polled in place (a connection's pacing timer).
+#[derive(Debug, Default)]
+pub struct Sleep {
+    #[cfg(target_os = "linux")]
+    inner: Option<precise::Sleep>,
+    #[cfg(not(target_os = "linux"))]
+    inner: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Sleep {
+    /// Arms the sleep for `deadline` (unless it already is).
+    pub fn reset(&mut self, deadline: Instant) {
+        #[cfg(target_os = "linux")]
+        {
+            if self
+                .inner
+                .as_ref()
+                .is_some_and(|s| s.deadline() == deadline)
+            {
+                return;
+            }
+            self.inner = precise::current().map(|t| precise::Sleep::new(t, deadline));
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            self.inner = Some(Box::pin(tokio::time::sleep_until(deadline.into())));
+        }
+    }
+
+    /// Polls the armed sleep; an unarmed one (or one on a thread without [`install`]) never fires.
+    pub fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        match self.inner.as_mut() {
+            #[cfg(target_os = "linux")]
+            Some(s) => std::future::Future::poll(std::pin::Pin::new(s), cx),
+            #[cfg(not(target_os = "linux"))]
+            Some(s) => s.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
+
+    /// Whether precise sleeps work on this thread (else the caller uses its coarse timer).
+    pub fn available() -> bool {
+        #[cfg(target_os = "linux")]
+        return precise::current().is_some();
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+}
+
+/// Installs this thread's precise timers and starts their task; call it inside the thread's
+/// `LocalSet`. A failure (no `timerfd`) leaves tokio's timer in use, which is said once.
+pub fn install() {
+    super::sys::exact_timers();
+    #[cfg(target_os = "linux")]
+    if let Err(e) = precise::install() {
+        eprintln!("statico: no timerfd ({e}): delays are rounded up to the millisecond");
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod precise {
+    use std::cell::{Cell, RefCell};
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashMap};
+    use std::future::Future;
+    use std::os::fd::{AsFd, AsRawFd, RawFd};
+    use std::pin::Pin;
+    use std::rc::Rc;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Instant;
+
+    use nix::sys::time::TimeSpec;
+    use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+    use tokio::io::unix::AsyncFd;
+
+    thread_local! {
+        static TIMERS: RefCell<Option<Rc<Timers>>> = const { RefCell::new(None) };
+    }
+
+    pub fn current() -> Option<Rc<Timers>> {
+        TIMERS.with(|t| t.borrow().clone())
+    }
+
+    pub fn install() -> std::io::Result<()> {
+        let fd = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        // SAFETY: `Fd` owns the timerfd, open for as long as the `AsyncFd` holds it, and
+        // `as_raw_fd` always returns that same descriptor.
+        let fd = unsafe { AsyncFd::register(Fd(fd)) }.map_err(std::io::Error::from)?;
+        let timers = Rc::new(Timers {
+            fd,
+            heap: RefCell::default(),
+            wakers: RefCell::default(),
+            armed: Cell::new(None),
+            next: Cell::new(0),
+        });
+        TIMERS.with(|t| *t.borrow_mut() = Some(timers.clone()));
+        tokio::task::spawn_local(drive(timers));
+        Ok(())
+    }
+
+    /// The `timerfd`, as tokio's reactor wants it.
+    struct Fd(TimerFd);
+
+    impl AsRawFd for Fd {
+        fn as_raw_fd(&self) -> RawFd {
+            self.0.as_fd().as_raw_fd()
+        }
+    }
+
+    /// One thread's deadlines (see the module doc).
+    pub struct Timers {
+        fd: AsyncFd<Fd>,
+        /// Deadlines and the sleep each is for, earliest first; entries of dropped sleeps linger.
+        heap: RefCell<BinaryHeap<Reverse<(Instant, u64)>>>,
+        /// The waker of every sleep that is waiting.
+        wakers: RefCell<HashMap<u64, Waker>>,
+        /// What the `timerfd` is armed for.
+        armed: Cell<Option<Instant>>,
+        next: Cell<u64>,
+    }
+
+    impl Timers {
+        /// Waits for `deadline` as sleep `id`, arming the `timerfd` if it is the earliest.
+        fn wait(&self, id: u64, deadline: Instant, waker: &Waker) {
+            let mut wakers = self.wakers.borrow_mut();
+            match wakers.get_mut(&id) {
+                Some(w) => w.clone_from(waker),
+                None => {
+                    wakers.insert(id, waker.clone());
+                    self.heap.borrow_mut().push(Reverse((deadline, id)));
+                }
+            }
+            if self.armed.get().is_none_or(|at| deadline < at) {
+                self.arm(deadline);
+            }
+        }
+
+        fn arm(&self, at: Instant) {
+            // A zero expiry would disarm: at least a nanosecond.
+            let wait = at
+                .saturating_duration_since(Instant::now())
+                .max(std::time::Duration::from_nanos(1));
+            let expiry = Expiration::OneShot(TimeSpec::from_duration(wait));
+            if self
+                .fd
+                .get_ref()
+                .0
+                .set(expiry, TimerSetTimeFlags::empty())
+                .is_ok()
+            {
+                self.armed.set(Some(at));
+            }
+        }
+
+        /// Wakes every sleep whose deadline has passed; arms for the next.
+        fn fire(&self) {
+            let now = Instant::now();
+            let mut heap = self.heap.borrow_mut();
+            while let Some(&Reverse((at, id))) = heap.peek() {
+                if at > now {
+                    break;
+                }
+                heap.pop();
+                if let Some(w) = self.wakers.borrow_mut().remove(&id) {
+                    w.wake();
+                }
+            }
+            self.armed.set(None);
+            if let Some(&Reverse((at, _))) = heap.peek() {
+                drop(heap);
+                self.arm(at);
+            }
+        }
+    }
+
+    /// Reads the `timerfd` each time it expires and fires what is due.
+    async fn drive(timers: Rc<Timers>) {
+        loop {
+            let Ok(mut ready) = timers.fd.readable().await else {
+                return;
+            };
+            let mut expiries = [0u8; 8];
+            let _ = ready.try_io(|fd| Ok(nix::unistd::read(&fd.get_ref().0, &mut expiries)?));
+            timers.fire();
+        }
+    }
+
+    /// One precise sleep.
+    pub struct Sleep {
+        timers: Rc<Timers>,
+        deadline: Instant,
+        id: Option<u64>,
+    }
+
+    impl std::fmt::Debug for Sleep {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Sleep")
+                .field("deadline", &self.deadline)
+                .finish()
+        }
+    }
+
+    impl Sleep {
+        pub fn new(timers: Rc<Timers>, deadline: Instant) -> Sleep {
+            Sleep {
+                timers,
+                deadline,
+                id: None,
+            }
+        }
+
+        pub fn deadline(&self) -> Instant {
+            self.deadline
+        }
+    }
+
+    impl Future for Sleep {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if Instant::now() >= self.deadline {
+                if let Some(id) = self.id.take() {
+                    self.timers.wakers.borrow_mut().remove(&id);
+                }
+                return Poll::Ready(());
+            }
+            let id = match self.id {
+                Some(id) => id,
+                None => {
+                    let id = self.timers.next.get();
+                    self.timers.next.set(id + 1);
+                    self.id = Some(id);
+                    id
+                }
+            };
+            self.timers.wait(id, self.deadline, cx.waker());
+            Poll::Pending
+        }
+    }
+
+    impl Drop for Sleep {
+        fn drop(&mut self) {
+            if let Some(id) = self.id {
+                self.timers.wakers.borrow_mut().remove(&id);
+            }
+        }
+    }
 }

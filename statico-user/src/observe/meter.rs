@@ -331,7 +331,13 @@ pub fn format_worker_totals(
 
 /// Prints a meter line every second until the future is dropped. `kernel` reads the per-CPU steering
 /// and XDP counters (empty without the eBPF rung).
-pub async fn run(counters: Counters, format: MeterFormat, kernel: &dyn Fn() -> KernelDetail) {
+/// Prints the meter line once a second; in JSON, with the routes' ground truth when there are routes.
+pub async fn run(
+    counters: Counters,
+    format: MeterFormat,
+    kernel: &dyn Fn() -> KernelDetail,
+    truth: Option<&crate::observe::truth::GroundTruth>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -362,10 +368,11 @@ pub async fn run(counters: Counters, format: MeterFormat, kernel: &dyn Fn() -> K
             steering: k.steering,
             xdp: k.xdp,
         };
-        println!(
-            "{}",
-            format_line(format, &rates(&prev, &now, at - prev_at), &now, &detail)
-        );
+        let mut line = format_line(format, &rates(&prev, &now, at - prev_at), &now, &detail);
+        if let (MeterFormat::Json, Some(truth), Some('}')) = (format, truth, line.pop()) {
+            line = format!("{line},\"ground_truth\":{}}}", truth.json());
+        }
+        println!("{line}");
         prev = now;
         prev_workers = now_workers;
         prev_at = at;

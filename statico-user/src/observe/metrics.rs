@@ -1,7 +1,9 @@
 //! `--metrics ADDR:PORT`: the counters in the Prometheus text format, on a listener of their own.
 //!
 //! Every counter of the totals line, per worker (`statico_requests_total{worker="0"}`; `sum()` gives
-//! the totals), the steering and XDP counters per CPU, and `statico_build_info`. The values are read
+//! the totals), the steering and XDP counters per CPU, and `statico_build_info`; with routes, their
+//! ground truth too, as Prometheus histograms and as JSON at `/ground-truth.json`
+//! ([`crate::observe::truth`]). The values are read
 //! from the same memory the meter reads (the workers' records, the BPF maps) when a scrape arrives: the
 //! workers do nothing for it. Served by the main thread, one short connection at a time, never on a
 //! worker; a request is framed by statico's own HTTP parser and must arrive within two seconds.
@@ -156,8 +158,13 @@ pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: 
     s
 }
 
-/// Answers scrapes on `listener` until the future is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, page: &dyn Fn() -> String) {
+/// Answers scrapes on `listener` until the future is dropped: `/metrics` (the `page`, and the routes'
+/// histograms), and `/ground-truth.json` when there are routes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    page: &dyn Fn() -> String,
+    truth: Option<&crate::observe::truth::GroundTruth>,
+) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await; // out of descriptors: retry
@@ -166,11 +173,14 @@ pub async fn serve(listener: tokio::net::TcpListener, page: &dyn Fn() -> String)
         let answer = tokio::time::timeout(Duration::from_secs(2), read_head(&mut conn)).await;
         let response = match answer {
             Ok(Some(path)) if path == "/metrics" || path.starts_with("/metrics?") => {
-                let body = page();
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
+                let mut body = page();
+                if let Some(truth) = truth {
+                    truth.prometheus(&mut body);
+                }
+                ok("text/plain; version=0.0.4; charset=utf-8", &body)
+            }
+            Ok(Some(path)) if truth.is_some() && path.split('?').next() == Some("/ground-truth.json") => {
+                ok("application/json", &truth.map(|t| t.json()).unwrap_or_default())
             }
             Ok(Some(_)) => "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nmetrics are /metrics\n".into(),
             _ => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
@@ -178,6 +188,14 @@ pub async fn serve(listener: tokio::net::TcpListener, page: &dyn Fn() -> String)
         let _ =
             tokio::time::timeout(Duration::from_secs(2), conn.write_all(response.as_bytes())).await;
     }
+}
+
+/// A 200 with `body`, closing.
+fn ok(content_type: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// Reads one request head (8 KiB at most) and returns its path. `httparse` frames it, not the

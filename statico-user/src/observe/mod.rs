@@ -20,6 +20,8 @@ pub struct Watch<'a> {
     pub meter: Option<MeterFormat>,
     /// The metrics listener, bound at start-up, and the page it serves.
     pub metrics: Option<(std::net::TcpListener, &'a dyn Fn() -> String)>,
+    /// The routes' ground truth (with routes): on the metrics listener and in the JSON meter.
+    pub truth: Option<&'a truth::GroundTruth>,
 }
 
 impl Watch<'_> {
@@ -27,13 +29,19 @@ impl Watch<'_> {
     pub async fn run(self) {
         let lines = async {
             if let Some(format) = self.meter {
-                meter::run(self.counters.clone(), format, self.kernel_detail).await;
+                meter::run(
+                    self.counters.clone(),
+                    format,
+                    self.kernel_detail,
+                    self.truth,
+                )
+                .await;
             }
         };
         let page = async {
             if let Some((listener, page)) = self.metrics {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => metrics::serve(l, page).await,
+                    Ok(l) => metrics::serve(l, page, self.truth).await,
                     Err(e) => eprintln!("statico: --metrics: {e}"),
                 }
             }

@@ -80,6 +80,7 @@ pub fn run(setup: WorkerSetup, ready: mpsc::Sender<Result<(), String>>) {
             }
         };
         let worker = Rc::new(Worker::new(id, settings, counters));
+        crate::kernel::timer::install();
         let _ = ready.send(Ok(()));
         tokio::task::spawn_local(clock(worker.clone()));
         accept_loop(&worker, listener, shutdown).await;
@@ -292,6 +293,9 @@ async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> O
     };
     let timer = sleep_until(Instant::from_std(layer.deadline(&conn).0));
     tokio::pin!(timer);
+    // A held answer's deadline needs better than tokio's millisecond (see `kernel::timer`).
+    let mut pacing = crate::kernel::timer::Sleep::default();
+    let precise = crate::kernel::timer::Sleep::available();
     let mut fired = false;
     loop {
         flush(w, stream, &mut conn, &mut layer).ok()?;
@@ -323,11 +327,19 @@ async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> O
         }
         // The timer follows the connection's deadline lazily: re-armed when it has fired (early or
         // not) or when the deadline moved earlier, not each time it moves later.
-        let deadline = Instant::from_std(layer.deadline(&conn).0);
-        if fired || deadline < timer.deadline() {
+        let (at, why) = layer.deadline(&conn);
+        let paced = precise && why.is_pacing();
+        let deadline = Instant::from_std(at);
+        if paced {
+            pacing.reset(at);
+        } else if fired || deadline < timer.deadline() {
             timer.as_mut().reset(deadline);
         }
-        let wake = wait(w, stream, &conn, &layer, timer.as_mut()).await;
+        let timers = Timers {
+            coarse: timer.as_mut(),
+            precise: paced.then_some(&mut pacing),
+        };
+        let wake = wait(w, stream, &conn, &layer, timers).await;
         fired = matches!(wake, Wake::Timer);
         let now = std::time::Instant::now();
         w.with_env(|env| match wake {
@@ -395,6 +407,12 @@ fn send_file(stream: &TcpStream, at: FileAt, len: usize) -> io::Result<usize> {
     unreachable!("no file-backed bodies off Linux: {at:?} {len} on {stream:?}")
 }
 
+/// A connection's timers: tokio's for its timeouts, the precise one while an answer is held.
+struct Timers<'a> {
+    coarse: Pin<&'a mut Sleep>,
+    precise: Option<&'a mut crate::kernel::timer::Sleep>,
+}
+
 /// Waits for what the connection waits for: the socket writable (unsent output), bytes (while it
 /// wants input; read into the worker's scratch, borrowed only inside each poll), or its deadline.
 async fn wait(
@@ -402,7 +420,7 @@ async fn wait(
     stream: &mut TcpStream,
     conn: &Connection,
     layer: &Layer,
-    mut timer: Pin<&mut Sleep>,
+    mut timers: Timers<'_>,
 ) -> Wake {
     poll_fn(|cx| {
         if !layer.output(conn).is_empty() && stream.poll_write_ready(cx).is_ready() {
@@ -418,7 +436,10 @@ async fn wait(
                 Poll::Pending => {}
             }
         }
-        timer.as_mut().poll(cx).map(|()| Wake::Timer)
+        match timers.precise.as_mut() {
+            Some(precise) => precise.poll(cx).map(|()| Wake::Timer),
+            None => timers.coarse.as_mut().poll(cx).map(|()| Wake::Timer),
+        }
     })
     .await
 }

@@ -318,6 +318,7 @@ impl Thread {
         };
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async move {
+            crate::kernel::timer::install();
             let endpoint = match Counted::wrap(socket, &self.counters, self.id).and_then(|socket| {
                 quinn::Endpoint::new_with_abstract_socket(
                     endpoint_config(self.id, &self.http3.reset_key),

@@ -180,6 +180,7 @@ struct Worker<'a> {
 /// Runs one worker until shutdown. `ready` receives the outcome of start-up.
 pub fn run(setup: WorkerSetup, opts: UringOptions, ready: mpsc::Sender<Result<(), String>>) {
     let settings = setup.settings.clone();
+    crate::kernel::sys::exact_timers();
     let mut w = match Worker::start(setup.id, setup.listener, &settings, &setup.counters, opts) {
         Ok(w) => w,
         Err(e) => {
@@ -608,9 +609,10 @@ impl<'a> Worker<'a> {
                 libc::SHUT_RD
             }
         };
-        let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(fd, shut).build())
-            .flags(squeue::Flags::IO_HARDLINK)
-            .user_data(token);
+        let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(fd, shut)
+            .build())
+        .flags(squeue::Flags::IO_HARDLINK)
+        .user_data(token);
         // SAFETY: a shutdown points at no memory.
         unsafe { self.ring.push(shutdown) };
         self.close_fd(c.fd, token);
