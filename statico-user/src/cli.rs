@@ -75,6 +75,20 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
 
+    /// Fortio-compatible answers asked for in the query, on any path: ?status=503:10,429:5
+    /// ?delay=5ms:50,100ms:1 ?size=1024 ?close=true ?header=X-A:b (percentages without %)
+    #[arg(long)]
+    pub echo_query: bool,
+
+    /// --echo-query: the longest delay a query may ask for (longer gets 400)
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "echo_query")]
+    pub max_delay: Duration,
+
+    /// --echo-query: the largest body a query may ask for (larger gets 400); this much memory is
+    /// set aside for the bodies at start-up
+    #[arg(long, default_value = "16m", value_parser = parse_size, value_name = "BYTES", requires = "echo_query")]
+    pub max_size: u64,
+
     /// Static site: serve the files under DIR (responses built at start-up, rebuilt on SIGHUP)
     /// instead of one response
     #[arg(long, value_name = "DIR", conflicts_with_all = ["body", "status"])]

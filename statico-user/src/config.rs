@@ -156,6 +156,12 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
         },
         routes: cli.all_routes(),
         seed: cli.seed,
+        echo: cli
+            .echo_query
+            .then_some(crate::catalog::route::fortio::Limits {
+                max_delay: cli.max_delay,
+                max_size: cli.max_size,
+            }),
         workers: cli.workers(),
     }
 }

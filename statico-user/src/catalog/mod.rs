@@ -24,6 +24,7 @@
 //! thread) holds a [`Local`] copy: its own pre-built bytes with a live `Date`, and its own reference to
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
+pub mod echo;
 pub mod hold;
 pub mod request;
 pub mod response;
@@ -61,6 +62,8 @@ pub struct Plan {
     pub routes: Vec<route::spec::RouteSpec>,
     /// `--seed`: the routes' draws repeat from run to run.
     pub seed: Option<u64>,
+    /// `--echo-query`: Fortio's query arguments, within these limits.
+    pub echo: Option<route::fortio::Limits>,
     /// How many workers answer: each, and each one's QUIC thread, records its own ground truth.
     pub workers: usize,
 }
@@ -74,6 +77,7 @@ pub struct Catalog {
     kind: Kind,
     hold: Hold,
     routes: Option<Routes>,
+    echo: Option<echo::Echo>,
     seed: Option<u64>,
     workers: usize,
     /// Whether some answer is held: HTTP/1.1 then answers one request at a time.
@@ -94,6 +98,7 @@ pub enum Choice {
     One,
     Site(site::Choice),
     Route(RouteChoice),
+    Echo(Box<echo::EchoChoice>),
 }
 
 /// What [`View::write`] wrote: where the body starts (when it may be held apart from the head), and
@@ -102,6 +107,8 @@ pub enum Choice {
 pub struct Written {
     pub body_at: Option<usize>,
     pub hold: Hold,
+    /// The connection closes after this answer (`--echo-query`'s `close`).
+    pub close: bool,
 }
 
 impl Plan {
@@ -114,6 +121,7 @@ impl Plan {
             hold: Hold::default(),
             routes: Vec::new(),
             seed: None,
+            echo: None,
             workers: 1,
         }
     }
@@ -146,8 +154,11 @@ impl Catalog {
             stream,
             kind,
             hold: plan.hold,
-            paced: plan.hold.paces() || routes.as_ref().is_some_and(Routes::paces),
+            paced: plan.hold.paces()
+                || routes.as_ref().is_some_and(Routes::paces)
+                || plan.echo.is_some(),
             routes,
+            echo: (plan.echo.as_ref()).map(|l| echo::Echo::new(*l, &plan.response.headers)),
             seed: plan.seed,
             workers: plan.workers,
         })
@@ -227,6 +238,7 @@ pub struct Local {
     hold: Hold,
     paced: bool,
     routes: Option<Routes>,
+    echo: Option<echo::Echo>,
     /// The routes' draws, this thread's own.
     draw: RefCell<Draw>,
     /// This thread's slot in the routes' ground truth.
@@ -260,6 +272,7 @@ impl Local {
             hold: catalog.hold,
             paced: catalog.paced,
             routes: catalog.routes.clone(),
+            echo: catalog.echo.clone(),
             draw: RefCell::new(route::generator(catalog.seed, slot)),
             recorder: catalog.truth().map(|t| Recorder::new(t, slot)),
         }
@@ -295,6 +308,7 @@ impl Local {
                 .expect("a worker's catalog holds the HTTP/1.1 answers"),
             site: self.site.as_ref().map(|(_, site)| &**site),
             routes: self.routes.as_ref(),
+            echo: self.echo.as_ref(),
             draw: &self.draw,
             recorder: self.recorder.as_ref(),
             hold: self.hold,
@@ -305,6 +319,12 @@ impl Local {
     /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date` and its hold; a route's
     /// answer carries where its ground truth is recorded.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
+        if let Some(echo) = &self.echo {
+            let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+            if let Some(c) = echo.choose(target.as_bytes(), &mut self.draw.borrow_mut()) {
+                return echo.stream_answer(&c, &self.date);
+            }
+        }
         let view =
             (self.routes.is_some() || self.site.is_some()).then(|| Request::from_http(request));
         if let (Some(routes), Some(view)) = (&self.routes, &view) {
@@ -331,6 +351,7 @@ pub struct View<'a> {
     response: &'a Response,
     site: Option<&'a Site>,
     routes: Option<&'a Routes>,
+    echo: Option<&'a echo::Echo>,
     draw: &'a RefCell<Draw>,
     recorder: Option<&'a Recorder>,
     hold: Hold,
@@ -342,10 +363,15 @@ impl<'a> View<'a> {
     /// request, so the single response parses nothing.
     #[inline]
     pub fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
-        if self.routes.is_none() && self.site.is_none() {
+        if self.routes.is_none() && self.site.is_none() && self.echo.is_none() {
             return Choice::One;
         }
         let request = request();
+        if let Some(echo) = self.echo {
+            if let Some(c) = echo.choose(request.target, &mut self.draw.borrow_mut()) {
+                return Choice::Echo(Box::new(c));
+            }
+        }
         if let Some(routes) = self.routes {
             if let Some(choice) = routes.choose(&request, &mut self.draw.borrow_mut()) {
                 return Choice::Route(choice);
@@ -383,38 +409,39 @@ impl<'a> View<'a> {
         out: &mut impl Sink,
     ) -> Written {
         let hold = self.hold;
+        let written = |body_at, hold| Written {
+            body_at,
+            hold,
+            close: false,
+        };
         match (choice, self.site, self.routes) {
             (Choice::Route(choice), _, Some(routes)) => {
                 let body_at = routes.write(&choice, framing, head_only, out);
                 if let (Some(key), false) = (choice.hold.truth, choice.hold.paces()) {
                     self.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
                 }
+                written(body_at, choice.hold)
+            }
+            (Choice::Echo(c), _, _) => {
+                let echo = self.echo.expect("an echo choice comes from --echo-query");
+                let body_at = echo.write(&c, framing, head_only, self.response.date(), out);
                 Written {
-                    body_at,
-                    hold: choice.hold,
+                    close: c.close,
+                    ..written(body_at, c.hold)
                 }
             }
             (Choice::Site(choice), Some(site), _) => {
                 site.write(choice, framing, self.response.date(), head_only, out);
-                Written {
-                    body_at: None,
-                    hold,
-                }
+                written(None, hold)
             }
             _ if head_only => {
                 out.extend_from_slice(self.response.head(framing));
-                Written {
-                    body_at: None,
-                    hold,
-                }
+                written(None, hold)
             }
             _ => {
                 let body_at = out.unsent() + self.response.head(framing).len();
                 out.extend_from_slice(self.response.full(framing));
-                Written {
-                    body_at: Some(body_at),
-                    hold,
-                }
+                written(Some(body_at), hold)
             }
         }
     }

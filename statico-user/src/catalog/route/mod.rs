@@ -308,11 +308,16 @@ fn generated_body(specs: &[RouteSpec]) -> Bytes {
         })
         .max()
         .unwrap_or(0);
+    generated(longest)
+}
+
+/// `len` generated body bytes: printable and recognisable (a repeating alphabet, 64 bytes a line).
+pub fn generated(len: usize) -> Bytes {
     let line = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-\n";
     line.iter()
         .copied()
         .cycle()
-        .take(longest)
+        .take(len)
         .collect::<Vec<u8>>()
         .into()
 }

@@ -170,7 +170,7 @@ impl Session {
                     }
                     let written = catalog.write(choice, framing, info.head_only, out);
                     (batch.body_at, batch.hold) = (written.body_at, written.hold);
-                    if !info.keep_alive {
+                    if !info.keep_alive || written.close {
                         batch.close = true;
                         return batch;
                     }
