@@ -149,6 +149,7 @@ impl Catalog {
                 2 * plan.workers,
             )?),
         };
+        announce(plan);
         Ok(Catalog {
             response,
             stream,
@@ -191,6 +192,20 @@ impl Catalog {
             }
             Err(e) => eprintln!("statico: SIGHUP: kept the site in force: {e:#}"),
         });
+    }
+}
+
+/// Says what the routes and `--echo-query` answer (the site says so itself).
+fn announce(plan: &Plan) {
+    for (i, r) in plan.routes.iter().enumerate() {
+        eprintln!("statico: route {}: {}", i + 1, route::describe(r));
+    }
+    if let Some(limits) = &plan.echo {
+        eprintln!(
+            "statico: --echo-query: Fortio's ?status= ?delay= ?size= ?close= ?header= on any path (up to {} and {} bytes)",
+            humantime::format_duration(limits.max_delay),
+            limits.max_size
+        );
     }
 }
 
