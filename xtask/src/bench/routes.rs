@@ -132,10 +132,11 @@ pub fn statico_flags(routes: bool, runtime: &str, ask: Ask, body: &Path) -> Opti
 
 /// Whether the statico at `bin` has `--route` (its `--help` lists it).
 fn has_routes(bin: &Path) -> bool {
-    Command::new(bin)
-        .arg("--help")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--route"))
+    Command::new(bin).arg("--help").output().is_ok_and(|o| {
+        let help = String::from_utf8_lossy(&o.stdout);
+        help.split(|c: char| c.is_whitespace() || c == ',' || c == '=')
+            .any(|word| word == "--route")
+    })
 }
 
 /// Runs every scenario, then the accuracy check; writes `report.txt`, `results.json` and `chart.svg`
