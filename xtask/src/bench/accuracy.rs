@@ -120,29 +120,58 @@ pub fn run(
             });
         };
         let name = format!("statico-{runtime}");
-        let (oha, truth) = match measure_one(root, &name, run, &flags, secs) {
-            Ok(measured) => measured,
-            Err(e) => {
-                // The scenarios' tables stand without it: say why, go on.
-                let _ = writeln!(text, "  {name:<17} no ground truth: {e:#}");
-                runs.push(json!({ "server": name, "flags": flags, "error": format!("{e:#}") }));
-                continue;
-            }
-        };
-        text.push_str(&rows(&name, &oha, &truth));
-        runs.push(json!({
-            "server": name,
-            "flags": flags,
-            "oha": { "ok": oha.ok, "p50_ms": oha.p50_ms, "p99_ms": oha.p99_ms, "failures": oha.failures },
-            "drawn_us": { "count": truth.drawn.count, "p50": truth.drawn.p50_us, "p99": truth.drawn.p99_us },
-            "held_us": { "count": truth.held.count, "p50": truth.held.p50_us, "p99": truth.held.p99_us },
-            "outcomes": truth.outcomes,
-            "within_tolerance": within_all(&truth),
-        }));
+        let (lines, doc) = one_runtime(root, &name, run, &flags, secs);
+        text.push_str(&lines);
+        runs.push(doc);
     }
     let json = json!({ "route": ROUTE, "requested_ms": { "p50": REQUESTED_MS.0, "p99": REQUESTED_MS.1 },
         "tolerance": TOLERANCE, "rate": RATE, "connections": CONNS, "seconds": secs, "runs": runs });
     Ok(Accuracy { text, json })
+}
+
+/// One statico's lines and results.json entry. A failure is told there, not returned: the
+/// scenarios' tables stand without it.
+fn one_runtime(
+    root: &Path,
+    name: &str,
+    run: &RunInfo,
+    flags: &[String],
+    secs: u64,
+) -> (String, Value) {
+    let (oha, truth) = match measure_one(root, name, run, flags, secs) {
+        Ok(measured) => measured,
+        Err(e) => {
+            let text = format!("  {name:<17} not measured: {e:#}\n");
+            return (
+                text,
+                json!({ "server": name, "flags": flags, "error": format!("{e:#}") }),
+            );
+        }
+    };
+    let oha_json = json!({ "ok": oha.ok, "p50_ms": oha.p50_ms, "p99_ms": oha.p99_ms, "failures": oha.failures });
+    let truth = match truth {
+        Ok(truth) => truth,
+        Err(e) => {
+            let text = format!(
+                "{}  {name:<17} no ground truth: {e:#}\n",
+                oha_row(name, &oha)
+            );
+            let doc = json!({ "server": name, "flags": flags, "oha": oha_json, "error": format!("{e:#}") });
+            return (text, doc);
+        }
+    };
+    let text = truth_rows(name, &truth) + &oha_row(name, &oha);
+    let quantiles = |q: Quantiles| json!({ "count": q.count, "p50": q.p50_us, "p99": q.p99_us });
+    let doc = json!({
+        "server": name,
+        "flags": flags,
+        "oha": oha_json,
+        "drawn_us": quantiles(truth.drawn),
+        "held_us": quantiles(truth.held),
+        "outcomes": truth.outcomes,
+        "within_tolerance": within_all(&truth),
+    });
+    (text, doc)
 }
 
 /// statico with `flags` under oha's fixed rate; what oha saw and statico's ground truth for [`PATH`].
@@ -152,7 +181,7 @@ fn measure_one(
     run: &RunInfo,
     flags: &[String],
     secs: u64,
-) -> Result<(OhaRun, RouteTruth)> {
+) -> Result<(OhaRun, Result<RouteTruth>)> {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let metrics_port = flags
         .iter()
@@ -165,11 +194,12 @@ fn measure_one(
     let url = format!("http://127.0.0.1:{}{PATH}", s.port);
     eprintln!("bench: accuracy of {name}: oha -q {RATE} -c {CONNS} for {secs} s");
     let oha = oha_at_rate(run.client_cpus, &url, RATE, CONNS, secs)?;
-    let body = http_get(metrics_port, "/ground-truth.json")?;
-    let truth = parse_truth(&body)?
-        .into_iter()
-        .find(|t| t.route == PATH)
-        .with_context(|| format!("no route {PATH} in {name}'s ground truth: {body}"))?;
+    let truth = http_get(metrics_port, "/ground-truth.json").and_then(|body| {
+        parse_truth(&body)?
+            .into_iter()
+            .find(|t| t.route == PATH)
+            .with_context(|| format!("no route {PATH} in {name}'s ground truth: {body}"))
+    });
     Ok((oha, truth))
 }
 
@@ -180,8 +210,8 @@ fn within_all(t: &RouteTruth) -> bool {
     })
 }
 
-/// One statico's lines: drawn, held (each with its distance from the request), and oha's view.
-fn rows(name: &str, oha: &OhaRun, t: &RouteTruth) -> String {
+/// One statico's ground truth: drawn and held, each with its distance from the request.
+fn truth_rows(name: &str, t: &RouteTruth) -> String {
     let mut out = String::new();
     for (source, q) in [("drawn", t.drawn), ("held", t.held)] {
         let (p50, p99) = (q.p50_us / 1e3, q.p99_us / 1e3);
@@ -196,10 +226,14 @@ fn rows(name: &str, oha: &OhaRun, t: &RouteTruth) -> String {
             yes(ok99)
         );
     }
+    out
+}
+
+/// What oha saw of one statico.
+fn oha_row(name: &str, oha: &OhaRun) -> String {
     let failures: u64 = oha.failures.iter().map(|f| f.1).sum();
-    let _ = writeln!(
-        out,
-        "  {name:<17} {:<13} {:>8} {:>9.2} {:>9.2}  (client view, incl. network and queueing){}",
+    format!(
+        "  {name:<17} {:<13} {:>8} {:>9.2} {:>9.2}  (client view, incl. network and queueing){}\n",
         "oha",
         oha.ok,
         oha.p50_ms,
@@ -209,8 +243,7 @@ fn rows(name: &str, oha: &OhaRun, t: &RouteTruth) -> String {
         } else {
             String::new()
         }
-    );
-    out
+    )
 }
 
 /// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.1, `Connection: close`), if the answer is 200.

@@ -142,7 +142,8 @@ fn has_routes(bin: &Path) -> bool {
 /// Runs every scenario, then the accuracy check; writes `report.txt`, `results.json` and `chart.svg`
 /// into `dir` and returns the report.
 pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
-    let routes = has_routes(&statico_bin(root));
+    let bin = statico_bin(root);
+    let routes = has_routes(&bin);
     let body = dir.join("body-1k");
     std::fs::write(&body, "x".repeat(SIZE))?;
     let mut report = Report::against("fortio", heading(run, routes));
@@ -173,6 +174,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
         "placement": { "server_cpus": run.server_cpus, "client_cpus": run.client_cpus },
         "duration_s": run.duration,
         "rounds": run.rounds,
+        "statico": bin.display().to_string(),
         "statico_flags": if routes { "--route" } else { "-b/-d (no --route in this statico)" },
         "scenarios": scenarios,
         "targets": targets,
@@ -295,9 +297,16 @@ fn add_table(
         .iter()
         .map(|r| r.iter().map(|x| (x.rps, x.cpu_us_per_req)).collect())
         .collect();
+    let statico = match servers.first() {
+        Some(s) if s.command.contains("--route") => format!("--route '{}'", sc.route),
+        _ => format!("-b <{SIZE} bytes> {}", sc.legacy.join(" ")),
+    };
     let title = format!(
-        "{} (statico --route '{}', fortio {PATH}?{}), wrk -c{}",
-        sc.group, sc.route, sc.fortio, sc.connections
+        "{} (statico {}, fortio {PATH}?{}), wrk -c{}",
+        sc.group,
+        statico.trim_end(),
+        sc.fortio,
+        sc.connections
     );
     report.table(sc.group, &title, "req/s", "µs CPU/req", servers, &pairs);
     let _ = writeln!(
@@ -374,7 +383,12 @@ fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
     let _ = writeln!(report.text, "\ntargets");
     let mut doc = Vec::new();
     for sc in &SCENARIOS {
-        let ratios = report.ratios(sc.group).to_vec();
+        let ratios: Vec<(String, f64)> = report
+            .ratios(sc.group)
+            .iter()
+            .filter(|(name, _)| name.starts_with("statico"))
+            .cloned()
+            .collect();
         let said: Vec<String> = ratios
             .iter()
             .map(|(n, x)| format!("{n} {}", verdict(*x, TARGET_VS_FORTIO)))
