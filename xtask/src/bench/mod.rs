@@ -4,11 +4,12 @@
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes   one file per mode
-//!       │                                                   (routes ─ accuracy: its delay check)
-//!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3)
+//!       │                                            routes ─ accuracy (its ground-truth check)
+//!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
+//!       │            fortio for routes)
 //!       ├─ report   (table, results.json, chart)               ─┐ both on measure,
-//!       ├─ servers  (statico, nginx, caddy, peers, the TLS      │ not on each other
-//!       │            certificate; one guard)                   ─┘
+//!       ├─ servers  (statico, nginx, caddy, fortio, peers, the  │ not on each other
+//!       │            TLS certificate; one guard)               ─┘
 //!       └─ measure  (scenarios, wrk/h2load/oha, CPU ticks, RSS, ports, Stat, interleave)
 //! ```
 //!
