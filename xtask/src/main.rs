@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's tasks, so that a new machine needs two commands (README).
 //!
 //! - `setup`: installs what a fresh machine lacks, idempotently: Debian packages used by tests and
-//!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), the pinned nightly
+//!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), Fortio (`bench --routes`), the pinned nightly
 //!   toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
 //!   0.10.0, and the non-Linux targets' std.
 //! - `build`: release build of the `statico` binary (after installing what building needs: the pinned
@@ -11,7 +11,8 @@
 //! - `test`: fmt check, clippy `-D warnings` (for Linux and for each of `setup::NON_LINUX_TARGETS`), unit
 //!   tests, end-to-end tests against the release binary.
 //! - `package`: the Debian package (see `package.rs`).
-//! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`).
+//! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`); with `STATICO_BIN`
+//!   set, that statico is measured and nothing is built.
 //! - `fuzz`: runs the parser fuzz target for a while (the pinned nightly, cargo-fuzz).
 //!
 //! Each task installs what it uses and is missing first (`setup::Purpose`): `run`/`build` the build
@@ -88,8 +89,14 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Bench(b) => {
-            setup::ensure(&[Purpose::Build, Purpose::Bench], false)?;
-            build_release()?;
+            // STATICO_BIN names a statico already built: the bench then builds nothing and installs
+            // only its own tools.
+            if std::env::var_os("STATICO_BIN").is_some() {
+                setup::ensure(&[Purpose::Bench], false)?;
+            } else {
+                setup::ensure(&[Purpose::Build, Purpose::Bench], false)?;
+                build_release()?;
+            }
             bench::run(&root, b)
         }
         Task::Fuzz { seconds } => fuzz(seconds),

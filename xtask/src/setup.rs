@@ -17,10 +17,11 @@
 //! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
+//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -52,7 +53,7 @@ impl Purpose {
     ];
 }
 
-use Purpose::{Bench, Package, Test};
+use Purpose::{Bench, Build, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
 const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
@@ -82,6 +83,8 @@ const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
     // `bench --http3`: the peer.
     ("caddy", "caddy", &[Bench]),
 ];
+/// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
+pub const FORTIO_VERSION: &str = "v1.66.0";
 /// The oha `bench --http3` drives its load with (built with the `http3` feature).
 pub const OHA_VERSION: &str = "1.16.0";
 const BPF_LINKER_VERSION: &str = "0.10.0";
@@ -112,16 +115,42 @@ fn ensure_h2spec() -> Result<()> {
     )
 }
 
-/// Where `go install` puts h2spec (GOBIN, else ~/go/bin), or PATH.
-pub fn h2spec_path() -> Option<std::path::PathBuf> {
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+/// Where `go install` puts h2spec, or PATH.
+pub fn h2spec_path() -> Option<PathBuf> {
+    go_installed("h2spec")
+}
+
+/// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
+fn ensure_fortio() -> Result<()> {
+    if fortio_path().is_some() {
+        return Ok(());
+    }
+    if !on_path("go") {
+        bail!("fortio is missing and there is no Go toolchain to build it: install Go, then run `cargo xtask setup` again");
+    }
+    cmd(
+        "go",
+        &["install", &format!("fortio.org/fortio@{FORTIO_VERSION}")],
+    )
+}
+
+/// Where `go install` puts fortio, or PATH.
+pub fn fortio_path() -> Option<PathBuf> {
+    go_installed("fortio")
+}
+
+/// `program` where `go install` puts it (GOBIN, else GOPATH/bin, else ~/go/bin), or on PATH.
+fn go_installed(program: &str) -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join("go"));
+    let gopath = std::env::var_os("GOPATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
     std::env::var_os("GOBIN")
-        .map(std::path::PathBuf::from)
+        .map(PathBuf::from)
         .into_iter()
-        .chain(home.map(|h| h.join("go/bin")))
-        .map(|d| d.join("h2spec"))
+        .chain(gopath.into_iter().flatten().map(|p| p.join("bin")))
+        .chain(home.map(|h| h.join("bin")))
+        .map(|d| d.join(program))
         .find(|p| p.is_file())
-        .or_else(|| which("h2spec"))
+        .or_else(|| which(program))
 }
 
 /// oha [`OHA_VERSION`] built with HTTP/3, with `cargo install` (into cargo's bin directory).
@@ -145,10 +174,10 @@ fn ensure_oha() -> Result<()> {
 }
 
 /// Where `cargo install` puts oha (`CARGO_HOME/bin`, else ~/.cargo/bin), or PATH.
-pub fn oha_path() -> Option<std::path::PathBuf> {
-    let home = std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo"));
+pub fn oha_path() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo"));
     std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
+        .map(PathBuf::from)
         .into_iter()
         .chain(home)
         .map(|d| d.join("bin/oha"))
@@ -225,11 +254,13 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
     } else if report {
         eprintln!("setup: the Debian packages are installed");
     }
-    let nightly = ensure_nightly()?;
-    if report {
-        eprintln!("setup: {nightly} with rust-src is installed");
+    if purposes.contains(&Build) {
+        let nightly = ensure_nightly()?;
+        if report {
+            eprintln!("setup: {nightly} with rust-src is installed");
+        }
+        ensure_bpf_linker(&nightly, report)?;
     }
-    ensure_bpf_linker(&nightly, report)?;
     if purposes.contains(&Test) {
         for target in NON_LINUX_TARGETS {
             ensure_target(target)?;
@@ -241,6 +272,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
     }
     if purposes.contains(&Bench) {
         ensure_oha()?;
+        ensure_fortio()?;
     }
     if report {
         eprintln!("setup: done");
@@ -251,7 +283,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
 /// A program on PATH, or a file at an absolute path.
 fn present(program: &str) -> bool {
     if program.starts_with('/') {
-        std::path::Path::new(program).exists()
+        Path::new(program).exists()
     } else {
         on_path(program)
     }
@@ -353,7 +385,7 @@ pub fn on_path(program: &str) -> bool {
 }
 
 /// Full path of a program found by [`on_path`].
-pub fn which(program: &str) -> Option<std::path::PathBuf> {
+pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(Into::into))

@@ -73,7 +73,10 @@ pub struct Round {
     pub cpu_us_per_req: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Socket errors and non-2xx answers.
     pub errors: u64,
+    /// The non-2xx answers among the errors.
+    pub non_2xx: u64,
 }
 
 /// A median with the range it came from.
@@ -263,7 +266,8 @@ pub fn parse_wrk(text: &str) -> Round {
                 .filter_map(|n| n.parse::<u64>().ok())
                 .sum::<u64>();
         } else if t.starts_with("Non-2xx or 3xx responses:") {
-            r.errors += words.last().and_then(|n| n.parse().ok()).unwrap_or(0);
+            r.non_2xx = words.last().and_then(|n| n.parse().ok()).unwrap_or(0);
+            r.errors += r.non_2xx;
         }
     }
     r
@@ -365,6 +369,37 @@ impl Oha<'_> {
     }
 }
 
+/// oha over HTTP/1.1 at a fixed `rate` (requests/s over all `conns` connections) for `secs`, one
+/// runtime thread pinned to `client_cpus`, each latency counted from when its request was due
+/// (`--latency-correction`: a slow answer does not hide the requests queued behind it).
+pub fn oha_at_rate(
+    client_cpus: &str,
+    url: &str,
+    rate: u32,
+    conns: u32,
+    secs: u64,
+) -> Result<OhaRun> {
+    let oha =
+        crate::setup::oha_path().context("oha is not installed (cargo xtask setup installs it)")?;
+    let out = Command::new("taskset")
+        .args(["-c", client_cpus])
+        .arg(oha)
+        .args([
+            "--no-tui",
+            "--output-format",
+            "json",
+            "--worker-threads",
+            "1",
+        ])
+        .arg("--latency-correction")
+        .args(["-q", &rate.to_string(), "-c", &conns.to_string()])
+        .args(["-z", &format!("{secs}s"), url])
+        .output()
+        .context("run oha")?;
+    parse_oha(&String::from_utf8_lossy(&out.stdout))
+        .with_context(|| format!("oha: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
 /// How long oha takes to start its clock, added to a round's measured window.
 const OHA_START: Duration = Duration::from_millis(100);
 
@@ -375,6 +410,9 @@ pub struct OhaRun {
     pub ok: u64,
     pub seconds: f64,
     pub failures: Vec<(String, u64)>,
+    /// Latency percentiles over every answer, in ms.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
 }
 
 impl OhaRun {
@@ -396,8 +434,11 @@ impl OhaRun {
 pub fn parse_oha(json: &str) -> Result<OhaRun> {
     let doc: Value = serde_json::from_str(json).context("oha's JSON report")?;
     let count = |v: &Value| v.as_u64().unwrap_or(0);
+    let ms = |p: &str| doc["latencyPercentiles"][p].as_f64().unwrap_or(0.0) * 1e3;
     let mut run = OhaRun {
         seconds: doc["summary"]["total"].as_f64().unwrap_or(0.0),
+        p50_ms: ms("p50"),
+        p99_ms: ms("p99"),
         ..OhaRun::default()
     };
     for (status, n) in doc["statusCodeDistribution"]

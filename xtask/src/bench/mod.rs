@@ -3,23 +3,27 @@
 //!
 //! ```text
 //! mod (flags, dispatch)
-//!  └─ suite (default) · http2 · http3 · tls · site · profile · steering   one file per mode
-//!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3)
+//!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes   one file per mode
+//!       │                                            routes ─ accuracy (its ground-truth check)
+//!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
+//!       │            fortio for routes)
 //!       ├─ report   (table, results.json, chart)               ─┐ both on measure,
-//!       ├─ servers  (statico, nginx, caddy, peers, the TLS      │ not on each other
-//!       │            certificate; one guard)                   ─┘
+//!       ├─ servers  (statico, nginx, caddy, fortio, peers, the  │ not on each other
+//!       │            TLS certificate; one guard)               ─┘
 //!       └─ measure  (scenarios, wrk/h2load/oha, CPU ticks, RSS, ports, Stat, interleave)
 //! ```
 //!
 //! A report names servers by `report::Started` (name, command), so it is written and tested without
 //! running one.
 
+mod accuracy;
 mod http2;
 mod http3;
 mod measure;
 mod profile;
 mod ratio;
 mod report;
+mod routes;
 mod servers;
 mod site;
 mod steering;
@@ -75,6 +79,11 @@ pub struct BenchArgs {
     /// loop (kernel) and user space, from perf cpu-clock samples
     #[arg(long)]
     pub profile: bool,
+    /// Instead: statico's routes (`--route`, both runtimes, one worker) against Fortio's echo server
+    /// and nginx: 1 KiB, a 10 ms delay at 1000 connections, a 10% 503 mix (server CPU per request);
+    /// then the ground truth of a lognormal delay route under oha at a fixed rate
+    #[arg(long)]
+    pub routes: bool,
     /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
     #[arg(long, value_name = "DIR")]
     pub redraw: Option<PathBuf>,
@@ -94,6 +103,18 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let (server_cpus, mut client_cpus) = placement(&args);
+    if args.routes {
+        let run = report::RunInfo {
+            server_cpus: &server_cpus,
+            client_cpus: &client_cpus,
+            duration: args.duration,
+            rounds: args.rounds,
+            quick: args.quick,
+            idle_conns: 0,
+        };
+        println!("{}", routes::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
     let single = args.http2 || args.http3 || args.profile || args.tls || args.site;
     if single && args.client_cpus.is_none() {
         client_cpus = "0".into(); // h2load, oha and the profiled wrk run one thread each

@@ -1,5 +1,5 @@
 //! A report of rates and server CPU per unit, each server against a peer in the same run (nginx for
-//! `bench --tls` and `bench --site`, Caddy for `bench --http3`): the tables, and a chart of each
+//! `bench --tls` and `bench --site`, Caddy for `bench --http3`, Fortio for `bench --routes`): the tables, and a chart of each
 //! statico's CPU relative to the peer's.
 
 use std::fmt::Write as _;

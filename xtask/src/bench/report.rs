@@ -240,7 +240,7 @@ fn to_json(
 }
 
 /// Kernel, CPU model and count, memory, from /proc.
-fn machine() -> Value {
+pub fn machine() -> Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo

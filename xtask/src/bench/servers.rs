@@ -1,5 +1,6 @@
-//! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site),
-//! Caddy from Debian (the HTTP/3 peer), the peers under `bench/peers/`, and the certificate the TLS and
+//! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site,
+//! an echo of one body), Caddy from Debian (the HTTP/3 peer), Fortio's echo server (the peer of
+//! `--routes`), the peers under `bench/peers/`, and the certificate the TLS and
 //! QUIC modes give them all. Each runs behind one guard, [`ServerUnderTest`], which stops it by PID however
 //! the benchmark ends — an error return included — so no mode can leak a server.
 
@@ -92,7 +93,13 @@ fn pinned(cpus: Option<&str>, program: &Path) -> Command {
     }
 }
 
-/// statico (the release build) on a free loopback port with `args`, pinned to `cpus` if given. Waits
+/// The statico a bench runs: `STATICO_BIN` (relative to `root`, or absolute), else the release build.
+pub fn statico_bin(root: &Path) -> PathBuf {
+    std::env::var_os("STATICO_BIN")
+        .map_or_else(|| root.join("target/release/statico"), |bin| root.join(bin))
+}
+
+/// statico (see [`statico_bin`]) on a free loopback port with `args`, pinned to `cpus` if given. Waits
 /// for its "listening on" line; if it exits first, the error says what it printed.
 pub fn start_statico(
     root: &Path,
@@ -106,7 +113,7 @@ pub fn start_statico(
         .into_iter()
         .chain(args.iter().copied())
         .collect();
-    let mut cmd = pinned(cpus, &root.join("target/release/statico"));
+    let mut cmd = pinned(cpus, &statico_bin(root));
     cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
     let prefix = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
     // In its guard from the start: every way out of here below stops it.
@@ -175,6 +182,12 @@ pub enum Nginx<'a> {
     Site {
         root: &'a Path,
     },
+    /// HTTP/1.1 answering `body` (ASCII, no quotes, `$` or backslashes) as application/octet-stream,
+    /// with status 503 for `fail_percent` % of requests (drawn by `split_clients` on `$request_id`).
+    Echo {
+        body: &'a str,
+        fail_percent: u8,
+    },
 }
 
 /// nginx from Debian as a fair peer: one worker, no master, access log off, `return 200` with the
@@ -195,6 +208,7 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
         .arg(ndir.join("error.log"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    let echo;
     let (name, listen) = match mode {
         Nginx::Http1 => ("nginx", ""),
         Nginx::H2c => ("nginx http2", "; http2"),
@@ -206,6 +220,13 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
             "nginx",
             "; root, gzip_static, brotli_static, open_file_cache, sendfile, etag",
         ),
+        Nginx::Echo { fail_percent, .. } => {
+            echo = format!(
+                " of {} bytes; 503 for {fail_percent}% (split_clients $request_id)",
+                mode_body_len(mode)
+            );
+            ("nginx", echo.as_str())
+        }
     };
     let command = format!("taskset -c {cpus} nginx -c {} (worker_processes 1; master_process off; access_log off; keepalive_requests 100000000; return 200{listen})", conf_path.display());
     let mut s = ServerUnderTest::spawn(name, command, cmd, port)?;
@@ -213,12 +234,39 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
     Ok(s)
 }
 
+/// The body length of an [`Nginx::Echo`] (0 for the others).
+fn mode_body_len(mode: Nginx<'_>) -> usize {
+    match mode {
+        Nginx::Echo { body, .. } => body.len(),
+        _ => 0,
+    }
+}
+
+/// The `location /` block (and what it needs at `http` level) of a mode that answers one body.
+fn nginx_location(mode: Nginx<'_>) -> (String, String) {
+    match mode {
+        Nginx::Echo { body, fail_percent } if fail_percent > 0 => (
+            format!("  split_clients \"${{request_id}}\" $fail {{ {fail_percent}% 1; * \"\"; }}\n"),
+            format!("location / {{ default_type application/octet-stream; if ($fail) {{ return 503 \"{body}\"; }} return 200 \"{body}\"; }}"),
+        ),
+        Nginx::Echo { body, .. } => (
+            String::new(),
+            format!("location / {{ default_type application/octet-stream; return 200 \"{body}\"; }}"),
+        ),
+        _ => (
+            String::new(),
+            format!("location / {{ default_type text/plain; return 200 \"{BODY}\"; }}"),
+        ),
+    }
+}
+
 fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     let d = ndir.display();
     let h2 = "  http2_max_requests 100000000;\n  http2_max_concurrent_streams 256;\n";
     let tls;
+    let (split, location) = nginx_location(mode);
     let (listen, h2) = match mode {
-        Nginx::Http1 => ("backlog=4096", ""),
+        Nginx::Http1 | Nginx::Echo { .. } => ("backlog=4096", ""),
         Nginx::H2c => ("http2", h2),
         Nginx::Site { root } => return nginx_site_conf(&d.to_string(), port, root),
         Nginx::Tls { cert, key } => {
@@ -233,10 +281,10 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
          events {{ worker_connections 20000; }}\n\
-         http {{\n  access_log off;\n  server_tokens off;\n  keepalive_requests 100000000;\n  keepalive_timeout 65;\n{h2}\
+         http {{\n  access_log off;\n  server_tokens off;\n  keepalive_requests 100000000;\n  keepalive_timeout 65;\n{h2}{split}\
          client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
          uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-         server {{\n    listen 127.0.0.1:{port} {listen};\n    location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n}}\n"
+         server {{\n    listen 127.0.0.1:{port} {listen};\n    {location}\n  }}\n}}\n"
     )
 }
 
@@ -358,6 +406,34 @@ fn caddyfile(cdir: &Path, port: u16, cert: &Cert) -> String {
         cert.cert.display(),
         cert.key.display()
     )
+}
+
+/// Fortio's echo server (`go install`ed by `cargo xtask setup`) as the peer of `bench --routes`: its
+/// HTTP echo only (gRPC, redirect, TCP/UDP echo and UI off), quiet, one Go scheduler thread
+/// (`GOMAXPROCS=1`), pinned to `cpus`; what it answers is asked per request
+/// (`/echo?size=1024&delay=10ms&status=503:10`). Its files (log, data dir) under `dir/fortio`.
+pub fn start_fortio(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let fortio = crate::setup::fortio_path()
+        .context("fortio is not installed (cargo xtask setup installs it)")?;
+    let port = free_port()?;
+    let fdir = dir.join("fortio");
+    std::fs::create_dir_all(&fdir)?;
+    let listen = format!("127.0.0.1:{port}");
+    let off = ["-grpc-port", "-redirect-port", "-tcp-port", "-udp-port"];
+    let mut cmd = pinned(Some(cpus), &fortio);
+    cmd.args(["server", "-http-port", &listen, "-ui-path", "", "-quiet"])
+        .args(off.iter().flat_map(|flag| [*flag, "disabled"]))
+        .env("GOMAXPROCS", "1")
+        .current_dir(&fdir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(fdir.join("fortio.log"))?);
+    let command = format!(
+        "GOMAXPROCS=1 taskset -c {cpus} fortio server -http-port {listen} -ui-path '' -quiet (gRPC, redirect, TCP/UDP echo disabled)"
+    );
+    ServerUnderTest::spawn("fortio", command, cmd, port).with_context(|| {
+        let log = std::fs::read_to_string(fdir.join("fortio.log")).unwrap_or_default();
+        format!("fortio did not start: {}", log.trim())
+    })
 }
 
 /// An optional peer: a few-line server in `bench/peers/<dir>`.
