@@ -101,6 +101,20 @@ pub enum Choice {
     Echo(Box<echo::EchoChoice>),
 }
 
+impl Choice {
+    /// The same answer, recording no ground truth (a copy written for `-v`'s dump).
+    pub fn uncounted(&self) -> Choice {
+        match self {
+            Choice::Route(c) => {
+                let mut c = *c;
+                c.hold.truth = None;
+                Choice::Route(c)
+            }
+            other => other.clone(),
+        }
+    }
+}
+
 /// What [`View::write`] wrote: where the body starts (when it may be held apart from the head), and
 /// how the answer is delivered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

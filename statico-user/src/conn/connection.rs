@@ -952,6 +952,201 @@ mod tests {
 }
 
 #[cfg(test)]
+mod routes {
+    //! Held answers drawn by routes: each fault as the runtime sees it, pipelined delays in order,
+    //! a paced body, and the ground truth recorded when the answer is released.
+    use super::*;
+    use crate::catalog::route::spec::parse_spec;
+    use crate::catalog::{Catalog, Local, Plan};
+    use crate::observe::meter::Counters;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    struct World {
+        policy: Policy,
+        catalog: Catalog,
+        local: Local,
+        counters: Counters,
+        t0: Instant,
+    }
+
+    impl World {
+        fn new(routes: &[&str]) -> World {
+            let plan = Plan {
+                routes: routes.iter().map(|r| parse_spec(r).unwrap()).collect(),
+                seed: Some(1),
+                ..Plan::of_response(super::tests::spec(b"default"))
+            };
+            let catalog = Catalog::build(&plan).unwrap();
+            World {
+                policy: Policy {
+                    limits: Limits::default(),
+                    header_timeout: 10 * SEC,
+                    idle_timeout: 2 * SEC,
+                    verbose: 0,
+                    h2c: false,
+                },
+                local: Local::for_worker(&catalog, 0),
+                catalog,
+                counters: Counters::new(1),
+                t0: Instant::now(),
+            }
+        }
+
+        fn env(&self) -> Env<'_> {
+            Env {
+                policy: &self.policy,
+                catalog: self.local.view(),
+                counters: self.counters.worker(0),
+            }
+        }
+
+        fn at(&self, ms: u64) -> Instant {
+            self.t0 + Duration::from_millis(ms)
+        }
+
+        /// A connection that was sent `input` at 0 ms.
+        fn sent(&self, input: &str) -> Connection {
+            let mut c = Connection::new(&self.policy, self.t0);
+            c.receive(input.as_bytes(), self.t0, self.env());
+            c
+        }
+
+        fn flush(&self, c: &mut Connection, ms: u64) -> String {
+            let out = c.output().to_vec();
+            c.sent(out.len(), self.at(ms), self.env());
+            String::from_utf8(out).unwrap()
+        }
+
+        fn truth(&self) -> String {
+            self.catalog.truth().unwrap().json()
+        }
+    }
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n")
+    }
+
+    #[test]
+    fn a_delayed_route_is_released_at_its_deadline_and_its_truth_recorded() {
+        let w = World::new(&["/slow delay=30ms body=late"]);
+        let mut c = w.sent(&get("/slow"));
+        assert_eq!(c.deadline(), (w.at(30), Timer::Delay));
+        assert!(c.output().is_empty());
+        c.on_deadline(w.at(31), w.env());
+        assert!(w.flush(&mut c, 31).ends_with("\r\n\r\nlate"));
+        let truth = w.truth();
+        assert!(
+            truth.contains("\"count\":1,\"outcomes\":{\"200\":1}"),
+            "{truth}"
+        );
+        assert!(
+            truth.contains("\"held_us\":{\"count\":1,\"p50\":31"),
+            "{truth}"
+        );
+    }
+
+    #[test]
+    fn pipelined_requests_with_different_delays_are_answered_in_order() {
+        let w = World::new(&["/slow delay=50ms body=slow", "/fast body=fast"]);
+        let mut c = w.sent(&(get("/slow") + &get("/fast")));
+        assert!(
+            c.output().is_empty(),
+            "the fast one waits behind the slow one"
+        );
+        c.on_deadline(w.at(50), w.env());
+        let out = w.flush(&mut c, 50);
+        let (slow, fast) = (out.find("slow").unwrap(), out.find("fast").unwrap());
+        assert!(slow < fast, "{out}");
+        assert!(c.is_idle());
+    }
+
+    #[test]
+    fn unmatched_requests_get_the_default_answer() {
+        let w = World::new(&["POST /x body=route"]);
+        let mut c = w.sent(&get("/x"));
+        assert!(w.flush(&mut c, 0).ends_with("default"));
+    }
+
+    #[test]
+    fn reset_waits_for_what_was_answered_before_it() {
+        let w = World::new(&["/ok body=ok", "/r fault=reset:100%"]);
+        let mut c = w.sent(&(get("/ok") + &get("/r")));
+        assert_eq!(c.status(), Status::Open, "the first answer goes out first");
+        assert!(w.flush(&mut c, 1).ends_with("ok"));
+        assert_eq!(c.status(), Status::Reset);
+    }
+
+    #[test]
+    fn close_sends_nothing_and_shuts_down() {
+        let w = World::new(&["/c fault=close:100%"]);
+        let c = w.sent(&get("/c"));
+        assert!(c.output().is_empty());
+        assert_eq!(c.status(), Status::ShutdownWrite);
+    }
+
+    #[test]
+    fn stall_answers_nothing_until_the_idle_timeout_closes() {
+        let w = World::new(&["/s fault=stall:100%"]);
+        let mut c = w.sent(&get("/s"));
+        assert!(c.output().is_empty() && !c.wants_input());
+        assert_eq!(c.deadline(), (w.at(2000), Timer::Stall));
+        c.on_deadline(w.at(1999), w.env());
+        assert_eq!(c.status(), Status::Open);
+        c.on_deadline(w.at(2000), w.env());
+        assert_eq!(c.status(), Status::Close);
+    }
+
+    #[test]
+    fn truncate_sends_the_head_and_half_the_body_then_shuts_down() {
+        let w = World::new(&["/t size=1000 fault=truncate:100%"]);
+        let mut c = w.sent(&get("/t"));
+        let out = w.flush(&mut c, 0);
+        assert!(out.contains("Content-Length: 1000\r\n"));
+        assert_eq!(out.split("\r\n\r\n").nth(1).unwrap().len(), 500);
+        assert_eq!(c.status(), Status::ShutdownWrite);
+    }
+
+    #[test]
+    fn a_paced_body_goes_a_piece_a_tick() {
+        let w = World::new(&["/p size=300 rate=10k"]); // 102 bytes a tick
+        let mut c = w.sent(&get("/p"));
+        let head = w.flush(&mut c, 0);
+        assert!(head.ends_with("\r\n\r\n"), "the head alone first");
+        let mut body = String::new();
+        let mut ms = 0;
+        while !c.is_idle() {
+            let (at, timer) = c.deadline();
+            assert_eq!(timer, Timer::BodyDelay);
+            ms = (at - w.t0).as_millis() as u64;
+            c.on_deadline(at, w.env());
+            body += &w.flush(&mut c, ms);
+        }
+        assert_eq!(body.len(), 300);
+        assert_eq!(ms, 20, "three pieces, 10 ms apart");
+    }
+
+    #[test]
+    fn a_status_mix_is_drawn_per_request_and_repeats_with_the_seed() {
+        let statuses = || {
+            let w = World::new(&["/m status=503:50%"]);
+            let mut c = w.sent(&get("/m").repeat(64));
+            let out = w.flush(&mut c, 0);
+            out.match_indices("HTTP/1.1 ")
+                .map(|(i, _)| out[i + 9..i + 12].to_string())
+                .collect::<Vec<_>>()
+        };
+        let first = statuses();
+        assert_eq!(first.len(), 64);
+        let n503 = first.iter().filter(|s| *s == "503").count();
+        assert!((16..=48).contains(&n503), "{n503} of 64");
+        assert_eq!(first, statuses(), "the same seed, the same sequence");
+    }
+}
+
+#[cfg(test)]
 mod chunking {
     //! However input arrives and however much each send takes, the client gets the same bytes, and
     //! the connection never holds more than its bounds.

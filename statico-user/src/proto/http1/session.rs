@@ -165,7 +165,7 @@ impl Session {
                     let choice = choice.take().unwrap_or(Choice::One);
                     if dumper.on() {
                         let mut copy = Vec::new();
-                        catalog.write(choice.clone(), framing, info.head_only, &mut copy);
+                        catalog.write(choice.uncounted(), framing, info.head_only, &mut copy);
                         dumper.raw_response(&copy);
                     }
                     let written = catalog.write(choice, framing, info.head_only, out);
