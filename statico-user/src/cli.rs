@@ -80,12 +80,12 @@ pub struct Cli {
     #[arg(long)]
     pub echo_query: bool,
 
-    /// --echo-query: the longest delay a query may ask for (longer gets 400)
+    /// With --echo-query, the longest delay a query may ask for (longer gets 400)
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "echo_query")]
     pub max_delay: Duration,
 
-    /// --echo-query: the largest body a query may ask for (larger gets 400); this much memory is
-    /// set aside for the bodies at start-up
+    /// With --echo-query, the largest body a query may ask for (larger gets 400); this much memory
+    /// is set aside for the bodies at start-up
     #[arg(long, default_value = "16m", value_parser = parse_size, value_name = "BYTES", requires = "echo_query")]
     pub max_size: u64,
 

@@ -369,8 +369,11 @@ pub async fn run(
             xdp: k.xdp,
         };
         let mut line = format_line(format, &rates(&prev, &now, at - prev_at), &now, &detail);
-        if let (MeterFormat::Json, Some(truth), Some('}')) = (format, truth, line.pop()) {
-            line = format!("{line},\"ground_truth\":{}}}", truth.json());
+        if let (MeterFormat::Json, Some(truth)) = (format, truth) {
+            if line.ends_with('}') {
+                line.pop();
+                line = format!("{line},\"ground_truth\":{}}}", truth.json());
+            }
         }
         println!("{line}");
         prev = now;
