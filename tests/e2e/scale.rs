@@ -43,6 +43,58 @@ fn ten_thousand_concurrent_keep_alive_connections() {
     assert_eq!(stopped.total("requests"), 2 * N as u64);
 }
 
+/// 10 000 requests held at once on a route's delay: every one is answered after its delay (not much
+/// before, not much after), in memory that stays bounded per held request, and the ground truth
+/// counts them all.
+#[test]
+fn ten_thousand_requests_held_on_a_delay_at_once() {
+    const N: usize = 10_000;
+    let delay = std::time::Duration::from_secs(2);
+    let s = Server::start(&[
+        "--route",
+        "/held delay=2s size=1k",
+        "--listen-backlog",
+        "16384",
+    ]);
+    let before = statico_tests::rss_kib(s.pid());
+    let mut conns: Vec<Reader> = (0..N).map(|_| Reader::new(s.connect())).collect();
+    let sent = std::time::Instant::now();
+    for c in conns.iter_mut() {
+        c.stream.write_all(&get("/held")).unwrap();
+    }
+    std::thread::sleep(delay / 2);
+    let held = statico_tests::rss_kib(s.pid());
+    // Each held answer: its connection (see above) and a copy of its 1 KiB answer and a timer entry.
+    let per_conn_kib = if statico_tests::runtime() == "io-uring" {
+        4
+    } else {
+        5
+    };
+    assert!(
+        held < before + (N as u64) * per_conn_kib,
+        "{N} held requests: RSS {before} KiB → {held} KiB"
+    );
+    for (i, c) in conns.iter_mut().enumerate() {
+        let r = c.response(false);
+        assert_eq!((r.status, r.body.len()), (200, 1024), "connection {i}");
+    }
+    let all = sent.elapsed();
+    assert!(all >= delay, "answered after {all:?}, before the delay");
+    assert!(
+        all < delay * 3,
+        "the last answer came {all:?} after the requests"
+    );
+    drop(conns);
+    let stopped = s.stop();
+    assert!(
+        stopped
+            .stderr
+            .contains(&format!("route /held: {N} requests (200 {N})")),
+        "{}",
+        stopped.stderr
+    );
+}
+
 /// The open-files soft limit is raised to the hard limit at start-up, so a server started from a shell
 /// with the usual soft limit of 1024 still takes thousands of connections.
 #[test]
