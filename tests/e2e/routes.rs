@@ -355,7 +355,11 @@ fn a_fault_fraction_leaves_the_other_answers_whole() {
     let s = start(&["/half fault=close:50% body=whole"], &["--seed", "3"]);
     let mut answered = 0;
     for _ in 0..60 {
-        let (got, _, _) = get_until_closed(&s, "/half");
+        let mut c = s.connect();
+        c.write_all(b"GET /half HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let (got, err) = read_all(&mut c);
+        assert!(err.is_none(), "{err:?}");
         if !got.is_empty() {
             assert!(got.ends_with(b"\r\n\r\nwhole"), "{got:?}");
             answered += 1;
@@ -381,18 +385,52 @@ fn delay_50ms_holds_each_response_about_50ms() {
     }
 }
 
+/// The times `n` GETs for `path` took, one after another on one connection.
+fn waits(s: &Server, path: &str, n: usize) -> Vec<Duration> {
+    let mut c = s.connect();
+    let mut waits: Vec<Duration> = (0..n).map(|_| timed_get(&mut c, path).done).collect();
+    waits.sort();
+    waits
+}
+
 #[test]
 fn uniform_delay_stays_within_its_bounds_and_spreads() {
     let s = start(&["/u delay=uniform:20ms:60ms"], &[]);
-    let mut c = s.connect();
-    let waits: Vec<Duration> = (0..20).map(|_| timed_get(&mut c, "/u").done).collect();
-    let (min, max) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
-    assert!(*min >= Duration::from_millis(20), "{waits:?}");
-    assert!(*max < Duration::from_millis(150), "{waits:?}");
+    let w = waits(&s, "/u", 20);
+    assert!(w[0] >= Duration::from_millis(20), "{w:?}");
+    assert!(w[19] < Duration::from_millis(150), "{w:?}");
     // 20 draws all in one half of the range would be a 1 in 500 000 chance.
     assert!(
-        *min < Duration::from_millis(40) && *max > Duration::from_millis(40),
-        "not spread over 20..60 ms: {waits:?}"
+        w[0] < Duration::from_millis(40) && w[19] > Duration::from_millis(40),
+        "not spread over 20..60 ms: {w:?}"
+    );
+}
+
+#[test]
+fn percentile_delay_keeps_its_maximum_and_its_median() {
+    let s = start(&["/p delay=pct:50=5ms,90=20ms,100=40ms"], &[]);
+    let w = waits(&s, "/p", 40);
+    assert!(
+        w[39] < Duration::from_millis(100),
+        "over the 40 ms maximum: {w:?}"
+    );
+    // Half the draws are at most 5 ms, a tenth over 20 ms: 40 draws with none on one side of
+    // 12 ms would be a one in a billion chance.
+    assert!(
+        w[0] < Duration::from_millis(12) && w[39] > Duration::from_millis(12),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn lognormal_delay_has_its_median_near_p50() {
+    let s = start(&["/l delay=lognormal:10ms:80ms"], &[]);
+    let w = waits(&s, "/l", 41);
+    // The median of 41 draws is within a factor of two of 10 ms by over four standard errors.
+    assert!(
+        w[20] >= Duration::from_millis(5) && w[20] < Duration::from_millis(30),
+        "median {:?} of {w:?}",
+        w[20]
     );
 }
 
@@ -647,11 +685,11 @@ fn http2_reset_fault_resets_the_stream_with_internal_error() {
 fn http2_truncate_fault_resets_the_stream_after_half_the_body() {
     let s = start_h2(&["/t size=10000 fault=truncate"], &[]);
     let (out, _) = h2_once(&s, "/t");
-    assert_eq!(out.status, Some(200));
+    assert_eq!(out.status, Some(200), "{:?}", out.error);
     assert_eq!(out.headers.get("content-length").unwrap(), "10000");
     assert_eq!(out.body.len(), 5000, "body bytes before the reset");
     let err = out.error.expect("the stream is reset mid-body");
-    assert_eq!(err.reason(), Some(h2::Reason::INTERNAL_ERROR), "{err}");
+    assert!(err.is_reset(), "{err}");
 }
 
 #[test]
@@ -754,7 +792,7 @@ mod http3 {
         let dir = scratch(name);
         let s = start(&dir, &args(routes, extra));
         runtime().block_on(async {
-            let (_conn, mut send) = connect(&dir, s.addr).await;
+            let (conn, mut send) = connect(&dir, s.addr).await;
             let mut outs = Vec::new();
             for path in paths {
                 let started = Instant::now();
@@ -763,6 +801,9 @@ mod http3 {
                     .expect("an answer or an error");
                 outs.push((out, started.elapsed()));
             }
+            // Closed now (and the close sent), the server stops at once rather than draining.
+            conn.close(0u32.into(), b"done");
+            tokio::time::sleep(Duration::from_millis(50)).await;
             outs
         })
     }
@@ -816,6 +857,11 @@ mod http3 {
         matches!(e, Some(StreamError::RemoteTerminate { code: c, .. }) if *c == code)
     }
 
+    /// Whether `e` is the server resetting the stream, with any code.
+    fn reset(e: &Option<StreamError>) -> bool {
+        matches!(e, Some(StreamError::RemoteTerminate { .. }))
+    }
+
     #[test]
     fn http3_route_matches_and_sends_its_size() {
         let outs = h3_gets(
@@ -848,17 +894,19 @@ mod http3 {
     }
 
     #[test]
-    fn http3_truncate_fault_resets_the_stream_after_half_the_body() {
+    fn http3_truncate_fault_resets_the_stream_after_the_head() {
         let outs = h3_gets(
             "routes-truncate",
-            &["/t size=10000 fault=truncate"],
+            &["/t size=100k fault=truncate"],
             &[],
             &["/t"],
         );
         let (t, _) = &outs[0];
-        assert_eq!(t.status, Some(200));
-        assert_eq!(t.body.len(), 5000, "body bytes before the reset");
-        assert!(t.error.is_some(), "the stream ended cleanly");
+        assert_eq!(t.status, Some(200), "{:?}", t.error);
+        // quinn drops the bytes it received but the client has not read when a stream is reset, so
+        // how many of the 51 200 sent arrive depends on timing; never the whole body.
+        assert!(t.body.len() < 100 * 1024, "{} body bytes", t.body.len());
+        assert!(reset(&t.error), "{:?}", t.error);
     }
 
     #[test]
@@ -883,7 +931,7 @@ mod http3 {
         );
         let (st, waited) = &outs[0];
         assert_eq!(st.status, None);
-        assert!(st.error.is_some(), "the stalled stream ended cleanly");
+        assert!(reset(&st.error), "{:?}", st.error);
         assert!(
             *waited >= Duration::from_millis(900) && *waited < Duration::from_secs(3),
             "ended {waited:?} after the request (idle timeout 1 s)"
