@@ -3,7 +3,8 @@
 //! the `--root` site behind them), sizes, headers and files as bodies, a status mix that holds its
 //! proportion, delays, body delays and pacing timed from the client, faults (reset, close, stall,
 //! truncate) over raw HTTP/1.1 sockets, the `h2` crate and a quinn + h3 client, seeds that repeat a
-//! run, and the one-line start-up errors of a bad route.
+//! run, the one-line start-up errors of a bad route, the ground truth on `--metrics` checked against
+//! what the client counted, and Fortio's query arguments (`--echo-query`).
 //!
 //! HTTP/1.1 tests run on the runtime under test; HTTP/2 ones ask for tokio; HTTP/3 ones run on the
 //! runtime under test, as `http3.rs` does.
@@ -761,6 +762,32 @@ fn http2_body_delay_and_rate_are_kept_per_stream() {
     assert!(took >= Duration::from_millis(290), "body after {took:?}");
 }
 
+#[test]
+fn http2_ground_truth_counts_each_stream_once() {
+    let s = start_h2(&["/plain", "/d delay=20ms"], &["--metrics", "127.0.0.1:0"]);
+    let addr = s.addr;
+    tokio_rt().block_on(async move {
+        let client = h2_connect(addr).await;
+        for path in ["/plain", "/plain", "/d"] {
+            assert_eq!(h2_get(&client, path).await.status, Some(200));
+        }
+    });
+    let json = scrape(&s, "/ground-truth.json");
+    assert_eq!(number(route_truth(&json, "/plain"), "count"), 2.0, "{json}");
+    let d = route_truth(&json, "/d");
+    assert_eq!(number(d, "count"), 1.0, "{json}");
+    assert!(number_in(d, "held_us", "max") >= 20_000.0, "{d}");
+}
+
+#[test]
+fn http2_echo_query_answers_from_the_query() {
+    let s = start_h2(&[], &["--echo-query"]);
+    let (out, _) = h2_once(&s, "/x?status=418&size=1024&header=X-A:b");
+    assert_eq!(out.status, Some(418));
+    assert_eq!(out.body.len(), 1024);
+    assert_eq!(out.headers.get("x-a").unwrap(), "b");
+}
+
 // ---- HTTP/3 ----
 
 #[cfg(target_os = "linux")]
@@ -937,4 +964,188 @@ mod http3 {
             "ended {waited:?} after the request (idle timeout 1 s)"
         );
     }
+}
+
+// ---- Ground truth on --metrics ----
+
+/// The `--metrics` address statico printed at start-up.
+fn metrics_addr(s: &Server) -> String {
+    s.stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("statico: metrics on http://"))
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics line:\n{}", s.stderr()))
+        .to_string()
+}
+
+/// The body of a GET for `path` on the metrics listener.
+fn scrape(s: &Server, path: &str) -> String {
+    let url = format!("http://{}{path}", metrics_addr(s));
+    ureq::get(&url)
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
+}
+
+/// The object of route `name` in `/ground-truth.json`, as text.
+fn route_truth<'a>(json: &'a str, name: &str) -> &'a str {
+    let start = json
+        .find(&format!("{{\"route\":\"{name}\""))
+        .unwrap_or_else(|| panic!("no route {name} in {json}"));
+    let rest = &json[start + 1..];
+    &json[start..start + 1 + rest.find("{\"route\":").unwrap_or(rest.len())]
+}
+
+/// The number after `"key":` in `json` (the first one).
+fn number(json: &str, key: &str) -> f64 {
+    let at = json
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("no {key} in {json}"));
+    let rest = &json[at + key.len() + 3..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+        .unwrap_or(rest.len());
+    rest[..end].parse().unwrap()
+}
+
+/// The number after `"key":` inside the object `"object":{…}` of `json`.
+fn number_in(json: &str, object: &str, key: &str) -> f64 {
+    let at = json
+        .find(&format!("\"{object}\":{{"))
+        .unwrap_or_else(|| panic!("no {object} in {json}"));
+    let inner = &json[at..];
+    number(&inner[..inner.find('}').unwrap()], key)
+}
+
+#[test]
+fn ground_truth_json_counts_the_statuses_the_client_saw() {
+    let s = start(&["/mix status=503:20%"], &["--metrics", "127.0.0.1:0"]);
+    let got = statuses(&s, "/mix", 500);
+    let failed = got.iter().filter(|&&c| c == 503).count() as f64;
+    let json = scrape(&s, "/ground-truth.json");
+    let mix = route_truth(&json, "/mix");
+    assert_eq!(number(mix, "count"), 500.0, "{mix}");
+    assert_eq!(number_in(mix, "outcomes", "503"), failed, "{mix}");
+    assert_eq!(number_in(mix, "outcomes", "200"), 500.0 - failed, "{mix}");
+}
+
+#[test]
+fn ground_truth_json_counts_faults_and_the_delays_drawn_and_held() {
+    let s = start(
+        &["/gone fault=reset", "/d delay=20ms"],
+        &["--metrics", "127.0.0.1:0"],
+    );
+    for _ in 0..3 {
+        let (_, err, _) = get_until_closed(&s, "/gone");
+        assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::ConnectionReset));
+    }
+    let mut c = s.connect();
+    for _ in 0..10 {
+        timed_get(&mut c, "/d");
+    }
+    let json = scrape(&s, "/ground-truth.json");
+    let gone = route_truth(&json, "/gone");
+    assert_eq!(number_in(gone, "outcomes", "reset"), 3.0, "{gone}");
+    let d = route_truth(&json, "/d");
+    assert_eq!(number(d, "count"), 10.0, "{d}");
+    assert_eq!(number_in(d, "held_us", "count"), 10.0, "{d}");
+    let drawn = number_in(d, "drawn_us", "p50");
+    assert!(
+        (19_000.0..=21_000.0).contains(&drawn),
+        "drawn p50 {drawn} µs: {d}"
+    );
+    let held = number_in(d, "held_us", "p50");
+    assert!(
+        (20_000.0..=40_000.0).contains(&held),
+        "held p50 {held} µs: {d}"
+    );
+}
+
+#[test]
+fn ground_truth_counts_an_unheld_route_once_next_to_a_delayed_one() {
+    // A delay on any route makes HTTP/1.1 hold every answer; the others must still count once.
+    let s = start(&["/plain", "/d delay=20ms"], &["--metrics", "127.0.0.1:0"]);
+    let got = statuses(&s, "/plain", 10);
+    assert!(got.iter().all(|&c| c == 200));
+    let json = scrape(&s, "/ground-truth.json");
+    let plain = route_truth(&json, "/plain");
+    assert_eq!(number(plain, "count"), 10.0, "10 requests: {plain}");
+}
+
+#[test]
+fn prometheus_route_counters_match_the_client() {
+    let s = start(&["/mix status=503:20%"], &["--metrics", "127.0.0.1:0"]);
+    let got = statuses(&s, "/mix", 300);
+    let failed = got.iter().filter(|&&c| c == 503).count();
+    let page = scrape(&s, "/metrics");
+    for (outcome, n) in [("503", failed), ("200", 300 - failed)] {
+        let line =
+            format!("statico_route_requests_total{{route=\"/mix\",outcome=\"{outcome}\"}} {n}");
+        assert!(page.lines().any(|l| l == line), "no {line:?} in\n{page}");
+    }
+}
+
+// ---- --echo-query ----
+
+#[test]
+fn echo_query_answers_status_size_and_header_from_the_query() {
+    let s = start(&[], &["--echo-query", "-b", "default"]);
+    let r = fetch(&s, "GET", "/any/path?status=418&size=1024&header=X-A:b");
+    assert_eq!(r.status, 418);
+    assert_eq!(r.body.len(), 1024);
+    assert_eq!(r.header("content-length").as_deref(), Some("1024"));
+    assert_eq!(r.header("x-a").as_deref(), Some("b"));
+    assert_eq!(body_of(&s, "/no-query"), "default");
+}
+
+#[test]
+fn echo_query_status_percentages_hold_over_2000_requests() {
+    let s = start(&[], &["--echo-query"]);
+    let got = statuses(&s, "/?status=503:10", 2000);
+    let failed = got.iter().filter(|&&c| c == 503).count();
+    assert!(got.iter().all(|&c| c == 200 || c == 503), "other statuses");
+    // Binomial(2000, 0.1): mean 200, sigma 13.4; 5 sigma either side.
+    assert!((133..=267).contains(&failed), "{failed} of 2000 were 503");
+}
+
+#[test]
+fn echo_query_delay_and_close() {
+    let s = start(&[], &["--echo-query"]);
+    let t = timed_get(&mut s.connect(), "/?delay=100ms");
+    assert!(
+        t.done >= Duration::from_millis(100) && t.done < Duration::from_millis(300),
+        "answered after {:?}",
+        t.done
+    );
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/?close=true"));
+    assert_eq!(r.response(false).status, 200);
+    assert!(r.until_closed().is_empty(), "open after close=true");
+}
+
+#[test]
+fn echo_query_past_the_limits_gets_400_naming_the_argument() {
+    let s = start(
+        &[],
+        &["--echo-query", "--max-delay", "1s", "--max-size", "4k"],
+    );
+    for (query, name) in [
+        ("/?delay=5s", "delay"),
+        ("/?size=8192", "size"),
+        ("/?status=abc", "status"),
+    ] {
+        let r = fetch(&s, "GET", query);
+        assert_eq!(r.status, 400, "{query}");
+        let body = String::from_utf8_lossy(&r.body);
+        assert!(body.contains(name), "{query}: {body}");
+    }
+}
+
+#[test]
+fn without_echo_query_the_query_is_not_obeyed() {
+    let s = start(&[], &["-b", "plain"]);
+    let r = fetch(&s, "GET", "/?status=503&size=1024");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"plain"[..]));
 }
