@@ -788,184 +788,6 @@ fn http2_echo_query_answers_from_the_query() {
     assert_eq!(out.headers.get("x-a").unwrap(), "b");
 }
 
-// ---- HTTP/3 ----
-
-#[cfg(target_os = "linux")]
-mod http3 {
-    //! The faults and routes over HTTP/3, with the quinn + h3 client of `http3.rs`.
-
-    use std::time::{Duration, Instant};
-
-    use bytes::Buf;
-    use h3::error::StreamError;
-
-    use super::args;
-    use crate::http3::{connect, runtime, scratch, start};
-
-    /// What an HTTP/3 request gave: the status if a head came, the body, the error it ended with.
-    struct H3Outcome {
-        status: Option<u16>,
-        body: Vec<u8>,
-        error: Option<StreamError>,
-    }
-
-    /// statico over HTTP/3 with `routes`; one GET for each of `paths` on one connection, in turn.
-    fn h3_gets(
-        name: &str,
-        routes: &[&str],
-        extra: &[&str],
-        paths: &[&str],
-    ) -> Vec<(H3Outcome, Duration)> {
-        let dir = scratch(name);
-        let s = start(&dir, &args(routes, extra));
-        runtime().block_on(async {
-            let (conn, mut send) = connect(&dir, s.addr).await;
-            let mut outs = Vec::new();
-            for path in paths {
-                let started = Instant::now();
-                let out = tokio::time::timeout(statico_tests::WAIT, get(&mut send, path))
-                    .await
-                    .expect("an answer or an error");
-                outs.push((out, started.elapsed()));
-            }
-            // Closed now (and the close sent), the server stops at once rather than draining.
-            conn.close(0u32.into(), b"done");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            outs
-        })
-    }
-
-    async fn get(
-        send: &mut h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
-        path: &str,
-    ) -> H3Outcome {
-        let mut out = H3Outcome {
-            status: None,
-            body: Vec::new(),
-            error: None,
-        };
-        let req = http::Request::get(format!("https://localhost{path}"))
-            .body(())
-            .unwrap();
-        let mut stream = match send.send_request(req).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                out.error = Some(e);
-                return out;
-            }
-        };
-        if let Err(e) = stream.finish().await {
-            out.error = Some(e);
-            return out;
-        }
-        match stream.recv_response().await {
-            Ok(r) => out.status = Some(r.status().as_u16()),
-            Err(e) => {
-                out.error = Some(e);
-                return out;
-            }
-        }
-        loop {
-            match stream.recv_data().await {
-                Ok(Some(mut chunk)) => out
-                    .body
-                    .extend_from_slice(&chunk.copy_to_bytes(chunk.remaining())),
-                Ok(None) => return out,
-                Err(e) => {
-                    out.error = Some(e);
-                    return out;
-                }
-            }
-        }
-    }
-
-    /// Whether `e` is the server resetting the stream with `code`.
-    fn reset_with(e: &Option<StreamError>, code: h3::error::Code) -> bool {
-        matches!(e, Some(StreamError::RemoteTerminate { code: c, .. }) if *c == code)
-    }
-
-    /// Whether `e` is the server resetting the stream, with any code.
-    fn reset(e: &Option<StreamError>) -> bool {
-        matches!(e, Some(StreamError::RemoteTerminate { .. }))
-    }
-
-    #[test]
-    fn http3_route_matches_and_sends_its_size() {
-        let outs = h3_gets(
-            "routes-size",
-            &["/big size=64k"],
-            &["-b", "default"],
-            &["/big", "/x"],
-        );
-        assert_eq!(outs[0].0.status, Some(200));
-        assert_eq!(outs[0].0.body.len(), 65536);
-        assert_eq!(outs[1].0.body, b"default");
-    }
-
-    #[test]
-    fn http3_reset_fault_resets_the_stream_and_the_connection_goes_on() {
-        let outs = h3_gets(
-            "routes-reset",
-            &["/r fault=reset", "/ok body=ok"],
-            &[],
-            &["/r", "/ok"],
-        );
-        let (reset, _) = &outs[0];
-        assert_eq!(reset.status, None);
-        assert!(
-            reset_with(&reset.error, h3::error::Code::H3_INTERNAL_ERROR),
-            "{:?}",
-            reset.error
-        );
-        assert_eq!(outs[1].0.body, b"ok");
-    }
-
-    #[test]
-    fn http3_truncate_fault_resets_the_stream_after_the_head() {
-        let outs = h3_gets(
-            "routes-truncate",
-            &["/t size=100k fault=truncate"],
-            &[],
-            &["/t"],
-        );
-        let (t, _) = &outs[0];
-        assert_eq!(t.status, Some(200), "{:?}", t.error);
-        // quinn drops the bytes it received but the client has not read when a stream is reset, so
-        // how many of the 51 200 sent arrive depends on timing; never the whole body.
-        assert!(t.body.len() < 100 * 1024, "{} body bytes", t.body.len());
-        assert!(reset(&t.error), "{:?}", t.error);
-    }
-
-    #[test]
-    fn http3_close_fault_closes_the_connection() {
-        let outs = h3_gets("routes-close", &["/c fault=close"], &[], &["/c"]);
-        let (c, _) = &outs[0];
-        assert_eq!(c.status, None);
-        assert!(
-            matches!(c.error, Some(StreamError::ConnectionError { .. })),
-            "{:?}",
-            c.error
-        );
-    }
-
-    #[test]
-    fn http3_stall_fault_resets_the_stream_after_the_idle_timeout() {
-        let outs = h3_gets(
-            "routes-stall",
-            &["/s fault=stall"],
-            &["--idle-timeout", "1s"],
-            &["/s"],
-        );
-        let (st, waited) = &outs[0];
-        assert_eq!(st.status, None);
-        assert!(reset(&st.error), "{:?}", st.error);
-        assert!(
-            *waited >= Duration::from_millis(900) && *waited < Duration::from_secs(3),
-            "ended {waited:?} after the request (idle timeout 1 s)"
-        );
-    }
-}
-
 // ---- Ground truth on --metrics ----
 
 /// The `--metrics` address statico printed at start-up.
@@ -1148,4 +970,182 @@ fn without_echo_query_the_query_is_not_obeyed() {
     let s = start(&[], &["-b", "plain"]);
     let r = fetch(&s, "GET", "/?status=503&size=1024");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"plain"[..]));
+}
+
+// ---- HTTP/3 ----
+
+#[cfg(target_os = "linux")]
+mod http3 {
+    //! The faults and routes over HTTP/3, with the quinn + h3 client of `http3.rs`.
+
+    use std::time::{Duration, Instant};
+
+    use bytes::Buf;
+    use h3::error::StreamError;
+
+    use super::args;
+    use crate::http3::{connect, runtime, scratch, start};
+
+    /// What an HTTP/3 request gave: the status if a head came, the body, the error it ended with.
+    struct H3Outcome {
+        status: Option<u16>,
+        body: Vec<u8>,
+        error: Option<StreamError>,
+    }
+
+    /// statico over HTTP/3 with `routes`; one GET for each of `paths` on one connection, in turn.
+    fn h3_gets(
+        name: &str,
+        routes: &[&str],
+        extra: &[&str],
+        paths: &[&str],
+    ) -> Vec<(H3Outcome, Duration)> {
+        let dir = scratch(name);
+        let s = start(&dir, &args(routes, extra));
+        runtime().block_on(async {
+            let (conn, mut send) = connect(&dir, s.addr).await;
+            let mut outs = Vec::new();
+            for path in paths {
+                let started = Instant::now();
+                let out = tokio::time::timeout(statico_tests::WAIT, get(&mut send, path))
+                    .await
+                    .expect("an answer or an error");
+                outs.push((out, started.elapsed()));
+            }
+            // Closed now (and the close sent), the server stops at once rather than draining.
+            conn.close(0u32.into(), b"done");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            outs
+        })
+    }
+
+    async fn get(
+        send: &mut h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
+        path: &str,
+    ) -> H3Outcome {
+        let mut out = H3Outcome {
+            status: None,
+            body: Vec::new(),
+            error: None,
+        };
+        let req = http::Request::get(format!("https://localhost{path}"))
+            .body(())
+            .unwrap();
+        let mut stream = match send.send_request(req).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                out.error = Some(e);
+                return out;
+            }
+        };
+        if let Err(e) = stream.finish().await {
+            out.error = Some(e);
+            return out;
+        }
+        match stream.recv_response().await {
+            Ok(r) => out.status = Some(r.status().as_u16()),
+            Err(e) => {
+                out.error = Some(e);
+                return out;
+            }
+        }
+        loop {
+            match stream.recv_data().await {
+                Ok(Some(mut chunk)) => out
+                    .body
+                    .extend_from_slice(&chunk.copy_to_bytes(chunk.remaining())),
+                Ok(None) => return out,
+                Err(e) => {
+                    out.error = Some(e);
+                    return out;
+                }
+            }
+        }
+    }
+
+    /// Whether `e` is the server resetting the stream with `code`.
+    fn reset_with(e: &Option<StreamError>, code: h3::error::Code) -> bool {
+        matches!(e, Some(StreamError::RemoteTerminate { code: c, .. }) if *c == code)
+    }
+
+    /// Whether `e` is the server resetting the stream, with any code.
+    fn reset(e: &Option<StreamError>) -> bool {
+        matches!(e, Some(StreamError::RemoteTerminate { .. }))
+    }
+
+    #[test]
+    fn http3_route_matches_and_sends_its_size() {
+        let outs = h3_gets(
+            "routes-size",
+            &["/big size=64k"],
+            &["-b", "default"],
+            &["/big", "/x"],
+        );
+        assert_eq!(outs[0].0.status, Some(200));
+        assert_eq!(outs[0].0.body.len(), 65536);
+        assert_eq!(outs[1].0.body, b"default");
+    }
+
+    #[test]
+    fn http3_reset_fault_resets_the_stream_and_the_connection_goes_on() {
+        let outs = h3_gets(
+            "routes-reset",
+            &["/r fault=reset", "/ok body=ok"],
+            &[],
+            &["/r", "/ok"],
+        );
+        let (reset, _) = &outs[0];
+        assert_eq!(reset.status, None);
+        assert!(
+            reset_with(&reset.error, h3::error::Code::H3_INTERNAL_ERROR),
+            "{:?}",
+            reset.error
+        );
+        assert_eq!(outs[1].0.body, b"ok");
+    }
+
+    #[test]
+    fn http3_truncate_fault_resets_the_stream_after_the_head() {
+        let outs = h3_gets(
+            "routes-truncate",
+            &["/t size=100k fault=truncate"],
+            &[],
+            &["/t"],
+        );
+        let (t, _) = &outs[0];
+        assert_eq!(t.status, Some(200), "{:?}", t.error);
+        // quinn drops the bytes it received but the client has not read when a stream is reset, so
+        // how many of the 51 200 sent arrive depends on timing; never the whole body.
+        assert!(t.body.len() < 100 * 1024, "{} body bytes", t.body.len());
+        assert!(reset(&t.error), "{:?}", t.error);
+    }
+
+    #[test]
+    fn http3_close_fault_closes_the_connection() {
+        let outs = h3_gets("routes-close", &["/c fault=close"], &[], &["/c"]);
+        let (c, _) = &outs[0];
+        assert_eq!(c.status, None);
+        assert!(
+            matches!(c.error, Some(StreamError::ConnectionError { .. })),
+            "{:?}",
+            c.error
+        );
+    }
+
+    #[test]
+    fn http3_stall_fault_resets_the_stream_after_the_idle_timeout() {
+        let outs = h3_gets(
+            "routes-stall",
+            &["/s fault=stall"],
+            &["--idle-timeout", "1s"],
+            &["/s"],
+        );
+        let (st, waited) = &outs[0];
+        assert_eq!(st.status, None);
+        assert!(reset(&st.error), "{:?}", st.error);
+        assert!(
+            *waited >= Duration::from_millis(900) && *waited < Duration::from_secs(3),
+            "ended {waited:?} after the request (idle timeout 1 s)"
+        );
+    }
 }
