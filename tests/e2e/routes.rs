@@ -408,7 +408,7 @@ fn uniform_delay_stays_within_its_bounds_and_spreads() {
 }
 
 #[test]
-fn percentile_delay_keeps_its_maximum_and_its_median() {
+fn percentile_delay_stays_under_its_maximum_and_spreads() {
     let s = start(&["/p delay=pct:50=5ms,90=20ms,100=40ms"], &[]);
     let w = waits(&s, "/p", 40);
     assert!(
