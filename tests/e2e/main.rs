@@ -13,6 +13,7 @@ mod http3;
 mod http3_hostile;
 mod metrics;
 mod operations;
+mod routes;
 mod scale;
 mod site;
 mod startup;
