@@ -105,7 +105,8 @@ pub struct Delivery {
     body_len: usize,
     head_only: bool,
     /// The next step's place: 0 delay, 1 record, 2 fault or head, 3 body delay (or a truncated
-    /// body), 4 a body piece, 6 a tick between pieces, 7 a truncated body's reset, 5 done.
+    /// body), 4 a body piece, 6 a tick between pieces, 8 a tick after a truncated body, 7 its reset,
+    /// 5 done.
     stage: u8,
     /// Body bytes already given out.
     at: usize,
@@ -125,7 +126,7 @@ impl Delivery {
     /// The first stage of the body: what comes after the head.
     fn after_head(&mut self) -> Option<Step> {
         if let Some(Fault::Truncate) = self.hold.fault {
-            self.stage = 7; // then the reset
+            self.stage = 8; // a tick for the half to leave (a reset drops what is queued), then the reset
             self.at = self.body_len / 2;
             return (self.at > 0).then_some(Step::Body {
                 range: 0..self.at,
@@ -194,6 +195,10 @@ impl Iterator for Delivery {
                 }
                 6 => {
                     self.stage = 4;
+                    Some(Step::Wait(PACE_TICK))
+                }
+                8 => {
+                    self.stage = 7;
                     Some(Step::Wait(PACE_TICK))
                 }
                 7 => {
@@ -285,6 +290,7 @@ mod tests {
                     range: 0..5,
                     end: false
                 },
+                Step::Wait(PACE_TICK),
                 Step::Reset
             ]
         );

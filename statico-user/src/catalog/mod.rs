@@ -446,7 +446,8 @@ impl<'a> View<'a> {
         match (choice, self.site, self.routes) {
             (Choice::Route(choice), _, Some(routes)) => {
                 let body_at = routes.write(&choice, framing, head_only, out);
-                if let (Some(key), false) = (choice.hold.truth, choice.hold.paces()) {
+                // Paced, the connection holds every answer and records it when it lets it go.
+                if let (Some(key), false) = (choice.hold.truth, self.paced) {
                     self.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
                 }
                 written(body_at, choice.hold)

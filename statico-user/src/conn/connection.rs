@@ -55,6 +55,9 @@ pub const LINGER_BYTES: usize = 1 << 20;
 /// receives at once (io_uring's multishot) may still deliver. Past this the client is sending what
 /// statico never asked for, and is closed rather than buffered.
 pub const MAX_KEPT_INPUT: usize = 4 << 20;
+/// Input a connection keeps receiving while it holds an answer, before a runtime whose receives run
+/// on their own stops them ([`Connection::pauses_input`]): one read's worth.
+pub const HELD_ALLOWANCE: usize = 64 * 1024;
 
 /// The per-connection settings every connection of a server shares.
 #[derive(Clone, Copy, Debug)]
@@ -266,6 +269,19 @@ impl Connection {
     pub fn keeps_input(&self) -> bool {
         !matches!(self.phase, Phase::Closed | Phase::Lingering { .. })
             && !matches!(self.after, After::Close | After::Linger | After::Reset)
+    }
+
+    /// Whether a runtime whose receives run on their own (io_uring's multishot) stops them now: when
+    /// received bytes would be kept — except while an answer is held and less than
+    /// [`HELD_ALLOWANCE`] is kept. A request-and-response client sends nothing while it waits for its
+    /// answer, and stopping and re-arming the receive around every held answer would cost two more
+    /// operations each; a client that sends anyway is stopped past the allowance.
+    pub fn pauses_input(&self) -> bool {
+        let holding = matches!(
+            self.phase,
+            Phase::Delaying | Phase::SendingHead | Phase::BodyDelaying | Phase::Stalled
+        );
+        self.keeps_input() && !(holding && self.pending.len() < HELD_ALLOWANCE)
     }
 
     /// The bytes to send now (empty: nothing to send).
@@ -959,8 +975,6 @@ mod routes {
     use crate::catalog::route::spec::parse_spec;
     use crate::catalog::{Catalog, Local, Plan};
     use crate::observe::meter::Counters;
-
-    const MS: Duration = Duration::from_millis(1);
 
     struct World {
         policy: Policy,

@@ -183,11 +183,12 @@ impl Layer {
         }
     }
 
-    pub fn keeps_input(&self, conn: &Connection) -> bool {
+    /// See [`Connection::pauses_input`].
+    pub fn pauses_input(&self, conn: &Connection) -> bool {
         match self {
-            Layer::Plain => conn.keeps_input(),
+            Layer::Plain => conn.pauses_input(),
             #[cfg(target_os = "linux")]
-            Layer::Tls(t) => t.keeps_input(conn),
+            Layer::Tls(t) => t.pauses_input(conn),
         }
     }
 

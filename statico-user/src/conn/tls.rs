@@ -451,8 +451,8 @@ impl TlsSession {
         }
     }
 
-    pub fn keeps_input(&self, conn: &Connection) -> bool {
-        !self.failed && conn.keeps_input()
+    pub fn pauses_input(&self, conn: &Connection) -> bool {
+        !self.failed && conn.pauses_input()
     }
 
     /// The connection's status, held open while records (a response, an alert, close_notify) are

@@ -3,10 +3,11 @@
 //! client, a 10 ms one 11.2 ms).
 //!
 //! Each thread that serves (a tokio worker, a QUIC thread) installs one [`Timers`]: a `timerfd` armed
-//! for the earliest deadline (nanoseconds, `CLOCK_MONOTONIC`, the clock of [`Instant`]), a binary
-//! heap of deadlines, and a task that wakes the sleeps whose deadline has passed when the `timerfd`
-//! fires. A sleep costs a heap push and, when it is the earliest, one `timerfd_settime`; firing costs
-//! a heap pop per sleep and one `read` per expiry — O(log n) each with n sleeps waiting. A sleep
+//! for the earliest deadline (`CLOCK_MONOTONIC`, the clock of [`Instant`]), rounded up to the next
+//! [`QUANTUM`] so that deadlines close together share one expiry, a binary heap of deadlines, and a
+//! task that wakes the sleeps whose deadline has passed when the `timerfd` fires. A sleep costs a
+//! heap push and, when it is the earliest, one `timerfd_settime`; firing costs a heap pop per sleep
+//! and one `read` and `timerfd_settime` per expiry — O(log n) each with n sleeps waiting. A sleep
 //! dropped before its deadline (its connection closed) leaves its heap entry behind, which is popped
 //! and ignored at that deadline. The io_uring runtime needs none of this: its timeouts are the
 //! kernel's, to the nanosecond.
@@ -88,12 +89,18 @@ pub fn install() {
     }
 }
 
+/// Deadlines within this of each other share one `timerfd` expiry: a sleep ends at most this late
+/// (plus the wake-up), and however many answers are held a thread wakes for its timer at most once
+/// per quantum rather than once per answer.
+pub const QUANTUM: Duration = Duration::from_micros(25);
+
 #[cfg(target_os = "linux")]
 mod precise {
     use std::cell::{Cell, RefCell};
     use std::cmp::Reverse;
     use std::collections::{BinaryHeap, HashMap};
     use std::future::Future;
+    use std::hash::{BuildHasherDefault, Hasher};
     use std::os::fd::{AsFd, AsRawFd, RawFd};
     use std::pin::Pin;
     use std::rc::Rc;
@@ -125,11 +132,32 @@ mod precise {
             heap: RefCell::default(),
             wakers: RefCell::default(),
             armed: Cell::new(None),
+            epoch: Instant::now(),
             next: Cell::new(0),
         });
         TIMERS.with(|t| *t.borrow_mut() = Some(timers.clone()));
         tokio::task::spawn_local(drive(timers));
         Ok(())
+    }
+
+    /// Sleeps are numbered in order: their number is a good enough hash of itself.
+    #[derive(Default)]
+    struct Numbered(u64);
+
+    impl Hasher for Numbered {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.0 = (self.0 << 8) | u64::from(b);
+            }
+        }
+
+        fn write_u64(&mut self, n: u64) {
+            self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15); // spread over the table's buckets
+        }
     }
 
     /// The `timerfd`, as tokio's reactor wants it.
@@ -146,10 +174,12 @@ mod precise {
         fd: AsyncFd<Fd>,
         /// Deadlines and the sleep each is for, earliest first; entries of dropped sleeps linger.
         heap: RefCell<BinaryHeap<Reverse<(Instant, u64)>>>,
-        /// The waker of every sleep that is waiting.
-        wakers: RefCell<HashMap<u64, Waker>>,
+        /// The waker of every sleep that is waiting, by its number.
+        wakers: RefCell<HashMap<u64, Waker, BuildHasherDefault<Numbered>>>,
         /// What the `timerfd` is armed for.
         armed: Cell<Option<Instant>>,
+        /// Where the [`super::QUANTUM`]s are counted from.
+        epoch: Instant,
         next: Cell<u64>,
     }
 
@@ -164,12 +194,20 @@ mod precise {
                     self.heap.borrow_mut().push(Reverse((deadline, id)));
                 }
             }
-            if self.armed.get().is_none_or(|at| deadline < at) {
+            if self
+                .armed
+                .get()
+                .is_none_or(|at| self.rounded(deadline) < at)
+            {
                 self.arm(deadline);
             }
         }
 
         fn arm(&self, at: Instant) {
+            let at = self.rounded(at);
+            if self.armed.get() == Some(at) {
+                return;
+            }
             // A zero expiry would disarm: at least a nanosecond.
             let wait = at
                 .saturating_duration_since(Instant::now())
@@ -184,6 +222,14 @@ mod precise {
             {
                 self.armed.set(Some(at));
             }
+        }
+
+        /// `at` rounded up to the next [`super::QUANTUM`] since the timers were installed.
+        fn rounded(&self, at: Instant) -> Instant {
+            let quantum = super::QUANTUM.as_nanos();
+            let since = at.saturating_duration_since(self.epoch).as_nanos();
+            let up = since.div_ceil(quantum) * quantum;
+            self.epoch + std::time::Duration::from_nanos(up as u64)
         }
 
         /// Wakes every sleep whose deadline has passed; arms for the next.

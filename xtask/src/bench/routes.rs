@@ -63,10 +63,19 @@ pub struct RouteScenario {
     pub nginx_fail_percent: Option<u8>,
 }
 
-pub const SCENARIOS: [RouteScenario; 3] = [
+pub const SCENARIOS: [RouteScenario; 4] = [
     RouteScenario {
         group: "1k c50",
         connections: 50,
+        route: "/echo size=1k",
+        legacy: &[],
+        fortio: "size=1024",
+        nginx_fail_percent: Some(0),
+    },
+    // The delay route's own baseline: the same route and connections, without the delay.
+    RouteScenario {
+        group: "1k c1000",
+        connections: 1000,
         route: "/echo size=1k",
         legacy: &[],
         fortio: "size=1024",
@@ -91,8 +100,8 @@ pub const SCENARIOS: [RouteScenario; 3] = [
 ];
 
 /// The scenario without a delay, and the one with, whose CPU per request [`TARGET_DELAY`] compares.
-const BASE: usize = 0;
-const DELAYED: usize = 1;
+const BASE: usize = 1;
+const DELAYED: usize = 2;
 
 /// What statico is asked to serve.
 #[derive(Clone, Copy, Debug)]

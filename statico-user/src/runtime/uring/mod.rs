@@ -495,7 +495,7 @@ impl<'a> Worker<'a> {
             return;
         };
         let wants = c.layer.wants_input(&c.state);
-        let pause = !wants && c.layer.keeps_input(&c.state);
+        let pause = !wants && c.layer.pauses_input(&c.state);
         let e = match (wants, pause, c.recv) {
             (true, _, Recv::Off) => {
                 c.recv = Recv::On;
