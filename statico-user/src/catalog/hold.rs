@@ -41,15 +41,23 @@ impl Hold {
         !self.delay.is_zero() || !self.body_delay.is_zero() || self.fault.is_some() || self.rate > 0
     }
 
-    /// The most body bytes a paced body releases per [`PACE_TICK`] (everything when not paced).
+    /// The most body bytes a paced body releases per [`Hold::tick`] (everything when not paced).
     pub fn piece(&self) -> usize {
         match self.rate {
             0 => usize::MAX,
-            rate => usize::try_from(
-                rate / (Duration::from_secs(1).as_millis() / PACE_TICK.as_millis()) as u64,
-            )
-            .unwrap_or(usize::MAX)
-            .max(1),
+            rate => {
+                let per_tick = u128::from(rate) * self.tick().as_nanos() / 1_000_000_000;
+                usize::try_from(per_tick).unwrap_or(usize::MAX).max(1)
+            }
+        }
+    }
+
+    /// How often a paced body releases a piece: every [`PACE_TICK`], or for a rate under a byte a
+    /// tick, as often as one byte is due.
+    pub fn tick(&self) -> Duration {
+        match self.rate {
+            0 => PACE_TICK,
+            rate => PACE_TICK.max(Duration::from_secs(1) / u32::try_from(rate).unwrap_or(u32::MAX)),
         }
     }
 }
@@ -195,7 +203,7 @@ impl Iterator for Delivery {
                 }
                 6 => {
                     self.stage = 4;
-                    Some(Step::Wait(PACE_TICK))
+                    Some(Step::Wait(self.hold.tick()))
                 }
                 8 => {
                     self.stage = 7;

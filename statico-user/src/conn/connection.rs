@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use statico_common::Counter;
 
-use crate::catalog::hold::{Fault, Hold, PACE_TICK};
+use crate::catalog::hold::{Fault, Hold};
 use crate::conn::output::{Output, Sink};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;
@@ -601,7 +601,7 @@ impl Connection {
         held.at = end;
         if held.at < held.bytes.len() {
             self.phase = Phase::BodyDelaying;
-            self.until = now + PACE_TICK;
+            self.until = now + held.hold.tick();
         }
         self.held = Some(held);
     }

@@ -96,6 +96,7 @@ impl Routes {
         streams: bool,
         recorders: usize,
     ) -> Result<Routes> {
+        check_limits(specs)?;
         let generated = generated_body(specs);
         let mut routes = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -295,6 +296,37 @@ impl Answer {
             body,
         })
     }
+}
+
+/// The most routes, and outcomes (statuses and faults) per route, a catalog numbers; and the largest
+/// `size=` body, made at start-up.
+const MAX_ROUTES: usize = u16::MAX as usize;
+const MAX_OUTCOMES: usize = u8::MAX as usize;
+const MAX_SIZE: u64 = 1 << 30;
+
+/// What the catalog's numbering and memory allow, or which route asks for more.
+fn check_limits(specs: &[RouteSpec]) -> Result<()> {
+    if specs.len() > MAX_ROUTES {
+        anyhow::bail!("{} routes: at most {MAX_ROUTES}", specs.len());
+    }
+    for spec in specs {
+        let outcomes = 1 + spec.status_mix.len() + spec.faults.len();
+        if outcomes > MAX_OUTCOMES {
+            anyhow::bail!(
+                "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
+                spec.name
+            );
+        }
+        if let BodySpec::Size(n) = spec.body {
+            if n > MAX_SIZE {
+                anyhow::bail!(
+                    "--route {}: size={n} is over 1g, the largest body made at start-up",
+                    spec.name
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The bytes `size=` bodies are cut from: one buffer as long as the longest, printable and
