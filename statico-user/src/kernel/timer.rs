@@ -65,7 +65,7 @@ impl Sleep {
             #[cfg(target_os = "linux")]
             Some(s) => std::future::Future::poll(std::pin::Pin::new(s), cx),
             #[cfg(not(target_os = "linux"))]
-            Some(s) => s.as_mut().poll(cx),
+            Some(s) => std::future::Future::poll(s.as_mut(), cx),
             None => std::task::Poll::Pending,
         }
     }
