@@ -6,16 +6,6 @@ use std::time::{Duration, Instant};
 
 use statico_tests::{get, Reader, Server};
 
-/// The metrics address statico printed at start-up.
-fn metrics_addr(s: &Server) -> String {
-    s.stderr()
-        .lines()
-        .find_map(|l| l.strip_prefix("statico: metrics on http://"))
-        .and_then(|l| l.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("no metrics line:\n{}", s.stderr()))
-        .to_string()
-}
-
 fn fetch(url: &str) -> String {
     ureq::get(url)
         .call()
@@ -45,7 +35,7 @@ fn sum(page: &str, metric: &str) -> u64 {
 #[test]
 fn the_metrics_page_has_every_counter_per_worker_summing_to_the_totals() {
     let s = Server::start(&["-t", "2", "--metrics", "127.0.0.1:0"]);
-    let addr = metrics_addr(&s);
+    let addr = s.metrics_addr();
     requests(&s, 25);
     let page = fetch(&format!("http://{addr}/metrics"));
     assert_eq!(sum(&page, "statico_requests_total"), 25, "{page}");
@@ -80,7 +70,7 @@ fn a_busy_metrics_port_fails_the_start_naming_the_flag() {
 #[test]
 fn prometheus_scrapes_statico_and_its_sum_is_the_request_count() {
     let s = Server::start(&["-t", "2", "--metrics", "127.0.0.1:0"]);
-    let addr = metrics_addr(&s);
+    let addr = s.metrics_addr();
     requests(&s, 40);
     let dir = std::env::temp_dir().join(format!("statico-prometheus-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -790,19 +790,9 @@ fn http2_echo_query_answers_from_the_query() {
 
 // ---- Ground truth on --metrics ----
 
-/// The `--metrics` address statico printed at start-up.
-fn metrics_addr(s: &Server) -> String {
-    s.stderr()
-        .lines()
-        .find_map(|l| l.strip_prefix("statico: metrics on http://"))
-        .and_then(|l| l.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("no metrics line:\n{}", s.stderr()))
-        .to_string()
-}
-
 /// The body of a GET for `path` on the metrics listener.
 fn scrape(s: &Server, path: &str) -> String {
-    let url = format!("http://{}{path}", metrics_addr(s));
+    let url = format!("http://{}{path}", s.metrics_addr());
     ureq::get(&url)
         .call()
         .unwrap()

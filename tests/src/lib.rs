@@ -204,6 +204,16 @@ impl Server {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The `--metrics` address statico printed at start-up.
+    pub fn metrics_addr(&self) -> String {
+        self.stderr()
+            .lines()
+            .find_map(|l| l.strip_prefix("statico: metrics on http://"))
+            .and_then(|l| l.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("no metrics line:\n{}", self.stderr()))
+            .to_string()
+    }
+
     /// Waits until standard output contains `needle`, or fails.
     pub fn wait_stdout(&self, needle: &str) -> String {
         let start = Instant::now();
