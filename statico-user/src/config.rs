@@ -150,8 +150,9 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
         site: cli.site_options(),
         streams: cli.http2 || cli.http3,
         hold: crate::catalog::Hold {
-            delay: cli.delay.unwrap_or_default(),
-            body_delay: cli.body_delay.unwrap_or_default(),
+            delay: (cli.delay.unwrap_or_default()).min(crate::catalog::route::LONGEST_HOLD),
+            body_delay: (cli.body_delay.unwrap_or_default())
+                .min(crate::catalog::route::LONGEST_HOLD),
             ..crate::catalog::Hold::default()
         },
         routes: cli.all_routes(),
@@ -163,6 +164,7 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
                 max_size: cli.max_size,
             }),
         workers: cli.workers(),
+        quic: cli.http3,
     }
 }
 

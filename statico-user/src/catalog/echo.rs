@@ -64,8 +64,15 @@ impl Echo {
             Ok(None) => return None,
             Err(why) => return Some(refused(why)),
         };
+        if let Some(why) = overrides
+            .headers
+            .iter()
+            .find_map(|(n, v)| refused_field(n, v))
+        {
+            return Some(refused(why));
+        }
         let status = overrides.draw_status(draw, 200);
-        let delay = overrides.draw_delay(draw);
+        let delay = overrides.draw_delay(draw).min(super::route::LONGEST_HOLD);
         let size = overrides.draw_size(draw).unwrap_or(0) as usize;
         let no_body = matches!(status, 100..=199 | 204 | 304);
         Some(EchoChoice {
@@ -144,6 +151,20 @@ impl Echo {
             None => self.body.slice(..c.size.min(self.body.len())),
         }
     }
+}
+
+/// Why a header a query asks for cannot be sent: one statico sets itself (`Content-Length`,
+/// `Transfer-Encoding`, `Connection`, `Date`: they would contradict the framing), or one that is not
+/// a valid field.
+fn refused_field(name: &str, value: &str) -> Option<String> {
+    let spec = super::response::ResponseSpec {
+        status: 200,
+        headers: vec![(name.to_string(), value.to_string())],
+        body: Vec::new(),
+    };
+    super::response::header_fields(&spec)
+        .err()
+        .map(|e| format!("header={name}:{value}: {e}"))
 }
 
 /// A query statico will not answer as asked: 400, saying why.

@@ -64,8 +64,11 @@ pub struct Plan {
     pub seed: Option<u64>,
     /// `--echo-query`: Fortio's query arguments, within these limits.
     pub echo: Option<route::fortio::Limits>,
-    /// How many workers answer: each, and each one's QUIC thread, records its own ground truth.
+    /// How many workers answer: each, and each one's QUIC thread (with `quic`), records its own
+    /// ground truth.
     pub workers: usize,
+    /// `--http3`: every worker has a QUIC thread.
+    pub quic: bool,
 }
 
 /// What statico answers from, built once, shared by every worker.
@@ -137,6 +140,7 @@ impl Plan {
             seed: None,
             echo: None,
             workers: 1,
+            quic: false,
         }
     }
 }
@@ -160,7 +164,7 @@ impl Catalog {
                 &plan.routes,
                 &plan.response,
                 plan.streams,
-                2 * plan.workers,
+                plan.workers * (1 + usize::from(plan.quic)),
             )?),
         };
         announce(plan);

@@ -369,6 +369,10 @@ impl Connection {
     pub fn deadline(&self) -> (Instant, Timer) {
         match self.phase {
             Phase::Delaying => (self.until, Timer::Delay),
+            // A paced body whose output does not move times out like any other output.
+            Phase::BodyDelaying if self.unsent() > 0 && self.send_deadline < self.until => {
+                (self.send_deadline, Timer::Send)
+            }
             Phase::BodyDelaying => (self.until, Timer::BodyDelay),
             Phase::Stalled => (self.until, Timer::Stall),
             Phase::Lingering { .. } => (self.until, Timer::Linger),
@@ -593,10 +597,10 @@ impl Connection {
         let Some(mut held) = self.held.take() else {
             return;
         };
-        let end = held
-            .bytes
-            .len()
-            .min(held.at.saturating_add(held.hold.piece()));
+        // A client that does not read gets no more pieces than it has room for.
+        let room = MAX_UNSENT.saturating_sub(self.unsent());
+        let piece = held.hold.piece().min(room);
+        let end = held.bytes.len().min(held.at.saturating_add(piece));
         self.emit(&held.bytes[held.at..end], now, env);
         held.at = end;
         if held.at < held.bytes.len() {

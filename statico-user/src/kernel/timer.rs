@@ -18,7 +18,12 @@ use std::time::{Duration, Instant};
 
 /// Sleeps for `d`, precisely where [`install`] was called on this thread.
 pub async fn sleep(d: Duration) {
-    sleep_until(Instant::now() + d).await
+    let now = Instant::now();
+    sleep_until(
+        now.checked_add(d)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365)),
+    )
+    .await
 }
 
 /// Sleeps until `deadline`, precisely where [`install`] was called on this thread.

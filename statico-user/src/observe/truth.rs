@@ -2,8 +2,9 @@
 //! comparing a load generator's report against.
 //!
 //! Per route it keeps how many requests had each outcome (a status such as `200` or `503`, or a
-//! fault such as `reset`), and two HDR histograms: the delay *drawn* from the route's distribution,
-//! and the time each request was *held* (its last byte in to its response handed to the kernel).
+//! fault such as `reset`), and HDR histograms: the delay *drawn* from the route's distribution, the
+//! time each request was *held* (its last byte in to its response handed to the kernel), and how far
+//! the two were *off* (|held − drawn|, per request: the accuracy of the holds).
 //! They count nanoseconds to 3 significant digits over 1 ns .. 1 hour (so a 40 µs hold is as exact
 //! as an 80 ms one); values outside saturate. Every recording thread
 //! owns one slot per route, each behind its own `Mutex` and on its own cache lines, so a record takes
@@ -11,7 +12,7 @@
 //! [`GroundTruth::new`]). Readers — the Prometheus scrape, `/ground-truth.json`, the exit summary —
 //! merge a route's slots one lock at a time; each lock is held for two histogram additions (~34k
 //! counters each), the only moment a reader can make a recorder wait. A histogram is ~270 KiB (33 792
-//! `u64` counters), so the memory is about `2 × recorders × routes × 270 KiB`.
+//! `u64` counters), so the memory is about `3 × recorders × routes × 270 KiB`.
 //!
 //! Prometheus buckets (`le`, per route, fixed at start-up): `histogram_quantile` interpolates
 //! linearly inside a bucket, so to read a 10 ms route's p99 to 1% the buckets over the route's stated
@@ -66,6 +67,8 @@ pub struct RouteTruth {
     pub outcomes: Vec<(String, u64)>,
     pub held: Summary,
     pub drawn: Summary,
+    /// |held − drawn| per request: the accuracy of the holds.
+    pub off: Summary,
 }
 
 /// A histogram's count and percentiles, in microseconds (all zero when it is empty).
@@ -107,6 +110,8 @@ struct Tally {
     outcomes: Vec<u64>,
     drawn: Histogram<u64>,
     held: Histogram<u64>,
+    /// |held − drawn|: how far each hold missed its draw.
+    off: Histogram<u64>,
 }
 
 impl Tally {
@@ -115,6 +120,7 @@ impl Tally {
             outcomes: vec![0; outcomes],
             drawn: empty_histogram(),
             held: empty_histogram(),
+            off: empty_histogram(),
         }
     }
 
@@ -137,6 +143,7 @@ impl Tally {
             .add(&other.drawn)
             .expect("histograms share bounds");
         self.held.add(&other.held).expect("histograms share bounds");
+        self.off.add(&other.off).expect("histograms share bounds");
     }
 }
 
@@ -204,6 +211,7 @@ impl GroundTruth {
             slot.count(outcome);
             slot.drawn.saturating_record(nanos(drawn));
             slot.held.saturating_record(nanos(held));
+            slot.off.saturating_record(nanos(held.abs_diff(drawn)));
         }
     }
 
@@ -322,6 +330,7 @@ fn route_truth(info: &RouteInfo, tally: &Tally) -> RouteTruth {
             .collect(),
         held: Summary::of(&tally.held),
         drawn: Summary::of(&tally.drawn),
+        off: Summary::of(&tally.off),
     }
 }
 
@@ -467,6 +476,8 @@ fn write_route_json(out: &mut String, truth: &RouteTruth) {
     write_summary_json(out, &truth.held);
     out.push_str(",\"drawn_us\":");
     write_summary_json(out, &truth.drawn);
+    out.push_str(",\"off_us\":");
+    write_summary_json(out, &truth.off);
     out.push('}');
 }
 
@@ -525,9 +536,10 @@ fn total_line(truth: &RouteTruth, delayed: bool) -> String {
     if delayed && drawn.count > 0 {
         let _ = write!(
             line,
-            "; drawn p50 {} p99 {}",
+            "; drawn p50 {} p99 {}; |held - drawn| p99 {}",
             human_duration(drawn.p50_us),
-            human_duration(drawn.p99_us)
+            human_duration(drawn.p99_us),
+            human_duration(truth.off.p99_us)
         );
     }
     line
@@ -875,7 +887,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "route GET /api/*: 203 requests (200 100, 503 100, reset 3); held p50 10.1ms p99 20.2ms max 20.2ms; drawn p50 10ms p99 20ms",
+                "route GET /api/*: 203 requests (200 100, 503 100, reset 3); held p50 10.1ms p99 20.2ms max 20.2ms; drawn p50 10ms p99 20ms; |held - drawn| p99 200.1µs",
                 "route GET /: 1 requests (200 1); held p50 40.03µs p99 40.03µs max 40.03µs",
             ]
         );

@@ -63,6 +63,9 @@ struct Answer {
     stream: Option<StreamAnswer>,
 }
 
+/// The longest a drawn delay holds an answer (a heavy-tailed distribution may draw far more).
+pub const LONGEST_HOLD: Duration = Duration::from_secs(3600);
+
 /// Probability 1 on the scale the draws use (a uniform `u32`).
 const ONE: u64 = 1 << 32;
 
@@ -248,8 +251,10 @@ impl Route {
             }
             None => answer,
         };
+        // A heavy tail may draw past what an `Instant` can add: an hour is the longest hold.
         let sample = |d: &Option<Dist>, draw: &mut Draw| {
-            d.as_ref().map_or(Duration::ZERO, |d| d.sample(draw))
+            d.as_ref()
+                .map_or(Duration::ZERO, |d| d.sample(draw).min(LONGEST_HOLD))
         };
         let delay = sample(&self.delay, draw);
         let body_delay = sample(&self.body_delay, draw);

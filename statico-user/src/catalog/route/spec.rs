@@ -359,6 +359,14 @@ fn parse_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
             None => base = Some(code),
         }
     }
+    let base_code = base.unwrap_or(200);
+    let mut seen = vec![base_code];
+    for &(code, _) in &mix {
+        if seen.contains(&code) {
+            return Err(format!("{value:?}: status {code} is listed twice; {FORM}"));
+        }
+        seen.push(code);
+    }
     check_total(value, mix.iter().map(|&(_, f)| f))?;
     Ok((base.unwrap_or(200), mix))
 }
@@ -378,6 +386,14 @@ fn parse_faults(value: &str) -> Result<Vec<(Fault, f64)>, String> {
             Ok((fault, fraction))
         })
         .collect::<Result<Vec<_>, String>>()?;
+    for (i, (fault, _)) in faults.iter().enumerate() {
+        if faults[..i].iter().any(|(f, _)| f == fault) {
+            return Err(format!(
+                "{value:?}: {} is listed twice; {FORM}",
+                fault.name()
+            ));
+        }
+    }
     check_total(value, faults.iter().map(|&(_, f)| f))?;
     Ok(faults)
 }

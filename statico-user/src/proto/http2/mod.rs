@@ -157,8 +157,11 @@ async fn answer(
                 stream = Some(s);
             }
             Step::Body { range, end } => {
+                // A stream the client reset takes no more data: its answer is over.
                 if let Some(s) = stream.as_mut() {
-                    let _ = s.send_data(data.slice(range), end);
+                    if s.send_data(data.slice(range), end).is_err() {
+                        return Ended::Done;
+                    }
                 }
             }
             Step::Reset => match stream.as_mut() {
