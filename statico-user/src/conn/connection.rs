@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use statico_common::Counter;
 
 use crate::catalog::hold::{Fault, Hold};
-use crate::conn::output::{Output, Sink};
+use crate::conn::output::{Output, Sink, Staged};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;
 use crate::proto::detect::{self, UpgradeRequest};
@@ -178,11 +178,12 @@ pub struct Connection {
     undecided: bool,
 }
 
-/// A held response: its bytes, how far they have gone out, where its body starts, how it is
-/// delivered. Boxed in the connection, and only once it paces: most connections never do.
+/// A held response: its bytes (shared bodies by reference), how far they have gone out, where its
+/// body starts, how it is delivered. Boxed in the connection, and only once it paces: most
+/// connections never do.
 #[derive(Debug, Default)]
 struct Held {
-    bytes: Vec<u8>,
+    bytes: Staged,
     at: usize,
     body_at: Option<usize>,
     hold: Hold,
@@ -536,7 +537,7 @@ impl Connection {
             return;
         };
         if batch.requests == 0 {
-            self.emit(&held.bytes, now, env);
+            self.emit_staged(&held.bytes, 0..held.bytes.len(), now, env);
             held.bytes.clear();
             self.held = Some(held);
             return;
@@ -570,7 +571,7 @@ impl Connection {
             (Some(at), None) if at < len && (!hold.body_delay.is_zero() || hold.rate > 0) => at,
             _ => len,
         };
-        self.emit(&held.bytes[..split], now, env);
+        self.emit_staged(&held.bytes, 0..split, now, env);
         held.at = split;
         let rest = held.at < held.bytes.len();
         self.held = Some(held);
@@ -601,7 +602,7 @@ impl Connection {
         let room = MAX_UNSENT.saturating_sub(self.unsent());
         let piece = held.hold.piece().min(room);
         let end = held.bytes.len().min(held.at.saturating_add(piece));
-        self.emit(&held.bytes[held.at..end], now, env);
+        self.emit_staged(&held.bytes, held.at..end, now, env);
         held.at = end;
         if held.at < held.bytes.len() {
             self.phase = Phase::BodyDelaying;
@@ -610,15 +611,21 @@ impl Connection {
         self.held = Some(held);
     }
 
-    /// Appends bytes to the output, behind a send in flight if there is one.
-    fn emit(&mut self, bytes: &[u8], now: Instant, env: Env) {
-        if bytes.is_empty() {
+    /// Appends `range` of a staged answer to the output, behind a send in flight if there is one.
+    fn emit_staged(
+        &mut self,
+        staged: &Staged,
+        range: std::ops::Range<usize>,
+        now: Instant,
+        env: Env,
+    ) {
+        if range.is_empty() {
             return;
         }
         if self.unsent() == 0 {
             self.send_deadline = now + env.policy.idle_timeout;
         }
-        self.out.extend_from_slice(bytes);
+        staged.move_range(range.start, range.end, &mut self.out);
     }
 
     /// Everything is sent: a held body starts its delay; an idle connection starts its idle timeout.

@@ -201,6 +201,83 @@ impl Output {
     }
 }
 
+/// An answer staged apart from the output — a held answer — as the output keeps it: own bytes, and
+/// shared bodies by reference (a static site's file, a route's body: never copied, still sent with
+/// `sendfile`); moved into the output by byte ranges ([`Staged::move_range`]) as it is let go.
+#[derive(Debug, Default)]
+pub struct Staged {
+    chunks: Vec<Chunk>,
+    len: usize,
+}
+
+impl Staged {
+    /// Empties it, keeping its first own buffer for the next answer.
+    pub fn clear(&mut self) {
+        self.chunks.truncate(1);
+        match self.chunks.first_mut() {
+            Some(Chunk::Own(v)) => v.clear(),
+            _ => self.chunks.clear(),
+        }
+        self.len = 0;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends bytes `from..to` of the staged answer to `out`: own bytes copied, shared bodies (or
+    /// the part of one in the range) by reference.
+    pub fn move_range(&self, from: usize, to: usize, out: &mut Output) {
+        let mut at = 0;
+        for chunk in &self.chunks {
+            let len = chunk.bytes().len();
+            let (start, end) = (from.max(at), to.min(at + len));
+            if start < end {
+                let (a, b) = (start - at, end - at);
+                match chunk {
+                    Chunk::Own(v) => out.extend_from_slice(&v[a..b]),
+                    Chunk::Shared(body, file) => {
+                        let file = file.map(|f| FileAt {
+                            offset: f.offset + a as u64,
+                            ..f
+                        });
+                        out.share(&body.slice(a..b), file);
+                    }
+                }
+            }
+            at += len;
+        }
+    }
+}
+
+impl Sink for Staged {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        if !matches!(self.chunks.last(), Some(Chunk::Own(_))) {
+            self.chunks.push(Chunk::Own(Vec::new()));
+        }
+        if let Some(Chunk::Own(v)) = self.chunks.last_mut() {
+            v.extend_from_slice(bytes);
+        }
+        self.len += bytes.len();
+    }
+
+    fn share(&mut self, body: &Bytes, file: Option<FileAt>) {
+        if body.len() < SHARE_MIN {
+            return self.extend_from_slice(body);
+        }
+        self.chunks.push(Chunk::Shared(body.clone(), file));
+        self.len += body.len();
+    }
+
+    fn unsent(&self) -> usize {
+        self.len
+    }
+}
+
 impl Sink for Output {
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         if !bytes.is_empty() {
@@ -365,5 +442,36 @@ mod tests {
         out.extend_from_slice(&[0u8; KEEP_CAPACITY * 2]);
         drain(&mut out, usize::MAX);
         assert!(out.chunks.is_empty());
+    }
+
+    #[test]
+    fn a_staged_answer_moves_by_ranges_and_keeps_shared_bodies_shared() {
+        let body = Bytes::from(vec![b'b'; 3 * SHARE_MIN]);
+        let mut staged = Staged::default();
+        staged.extend_from_slice(b"head:");
+        staged.share(&body, Some(FileAt { fd: 7, offset: 100 }));
+        staged.extend_from_slice(b":tail");
+        let whole = [&b"head:"[..], &body, b":tail"].concat();
+        assert_eq!(staged.len(), whole.len());
+        let mut out = Output::default();
+        let half = 5 + body.len() / 2;
+        staged.move_range(0, half, &mut out);
+        staged.move_range(half, staged.len(), &mut out);
+        let shared = out
+            .chunks
+            .iter()
+            .filter(|c| matches!(c, Chunk::Shared(..)))
+            .count();
+        assert_eq!(shared, 2, "the body went by reference, in two slices");
+        let offsets: Vec<u64> = (out.chunks.iter())
+            .filter_map(|c| match c {
+                Chunk::Shared(_, Some(at)) => Some(at.offset),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(offsets, [100, 100 + (half - 5) as u64]);
+        assert_eq!(drain(&mut out, 1000), whole);
+        staged.clear();
+        assert!(staged.is_empty());
     }
 }
