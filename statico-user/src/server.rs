@@ -37,6 +37,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let auto = runtime::resolve(&mut plan.runtime, fd_limit);
     let settings = Arc::new(settings(&plan).map_err(Usage)?);
     let runtime_line = runtime::available(&plan.runtime, fd_limit).map_err(Machine)? + &auto;
+    warn_of_resets_without_linger(&plan);
     let cores = runtime::worker_cores(plan.workers);
     let cpus: Vec<Option<usize>> = cores.iter().map(|c| c.map(|c| c.id)).collect();
     let listeners = steering::bind(
@@ -110,6 +111,22 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     #[cfg(all(target_os = "linux", statico_bpf))]
     drop(assist);
     Ok(())
+}
+
+/// A route's `reset` fault on io_uring needs the ring's `setsockopt` (Linux 6.7) to set `SO_LINGER`
+/// on a direct descriptor: before that, the close that should reset sends FIN. Said, not refused.
+fn warn_of_resets_without_linger(plan: &Plan) {
+    let resets = (plan.catalog.routes.iter()).any(|r| {
+        r.faults
+            .iter()
+            .any(|(f, _)| *f == crate::catalog::hold::Fault::Reset)
+    });
+    if resets
+        && plan.runtime.kind == runtime::RuntimeKind::IoUring
+        && crate::kernel::sys::kernel_version() < (6, 7)
+    {
+        eprintln!("statico: route: a reset fault ends with FIN, not RST, on io_uring before Linux 6.7 (use --runtime tokio for RST)");
+    }
 }
 
 /// The plan the flags describe. With `--http3 -p 0` the port is chosen first, free for TCP and UDP

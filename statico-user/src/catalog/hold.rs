@@ -41,15 +41,16 @@ impl Hold {
         !self.delay.is_zero() || !self.body_delay.is_zero() || self.fault.is_some() || self.rate > 0
     }
 
-    /// The most body bytes a paced body releases per [`Hold::tick`] (everything when not paced).
-    pub fn piece(&self) -> usize {
-        match self.rate {
-            0 => usize::MAX,
-            rate => {
-                let per_tick = u128::from(rate) * self.tick().as_nanos() / 1_000_000_000;
-                usize::try_from(per_tick).unwrap_or(usize::MAX).max(1)
-            }
+    /// The body bytes a paced body releases at its tick number `tick` (0, 1, …, one every
+    /// [`Hold::tick`]): what is due by the end of that tick less what was due before, so that the
+    /// rate holds on average to the byte (everything when not paced).
+    pub fn piece(&self, tick: u64) -> usize {
+        if self.rate == 0 {
+            return usize::MAX;
         }
+        let per_tick = u128::from(self.rate) * self.tick().as_nanos();
+        let due = |n: u64| (u128::from(n) * per_tick + 500_000_000) / 1_000_000_000;
+        usize::try_from(due(tick + 1) - due(tick)).unwrap_or(usize::MAX)
     }
 
     /// How often a paced body releases a piece: every [`PACE_TICK`], or for a rate under a byte a
@@ -118,6 +119,8 @@ pub struct Delivery {
     stage: u8,
     /// Body bytes already given out.
     at: usize,
+    /// Pieces of a paced body already given out.
+    ticks: u64,
 }
 
 impl Delivery {
@@ -128,6 +131,7 @@ impl Delivery {
             head_only,
             stage: 0,
             at: 0,
+            ticks: 0,
         }
     }
 
@@ -151,7 +155,8 @@ impl Delivery {
             return None;
         }
         let start = self.at;
-        self.at = self.body_len.min(start.saturating_add(self.hold.piece()));
+        self.at = (self.body_len).min(start.saturating_add(self.hold.piece(self.ticks)));
+        self.ticks += 1;
         Some(Step::Body {
             range: start..self.at,
             end: self.at == self.body_len,
@@ -331,5 +336,19 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_rate_holds_to_the_byte_on_average() {
+        for rate in [1, 7, 150, 1000, 12_345, 1 << 20] {
+            let hold = Hold {
+                rate,
+                ..Hold::default()
+            };
+            let ticks_a_second =
+                (Duration::from_secs(1).as_nanos() / hold.tick().as_nanos()) as u64;
+            let sent: usize = (0..ticks_a_second).map(|n| hold.piece(n)).sum();
+            assert_eq!(sent as u64, rate, "{rate} B/s over {ticks_a_second} ticks");
+        }
     }
 }

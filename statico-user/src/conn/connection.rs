@@ -184,6 +184,8 @@ pub struct Connection {
 #[derive(Debug, Default)]
 struct Held {
     bytes: Staged,
+    /// Pieces of a paced body released so far.
+    ticks: u64,
     at: usize,
     body_at: Option<usize>,
     hold: Hold,
@@ -502,7 +504,7 @@ impl Connection {
         // Paced: one response at a time into `held` (a copy: it is released by pieces).
         let mut batch = if paced {
             let held = self.held.get_or_insert_with(Box::default);
-            held.at = 0;
+            (held.at, held.ticks) = (0, 0);
             held.bytes.clear();
             let target = &mut held.bytes;
             (self.session).process(input, target, env.catalog, Pace::OneByOne, &mut self.dumper)
@@ -600,7 +602,8 @@ impl Connection {
         };
         // A client that does not read gets no more pieces than it has room for.
         let room = MAX_UNSENT.saturating_sub(self.unsent());
-        let piece = held.hold.piece().min(room);
+        let piece = held.hold.piece(held.ticks).min(room);
+        held.ticks += 1;
         let end = held.bytes.len().min(held.at.saturating_add(piece));
         self.emit_staged(&held.bytes, held.at..end, now, env);
         held.at = end;
