@@ -3,7 +3,8 @@
 //!
 //! Per route it keeps how many requests had each outcome (a status such as `200` or `503`, or a
 //! fault such as `reset`), and HDR histograms: the delay *drawn* from the route's distribution, the
-//! time each request was *held* (its last byte in to its response handed to the kernel), and how far
+//! time each request was *held* (from when it was answered — its last byte in, or for a pipelined
+//! HTTP/1.1 request the end of the answer before it — to its answer queued for the socket), and how far
 //! the two were *off* (|held − drawn|, per request: the accuracy of the holds).
 //! They count nanoseconds to 3 significant digits over 1 ns .. 1 hour (so a 40 µs hold is as exact
 //! as an 80 ms one); values outside saturate. Every recording thread

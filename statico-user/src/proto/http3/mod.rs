@@ -449,7 +449,9 @@ async fn connection(
             Some(ended) = requests.join_next(), if !requests.is_empty() => {
                 idle_since = tokio::time::Instant::now();
                 if matches!(ended, Ok(Ended::CloseConnection)) {
-                    break; // a route's `close` fault: GOAWAY, then the connection closes
+                    // A route's `close` fault: GOAWAY, then the connection closes.
+                    let _ = h3.shutdown(0).await;
+                    break;
                 }
             }
             accepted = h3.accept() => match accepted {
