@@ -1157,6 +1157,26 @@ mod routes {
     }
 
     #[test]
+    fn a_paced_body_the_client_does_not_read_is_bounded_and_times_out() {
+        let w = World::new(&["/p size=4m rate=100m"]); // 1 MiB a tick
+        let mut c = w.sent(&get("/p"));
+        w.flush(&mut c, 0); // the head
+        let mut ms = 0;
+        while c.status() == Status::Open {
+            let (at, _) = c.deadline();
+            ms = (at - w.t0).as_millis() as u64;
+            c.on_deadline(at, w.env());
+            assert!(
+                c.output().len() <= MAX_UNSENT,
+                "{} unsent",
+                c.output().len()
+            );
+        }
+        assert_eq!(c.status(), Status::Close);
+        assert_eq!(ms, 2000, "closed by the send timeout (--idle-timeout 2s)");
+    }
+
+    #[test]
     fn a_status_mix_is_drawn_per_request_and_repeats_with_the_seed() {
         let statuses = || {
             let w = World::new(&["/m status=503:50%"]);
