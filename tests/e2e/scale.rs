@@ -9,6 +9,7 @@ use statico_tests::{get, Reader, Server};
 #[test]
 fn ten_thousand_concurrent_keep_alive_connections() {
     const N: usize = 10_000;
+    let _many = statico_tests::many_connections();
     let s = Server::start(&["-b", "many", "--listen-backlog", "16384"]);
     let before = statico_tests::rss_kib(s.pid());
     let mut conns: Vec<Reader> = (0..N).map(|_| Reader::new(s.connect())).collect();
@@ -49,6 +50,7 @@ fn ten_thousand_concurrent_keep_alive_connections() {
 #[test]
 fn ten_thousand_requests_held_on_a_delay_at_once() {
     const N: usize = 10_000;
+    let _many = statico_tests::many_connections();
     let delay = std::time::Duration::from_secs(2);
     let s = Server::start(&[
         "--route",

@@ -226,6 +226,7 @@ fn wrk_over_https_gets_only_2xx_with_one_handshake_per_connection() {
 #[test]
 fn ten_thousand_idle_tls_keep_alive_connections_in_bounded_memory_all_still_served() {
     const N: usize = 10_000;
+    let _many = statico_tests::many_connections();
     let dir = scratch("idle10k");
     let s = start(
         &dir,

@@ -22,6 +22,13 @@ pub fn runtime() -> String {
     std::env::var("STATICO_TEST_RUNTIME").unwrap_or_else(|_| "tokio".into())
 }
 
+/// Held by a test that opens thousands of connections: the test process has one descriptor limit
+/// (20 000 here), which two such tests running at once would exceed.
+pub fn many_connections() -> std::sync::MutexGuard<'static, ()> {
+    static MANY: Mutex<()> = Mutex::new(());
+    MANY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Path of the statico binary under test.
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
