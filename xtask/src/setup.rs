@@ -8,7 +8,9 @@
 //!   HTTPS audit in the TLS tests), `prometheus` (scrapes `--metrics` in a test), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
 //!   corpus and nginx's precompressed-file module for `bench --site`), `caddy` (the HTTP/3 peer of
 //!   `bench --http3`; its package also enables a systemd unit, which the bench does not use: it runs its
-//!   own caddy with its own Caddyfile).
+//!   own caddy with its own Caddyfile); `podman`, `runc` (the runtime podman runs with: crun refuses
+//!   hybrid cgroup hosts) and `mmdebstrap` (makes the image's Debian base where no registry answers)
+//!   for `cargo xtask image` and the container tests.
 //! - The pinned nightly toolchain with `rust-src` (the BPF programs and the fuzzer build with it): the
 //!   `channel` of `statico-ebpf/rust-toolchain.toml`, the one place its date is written.
 //! - `bpf-linker` 0.10.0, built with that nightly (links BPF objects; 0.11+ needs a system libLLVM and
@@ -42,21 +44,24 @@ pub enum Purpose {
     Bench,
     /// cargo-deb.
     Package,
+    /// podman, runc and mmdebstrap: the OCI image and its base.
+    Image,
 }
 
 impl Purpose {
-    pub const ALL: [Purpose; 4] = [
+    pub const ALL: [Purpose; 5] = [
         Purpose::Build,
         Purpose::Test,
         Purpose::Bench,
         Purpose::Package,
+        Purpose::Image,
     ];
 }
 
-use Purpose::{Bench, Build, Package, Test};
+use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
-const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
+const PACKAGES: [(&str, &str, &[Purpose]); 18] = [
     ("curl", "curl", &[Test]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
@@ -82,6 +87,10 @@ const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
     ),
     // `bench --http3`: the peer.
     ("caddy", "caddy", &[Bench]),
+    // `image`, and the container tests (`test` builds the image).
+    ("podman", "podman", &[Test, Image]),
+    ("runc", "runc", &[Test, Image]),
+    ("mmdebstrap", "mmdebstrap", &[Test, Image]),
 ];
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
