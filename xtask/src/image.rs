@@ -7,9 +7,9 @@
 //! packages with `mmdebstrap` (minbase, without documentation, man pages or locales) and imported
 //! under the same name, so that the same Containerfile serves both.
 //!
-//! Podman runs with `--runtime runc` (crun refuses hybrid cgroup hosts) and with the open-files and
-//! processes limits set to this process's hard limits ([`ulimits`]): podman's defaults are higher
-//! than an unprivileged host's hard limits, and runc then fails to set them.
+//! Podman runs with `--runtime runc` (crun refuses hybrid cgroup hosts) and with explicit open-files
+//! and processes limits ([`ulimits`]): podman's defaults are higher than this host's hard limits, and
+//! runc then fails to set them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -67,16 +67,26 @@ fn podman_args(subcommand: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// `--ulimit nofile=H:H --ulimit nproc=H:H` with this process's hard limits.
+/// Most processes (threads) a container may have: statico runs one worker thread per CPU and a few
+/// more. (This host refuses a container nproc limit of 65536 even under its hard limit.)
+const NPROC: u64 = 4096;
+
+/// `--ulimit nofile=H:H --ulimit nproc=N:N`: this process's hard open-files limit, and [`NPROC`]
+/// (or the hard processes limit if lower).
 pub fn ulimits() -> Result<Vec<String>> {
     let limits = std::fs::read_to_string("/proc/self/limits").context("read /proc/self/limits")?;
-    let mut args = Vec::new();
-    for (row, name) in [("Max open files", "nofile"), ("Max processes", "nproc")] {
-        let hard = hard_limit(&limits, row).with_context(|| format!("no {row} limit"))?;
-        args.push("--ulimit".to_string());
-        args.push(format!("{name}={hard}:{hard}"));
-    }
-    Ok(args)
+    let hard = |row: &str| hard_limit(&limits, row).with_context(|| format!("no {row} limit"));
+    let nofile = hard("Max open files")?;
+    let nproc = match hard("Max processes")?.parse::<u64>() {
+        Ok(n) => n.min(NPROC),
+        Err(_) => NPROC,
+    };
+    Ok(vec![
+        "--ulimit".into(),
+        format!("nofile={nofile}:{nofile}"),
+        "--ulimit".into(),
+        format!("nproc={nproc}:{nproc}"),
+    ])
 }
 
 /// The hard limit of `row` in a `/proc/PID/limits` text (`unlimited` passes as -1).
