@@ -4,8 +4,8 @@
 //!
 //! Its base, `docker.io/library/debian:bookworm-slim`, is what a user pulls. Where no registry is
 //! reachable (as on the machines this project is built on), the base is made here from Debian's own
-//! packages with `mmdebstrap` (minbase, without documentation, man pages or locales) and imported
-//! under the same name, so that the same Containerfile serves both.
+//! packages with `mmdebstrap` (minbase, merged /usr, without documentation, man pages, locales or
+//! apt's lists) and imported under the same name, so that the same Containerfile serves both.
 //!
 //! Podman runs with `--runtime runc` (crun refuses hybrid cgroup hosts) and with explicit open-files
 //! and processes limits ([`ulimits`]): podman's defaults are higher than this host's hard limits, and
@@ -132,7 +132,12 @@ const DPKG_EXCLUDES: [&str; 5] = [
 /// `mmdebstrap --variant=minbase bookworm - | podman import - BASE`, from the configured mirror.
 fn debootstrap_base() -> Result<()> {
     let mut strap = Command::new("mmdebstrap");
-    strap.args(["--variant=minbase", "--include=ca-certificates"]);
+    // Merged /usr as Debian's images have it, by mmdebstrap's hook rather than the usrmerge
+    // package (which would bring perl, ~45 MB, into the base).
+    strap.args([
+        "--variant=minbase",
+        "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+    ]);
     for exclude in DPKG_EXCLUDES {
         strap.arg(format!("--dpkgopt={exclude}"));
     }
