@@ -20,6 +20,8 @@
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
+//! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
+//!   `--strict`, in the container tests).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -61,7 +63,7 @@ impl Purpose {
 use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
-const PACKAGES: [(&str, &str, &[Purpose]); 18] = [
+const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
     ("curl", "curl", &[Test]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
@@ -91,7 +93,12 @@ const PACKAGES: [(&str, &str, &[Purpose]); 18] = [
     ("podman", "podman", &[Test, Image]),
     ("runc", "runc", &[Test, Image]),
     ("mmdebstrap", "mmdebstrap", &[Test, Image]),
+    // kubernetes-validate comes from PyPI.
+    ("pip3", "python3-pip", &[Test]),
 ];
+/// The kubernetes-validate release (and with it the Kubernetes schema version) the manifests are
+/// checked against.
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
 /// The oha `bench --http3` drives its load with (built with the `http3` feature).
@@ -121,6 +128,18 @@ fn ensure_h2spec() -> Result<()> {
             "install",
             "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
         ],
+    )
+}
+
+/// kubernetes-validate [`KUBERNETES_VALIDATE`] with pip (Debian's Python is externally managed, hence
+/// `--break-system-packages`: the tool installs into pip's own site directory).
+fn ensure_kubernetes_validate() -> Result<()> {
+    if on_path("kubernetes-validate") {
+        return Ok(());
+    }
+    cmd(
+        "pip3",
+        &["install", "--break-system-packages", KUBERNETES_VALIDATE],
     )
 }
 
@@ -275,6 +294,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
             ensure_target(target)?;
         }
         ensure_h2spec()?;
+        ensure_kubernetes_validate()?;
     }
     if purposes.contains(&Package) {
         ensure_cargo_deb()?;
