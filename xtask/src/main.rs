@@ -211,8 +211,8 @@ fn test() -> Result<()> {
     // builds of statico-user); it leaves the release binary built with them.
     #[cfg(target_os = "linux")]
     late_toolchain::check(&workspace_root())?;
-    // The image the container tests run (they skip without root or podman).
-    if cfg!(target_os = "linux") && setup::on_path("podman") {
+    // The image the container tests run (they skip without root or podman, and so does this).
+    if cfg!(target_os = "linux") && setup::is_root() && setup::on_path("podman") {
         let root = workspace_root();
         image::build(&root, &root.join("target/release/statico"))?;
     }

@@ -422,6 +422,15 @@ pub fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Whether this process runs as root (`id -u` is 0).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
 fn install_debian(packages: &[&str]) -> Result<()> {
     if !on_path("apt-get") {
         bail!(
@@ -429,12 +438,7 @@ fn install_debian(packages: &[&str]) -> Result<()> {
             packages.join(", ")
         );
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    let sudo: &[&str] = if root { &[] } else { &["sudo"] };
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
     let run = |args: &[&str]| -> Result<()> {
         let full: Vec<&str> = sudo.iter().chain(args).copied().collect();
         cmd(full[0], &full[1..])
