@@ -1,15 +1,16 @@
 //! The OCI image (`cargo xtask image`, from `deploy/container/Containerfile`) run with podman, and
-//! the Kubernetes manifests in `deploy/kubernetes/`: unprivileged the image serves on the best
-//! steering rung it may and says which; with CAP_BPF and CAP_PERFMON, a bpffs at /sys/fs/bpf and host
-//! networking it attaches the ebpf rung (then drops to the image's user); a routes file mounted
-//! read-only on a read-only root, the metrics port, requests through published ports; `podman stop`
-//! (SIGTERM) drains and exits 0 with the totals printed. The manifests pass
-//! `kubernetes-validate --strict`, and the calibrated target's arguments are run as written.
+//! the Kubernetes manifests in `deploy/kubernetes/`. Unprivileged, the image serves on the best
+//! steering rung it may and says which. With CAP_BPF and CAP_PERFMON, a bpffs at /sys/fs/bpf, host
+//! networking and the shipped seccomp profile (`deploy/container/seccomp-statico.json`, which lets
+//! io_uring through too) it attaches the ebpf rung, then drops to the image's user. The calibrated
+//! target runs with its manifest's arguments, its routes file mounted read-only on a read-only root,
+//! answering through published ports and on its metrics port. `podman stop` (SIGTERM) drains and
+//! exits 0 with the totals printed. The manifests pass `kubernetes-validate --strict`.
 //!
-//! The container tests need root and podman (with runc, as `cargo xtask setup` installs them) and the
+//! The container tests need root and podman (with runc; `cargo xtask setup` installs both) and the
 //! image `cargo xtask image` built (`cargo xtask test` builds it first); without root or podman they
-//! print that they are skipped. Podman runs with the flags this host needs: `--runtime runc` and the
-//! open-files and processes limits at this process's hard limits (as `cargo xtask image` does).
+//! print that they are skipped. Podman runs with the flags this host needs, as `cargo xtask image`
+//! does: `--runtime runc` and explicit open-files and processes limits ([`ulimits`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -275,13 +276,18 @@ fn with_bpf_and_perfmon_the_image_attaches_the_ebpf_rung_then_drops_to_its_user(
     let bpffs = Bpffs::mount("ebpf");
     let port = free_port().to_string();
     // As the DaemonSet: root at start-up with only what the rung and --user need, host network,
-    // a read-only root; podman's default seccomp profile allows bpf() only with CAP_SYS_ADMIN.
+    // a read-only root; podman's default seccomp profile allows bpf() only with CAP_SYS_ADMIN, the
+    // shipped one (the default plus bpf and io_uring) without.
+    let seccomp = format!(
+        "--security-opt=seccomp={}",
+        deploy("container/seccomp-statico.json").display()
+    );
     let c = Container::start(
         &[
             "--network=host",
             "--read-only",
             "--user=0",
-            "--security-opt=seccomp=unconfined",
+            &seccomp,
             "--cap-drop=ALL",
             "--cap-add=BPF,PERFMON,CHOWN,SETUID,SETGID",
             "-v",
@@ -303,9 +309,9 @@ fn with_bpf_and_perfmon_the_image_attaches_the_ebpf_rung_then_drops_to_its_user(
         log.contains("statico: running as statico with no capabilities"),
         "{log}"
     );
+    assert!(log.contains("runtime: io-uring"), "{log}");
     assert_eq!(get_from(port.parse().unwrap(), "/").status, 200);
     stops_cleanly(&c, 1);
-    drop(c);
 }
 
 #[test]

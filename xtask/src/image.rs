@@ -7,9 +7,9 @@
 //! packages with `mmdebstrap` (minbase, merged /usr, without documentation, man pages, locales or
 //! apt's lists) and imported under the same name, so that the same Containerfile serves both.
 //!
-//! Podman runs with `--runtime runc` (crun refuses hybrid cgroup hosts) and with explicit open-files
-//! and processes limits ([`ulimits`]): podman's defaults are higher than this host's hard limits, and
-//! runc then fails to set them.
+//! Podman runs with `--runtime runc` (crun refuses hybrid cgroup hosts) and with explicit
+//! open-files and processes limits ([`ulimits`]): podman's defaults are higher than this host's
+//! hard limits, and runc then fails to set them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
