@@ -2,6 +2,7 @@
 //! `ureq` crate, raw sockets). Run them with `cargo xtask test`, which builds the release binary first.
 
 mod clients;
+mod containers;
 mod deploy;
 mod errors;
 mod hostile_clients;

@@ -11,15 +11,18 @@
 //! - `test`: fmt check, clippy `-D warnings` (for Linux and for each of `setup::NON_LINUX_TARGETS`), unit
 //!   tests, end-to-end tests against the release binary.
 //! - `package`: the Debian package (see `package.rs`).
+//! - `image`: the OCI image `statico:VERSION` with podman (see `image.rs`), its base made locally
+//!   with mmdebstrap where no registry answers; with `STATICO_BIN` set, of that statico (nothing built).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`); with `STATICO_BIN`
 //!   set, that statico is measured and nothing is built.
 //! - `fuzz`: runs the parser fuzz target for a while (the pinned nightly, cargo-fuzz).
 //!
 //! Each task installs what it uses and is missing first (`setup::Purpose`): `run`/`build` the build
-//! toolchains, `bench` its peers and clients, `package` cargo-deb, `test` everything (it runs the smoke
+//! toolchains, `bench` its peers and clients, `package` cargo-deb, `image` podman, runc and mmdebstrap, `test` everything (it runs the smoke
 //! benches and the package stage too).
 
 mod bench;
+mod image;
 #[cfg(target_os = "linux")]
 mod late_toolchain;
 mod package;
@@ -54,6 +57,8 @@ enum Task {
     Test,
     /// Build the Debian package (target/package/statico_*.deb): binary, man page, completions, units
     Package,
+    /// Build the OCI image statico:VERSION (podman; the stripped binary on Debian 12 slim)
+    Image,
     /// Benchmark statico against nginx on this machine, in one run
     Bench(bench::BenchArgs),
     /// Fuzz the HTTP parser (with the pinned nightly; installs cargo-fuzz)
@@ -86,6 +91,22 @@ fn main() -> Result<()> {
             let deb = package::build(&root)?;
             package::check(&deb)?;
             println!("{}", deb.display());
+            Ok(())
+        }
+        Task::Image => {
+            // STATICO_BIN names a statico already built (as for `bench`): nothing is built then.
+            let binary = match std::env::var_os("STATICO_BIN") {
+                Some(bin) => {
+                    setup::ensure(&[Purpose::Image], false)?;
+                    root.join(bin)
+                }
+                None => {
+                    setup::ensure(&[Purpose::Build, Purpose::Image], false)?;
+                    build_release()?;
+                    root.join("target/release/statico")
+                }
+            };
+            println!("{}", image::build(&root, &binary)?);
             Ok(())
         }
         Task::Bench(b) => {
@@ -190,6 +211,11 @@ fn test() -> Result<()> {
     // builds of statico-user); it leaves the release binary built with them.
     #[cfg(target_os = "linux")]
     late_toolchain::check(&workspace_root())?;
+    // The image the container tests run (they skip without root or podman, and so does this).
+    if cfg!(target_os = "linux") && setup::is_root() && setup::on_path("podman") {
+        let root = workspace_root();
+        image::build(&root, &root.join("target/release/statico"))?;
+    }
     // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary with
     // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
     std::env::set_var("STATICO_BIN", "target/release/statico");

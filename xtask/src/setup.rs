@@ -8,7 +8,9 @@
 //!   HTTPS audit in the TLS tests), `prometheus` (scrapes `--metrics` in a test), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
 //!   corpus and nginx's precompressed-file module for `bench --site`), `caddy` (the HTTP/3 peer of
 //!   `bench --http3`; its package also enables a systemd unit, which the bench does not use: it runs its
-//!   own caddy with its own Caddyfile).
+//!   own caddy with its own Caddyfile); `podman`, `runc` (the runtime podman runs with: crun refuses
+//!   hybrid cgroup hosts) and `mmdebstrap` (makes the image's Debian base where no registry answers)
+//!   for `cargo xtask image` and the container tests.
 //! - The pinned nightly toolchain with `rust-src` (the BPF programs and the fuzzer build with it): the
 //!   `channel` of `statico-ebpf/rust-toolchain.toml`, the one place its date is written.
 //! - `bpf-linker` 0.10.0, built with that nightly (links BPF objects; 0.11+ needs a system libLLVM and
@@ -18,6 +20,8 @@
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
+//! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
+//!   `--strict`, in the container tests).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -42,21 +46,24 @@ pub enum Purpose {
     Bench,
     /// cargo-deb.
     Package,
+    /// podman, runc and mmdebstrap: the OCI image and its base.
+    Image,
 }
 
 impl Purpose {
-    pub const ALL: [Purpose; 4] = [
+    pub const ALL: [Purpose; 5] = [
         Purpose::Build,
         Purpose::Test,
         Purpose::Bench,
         Purpose::Package,
+        Purpose::Image,
     ];
 }
 
-use Purpose::{Bench, Build, Package, Test};
+use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
-const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
+const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
     ("curl", "curl", &[Test]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
@@ -82,7 +89,16 @@ const PACKAGES: [(&str, &str, &[Purpose]); 15] = [
     ),
     // `bench --http3`: the peer.
     ("caddy", "caddy", &[Bench]),
+    // `image`, and the container tests (`test` builds the image).
+    ("podman", "podman", &[Test, Image]),
+    ("runc", "runc", &[Test, Image]),
+    ("mmdebstrap", "mmdebstrap", &[Test, Image]),
+    // kubernetes-validate comes from PyPI.
+    ("pip3", "python3-pip", &[Test]),
 ];
+/// The kubernetes-validate release (and with it the Kubernetes schema version) the manifests are
+/// checked against.
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
 /// The oha `bench --http3` drives its load with (built with the `http3` feature).
@@ -112,6 +128,18 @@ fn ensure_h2spec() -> Result<()> {
             "install",
             "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
         ],
+    )
+}
+
+/// kubernetes-validate [`KUBERNETES_VALIDATE`] with pip (Debian's Python is externally managed, hence
+/// `--break-system-packages`: the tool installs into pip's own site directory).
+fn ensure_kubernetes_validate() -> Result<()> {
+    if on_path("kubernetes-validate") {
+        return Ok(());
+    }
+    cmd(
+        "pip3",
+        &["install", "--break-system-packages", KUBERNETES_VALIDATE],
     )
 }
 
@@ -266,6 +294,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
             ensure_target(target)?;
         }
         ensure_h2spec()?;
+        ensure_kubernetes_validate()?;
     }
     if purposes.contains(&Package) {
         ensure_cargo_deb()?;
@@ -393,6 +422,15 @@ pub fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Whether this process runs as root (`id -u` is 0).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
 fn install_debian(packages: &[&str]) -> Result<()> {
     if !on_path("apt-get") {
         bail!(
@@ -400,12 +438,7 @@ fn install_debian(packages: &[&str]) -> Result<()> {
             packages.join(", ")
         );
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    let sudo: &[&str] = if root { &[] } else { &["sudo"] };
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
     let run = |args: &[&str]| -> Result<()> {
         let full: Vec<&str> = sudo.iter().chain(args).copied().collect();
         cmd(full[0], &full[1..])
