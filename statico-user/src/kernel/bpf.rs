@@ -445,7 +445,7 @@ fn privilege_hint(e: anyhow::Error, doing: &str) -> anyhow::Error {
         || text.contains("Permission denied")
         || text.contains("EPERM")
     {
-        anyhow!("{doing} was refused: {text}; the ebpf rung needs CAP_BPF and CAP_NET_ADMIN (run as root or grant them)")
+        anyhow!("{doing} was refused: {text}; the ebpf rung needs CAP_BPF and CAP_PERFMON, and --xdp CAP_NET_ADMIN (run as root or grant them)")
     } else {
         anyhow!("{doing} failed: {text}")
     }
