@@ -6,7 +6,9 @@
 //! behind it). Then statico's own ground truth is fetched from its `--metrics` listener
 //! (`/ground-truth.json`: per route, the delays it drew and the time it actually held each request)
 //! and shown beside what was asked and what oha saw, with whether the ground truth is within
-//! [`TOLERANCE`] of the requested p50 and p99.
+//! [`TOLERANCE`] of the requested p50 and p99, and how far each hold was from its draw
+//! (|held − drawn|, whose p99 the issue wants within [`OFF_P99_US`] at [`CONNS`] connections and
+//! [`RATE`] requests/s).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -30,8 +32,10 @@ const REQUESTED_MS: (f64, f64) = (10.0, 80.0);
 /// How far the ground truth may be from [`REQUESTED_MS`], relative.
 const TOLERANCE: f64 = 0.02;
 /// oha's fixed rate (requests/s) and connections.
-const RATE: u32 = 2000;
-const CONNS: u32 = 200;
+const RATE: u32 = 20_000;
+const CONNS: u32 = 1000;
+/// The target for |held − drawn| at p99, in µs.
+const OFF_P99_US: f64 = 100.0;
 /// Seconds of load (a `--quick` run uses its round's duration).
 const SECONDS: u64 = 10;
 
@@ -60,6 +64,8 @@ pub struct RouteTruth {
     pub held: Quantiles,
     /// The delays it drew.
     pub drawn: Quantiles,
+    /// |held − drawn| per request.
+    pub off: Quantiles,
 }
 
 /// `/ground-truth.json`: `{"routes":[{"route","count","outcomes":{..},"held_us":{..},"drawn_us":{..}}]}`.
@@ -86,6 +92,7 @@ pub fn parse_truth(json: &str) -> Result<Vec<RouteTruth>> {
                 .collect(),
             held: quantiles(&r["held_us"]),
             drawn: quantiles(&r["drawn_us"]),
+            off: quantiles(&r["off_us"]),
         })
         .collect())
 }
@@ -168,6 +175,8 @@ fn one_runtime(
         "oha": oha_json,
         "drawn_us": quantiles(truth.drawn),
         "held_us": quantiles(truth.held),
+        "off_us": quantiles(truth.off),
+        "off_p99_target_us": OFF_P99_US,
         "outcomes": truth.outcomes,
         "within_tolerance": within_all(&truth),
     });
@@ -226,6 +235,20 @@ fn truth_rows(name: &str, t: &RouteTruth) -> String {
             yes(ok99)
         );
     }
+    let off = t.off;
+    let _ = writeln!(
+        out,
+        "  {name:<17} {:<13} {:>8} {:>9.3} {:>9.3}  p99 {} {OFF_P99_US:.0} µs",
+        "|held-drawn|",
+        off.count,
+        off.p50_us / 1e3,
+        off.p99_us / 1e3,
+        if off.p99_us <= OFF_P99_US {
+            "within"
+        } else {
+            "NOT within"
+        }
+    );
     out
 }
 
