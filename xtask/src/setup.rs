@@ -63,7 +63,7 @@ impl Purpose {
 use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
-const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
+const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
     ("curl", "curl", &[Test]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
@@ -95,6 +95,11 @@ const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
     ("mmdebstrap", "mmdebstrap", &[Test, Image]),
     // kubernetes-validate comes from PyPI.
     ("pip3", "python3-pip", &[Test]),
+    // The browser tests (`tests/e2e/browser.rs`): Chromium driven over WebDriver, trusting the
+    // self-signed certificate through a private NSS database.
+    ("chromium", "chromium", &[Test]),
+    ("chromedriver", "chromium-driver", &[Test]),
+    ("certutil", "libnss3-tools", &[Test]),
 ];
 /// The kubernetes-validate release (and with it the Kubernetes schema version) the manifests are
 /// checked against.
