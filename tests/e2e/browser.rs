@@ -170,10 +170,6 @@ impl Drop for ProcessTree {
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
-        // Chromium's helpers may have been re-parented while their parent died: sweep once more.
-        for pid in descendants(root) {
-            kill(pid);
-        }
     }
 }
 
@@ -441,6 +437,13 @@ fn capabilities(home: &Path, sites: &[&Site]) -> Value {
     } } })
 }
 
+/// Held by each test while its browser runs: one Chromium at a time (each takes hundreds of MiB and
+/// a core while it starts), even when the suite runs tests in parallel.
+fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs `check` in a browser against `tests/browser-site/` over `protocol`, served twice: with
 /// `--spa-fallback index.html` and without (for the 404 page).
 fn on_test_site(name: &str, protocol: Protocol, check: fn(&Browser, &Site, &Site)) {
@@ -448,6 +451,7 @@ fn on_test_site(name: &str, protocol: Protocol, check: fn(&Browser, &Site, &Site
         println!("SKIPPED: {name} {reason}");
         return;
     }
+    let _turn = one_browser_at_a_time();
     let spa = Site::test_site(&format!("{name}-spa"), protocol, true);
     let plain = Site::test_site(&format!("{name}-plain"), protocol, false);
     let browser = Browser::launch(name, &[&spa, &plain]);
@@ -545,6 +549,7 @@ fn python_docs_load(name: &str, protocol: Protocol) {
         println!("SKIPPED: {name} needs {PYTHON_DOCS} (python3.11-doc)");
         return;
     }
+    let _turn = one_browser_at_a_time();
     let site = Site::serve(name, protocol, PYTHON_DOCS, &[]);
     let browser = Browser::launch(name, &[&site]);
     for page in ["/", "/library/index.html", "/library/asyncio-task.html"] {
