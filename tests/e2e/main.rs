@@ -1,6 +1,8 @@
 //! End-to-end tests: each starts the real `statico` binary and talks to it with real clients (curl, the
 //! `ureq` crate, raw sockets). Run them with `cargo xtask test`, which builds the release binary first.
 
+#[cfg(target_os = "linux")]
+mod browser;
 mod clients;
 mod containers;
 mod deploy;

@@ -10,7 +10,9 @@
 //!   `bench --http3`; its package also enables a systemd unit, which the bench does not use: it runs its
 //!   own caddy with its own Caddyfile); `podman`, `runc` (the runtime podman runs with: crun refuses
 //!   hybrid cgroup hosts) and `mmdebstrap` (makes the image's Debian base where no registry answers)
-//!   for `cargo xtask image` and the container tests.
+//!   for `cargo xtask image` and the container tests; `chromium`, `chromium-driver` and `libnss3-tools`
+//!   (the browser tests: Chromium over WebDriver, trusting the self-signed certificate through a
+//!   private NSS database made with `certutil`), which also load `python3.11-doc`.
 //! - The pinned nightly toolchain with `rust-src` (the BPF programs and the fuzzer build with it): the
 //!   `channel` of `statico-ebpf/rust-toolchain.toml`, the one place its date is written.
 //! - `bpf-linker` 0.10.0, built with that nightly (links BPF objects; 0.11+ needs a system libLLVM and
@@ -63,7 +65,7 @@ impl Purpose {
 use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
-const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
+const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
     ("curl", "curl", &[Test]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
@@ -76,11 +78,11 @@ const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
     ("testssl", "testssl.sh", &[Test]),
     ("prometheus", "prometheus", &[Test]),
     ("systemd-analyze", "systemd", &[Test, Package]),
-    // `bench --site`: the corpus, and nginx's brotli_static for the peer.
+    // `bench --site` (and the browser tests): the corpus, and nginx's brotli_static for the peer.
     (
         "/usr/share/doc/python3.11/html/index.html",
         "python3.11-doc",
-        &[Bench],
+        &[Test, Bench],
     ),
     (
         "/usr/lib/nginx/modules/ngx_http_brotli_static_module.so",
@@ -95,6 +97,11 @@ const PACKAGES: [(&str, &str, &[Purpose]); 19] = [
     ("mmdebstrap", "mmdebstrap", &[Test, Image]),
     // kubernetes-validate comes from PyPI.
     ("pip3", "python3-pip", &[Test]),
+    // The browser tests (`tests/e2e/browser.rs`): Chromium driven over WebDriver, trusting the
+    // self-signed certificate through a private NSS database.
+    ("chromium", "chromium", &[Test]),
+    ("chromedriver", "chromium-driver", &[Test]),
+    ("certutil", "libnss3-tools", &[Test]),
 ];
 /// The kubernetes-validate release (and with it the Kubernetes schema version) the manifests are
 /// checked against.

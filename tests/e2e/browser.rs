@@ -1,0 +1,648 @@
+//! A real browser: Debian's Chromium, driven over WebDriver by chromedriver, loads a small realistic
+//! site (`tests/browser-site/`: HTML, CSS, an image, an ES module importing another, a JSON fetch and
+//! a WebAssembly module instantiated with `instantiateStreaming`) and Debian's Python documentation
+//! (where installed) from statico over HTTP/1.1 (plain and TLS), HTTP/2 (TLS + ALPN, tokio runtime)
+//! and HTTP/3 (QUIC), and checks what the browser itself reports: every sub-resource loaded with 200,
+//! the protocol (`nextHopProtocol`: `http/1.1`, `h2`, `h3`), a reload revalidating the page with 304, a
+//! `Range` fetch answered 206, the 404 page, and an SPA deep link (`--spa-fallback`) running the
+//! module.
+//!
+//! WebDriver is plain HTTP + JSON, spoken here with `ureq` (already a dependency) and `serde_json`
+//! rather than fantoccini or thirtyfour: a handful of requests need no async runtime and no extra
+//! dependency tree. Chromium keeps no HTTP cache for an origin whose certificate it does not trust,
+//! so instead of `--ignore-certificate-errors` each test trusts statico's self-signed certificate in
+//! a private NSS database (`certutil`) under a temporary `HOME` given to the browser. Host names
+//! other than `localhost` (mapped to 127.0.0.1) resolve to nothing, so the browser talks to
+//! 127.0.0.1 only. chromedriver and every process under it are killed by PID when a test ends.
+//!
+//! Each test prints `SKIPPED: … needs chromium and chromedriver` without them (`cargo xtask setup`
+//! installs `chromium`, `chromium-driver` and `libnss3-tools`).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use statico_tests::{runtime, scratch_dir, Server};
+
+/// Debian's Chromium (a wrapper script that execs the browser).
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// Debian's Python documentation (`python3.11-doc`): a realistic site, used where installed.
+const PYTHON_DOCS: &str = "/usr/share/doc/python3.11/html";
+/// How long the browser may take for any one step on a busy machine.
+const BROWSER_WAIT: Duration = Duration::from_secs(60);
+/// The files of `tests/browser-site/` that its index page loads, directly or through its module.
+const SUBRESOURCES: [&str; 6] = [
+    "/style.css",
+    "/logo.png",
+    "/app.js",
+    "/lib.js",
+    "/data.json",
+    "/tiny.wasm",
+];
+
+/// How the browser reaches statico.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Protocol {
+    /// HTTP/1.1 over plain TCP.
+    Http1,
+    /// HTTP/1.1 over TLS (ALPN http/1.1).
+    Https1,
+    /// HTTP/2 over TLS (ALPN h2), served by the tokio runtime.
+    H2,
+    /// HTTP/3 over QUIC, which the browser is told to use from the first request.
+    H3,
+}
+
+impl Protocol {
+    /// statico's flags for this protocol.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Protocol::Http1 => &[],
+            Protocol::Https1 => &["--tls-self-signed"],
+            Protocol::H2 => &["--tls-self-signed", "--http2", "--runtime", "tokio"],
+            Protocol::H3 => &["--tls-self-signed", "--http3"],
+        }
+    }
+
+    fn tls(self) -> bool {
+        self != Protocol::Http1
+    }
+
+    /// What the browser reports as `nextHopProtocol`.
+    fn reported(self) -> &'static str {
+        match self {
+            Protocol::Http1 | Protocol::Https1 => "http/1.1",
+            Protocol::H2 => "h2",
+            Protocol::H3 => "h3",
+        }
+    }
+}
+
+/// Why a test does not run here, if it does not.
+fn skip_reason(protocol: Protocol) -> Option<String> {
+    let missing = |p: &str| !on_path(p);
+    if !Path::new(CHROMIUM).exists() || missing("chromedriver") {
+        return Some("needs chromium and chromedriver (cargo xtask setup)".into());
+    }
+    if protocol.tls() && missing("certutil") {
+        return Some("needs certutil (libnss3-tools; cargo xtask setup)".into());
+    }
+    if protocol == Protocol::H2 && runtime() != "tokio" {
+        return Some(
+            "HTTP/2 is served by the tokio runtime (run with STATICO_TEST_RUNTIME=tokio)".into(),
+        );
+    }
+    None
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+/// A statico serving a site over one protocol, with its certificate (if any) saved in `dir`.
+struct Site {
+    server: Server,
+    dir: PathBuf,
+    origin: String,
+    protocol: Protocol,
+}
+
+impl Site {
+    /// statico serving `root` over `protocol`, with `extra` flags; `name` names its scratch directory.
+    fn serve(name: &str, protocol: Protocol, root: &str, extra: &[&str]) -> Site {
+        let dir = scratch_dir("browser", name);
+        let out = dir.to_str().unwrap();
+        let mut args = vec!["--root", root, "-v"];
+        args.extend_from_slice(protocol.flags());
+        if protocol.tls() {
+            args.extend_from_slice(&["--tls-self-signed-out", out]);
+        }
+        args.extend_from_slice(extra);
+        let server = Server::start(&args);
+        let port = server.addr.port();
+        // TLS sites are reached by the name on the certificate, which the browser maps to 127.0.0.1.
+        let origin = match protocol.tls() {
+            true => format!("https://localhost:{port}"),
+            false => format!("http://127.0.0.1:{port}"),
+        };
+        Site {
+            server,
+            dir,
+            origin,
+            protocol,
+        }
+    }
+
+    /// `tests/browser-site/` served with `--spa-fallback index.html`, or without it (`spa` false).
+    fn test_site(name: &str, protocol: Protocol, spa: bool) -> Site {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/browser-site");
+        let extra: &[&str] = if spa {
+            &["--spa-fallback", "index.html"]
+        } else {
+            &[]
+        };
+        Site::serve(name, protocol, root, extra)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.origin)
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A process tree this test started (chromedriver, and Chromium under it), killed by PID on drop.
+struct ProcessTree(Child);
+
+impl Drop for ProcessTree {
+    fn drop(&mut self) {
+        let root = self.0.id();
+        for pid in descendants(root) {
+            kill(pid);
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kill(pid: u32) {
+    // SAFETY: kill(2) on a process started by this test (chromedriver or one of its descendants).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+}
+
+/// Every live process below `root`, from the parent PIDs in /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // The fields after the command name (which may hold spaces) are: state, ppid, …
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// A Chromium session over WebDriver.
+struct Browser {
+    agent: ureq::Agent,
+    /// `http://127.0.0.1:PORT/session/ID` of the chromedriver session.
+    session: String,
+    home: PathBuf,
+    _driver: ProcessTree,
+}
+
+impl Browser {
+    /// Chromium trusting the certificates of `sites`, speaking HTTP/3 to those served over it.
+    fn launch(name: &str, sites: &[&Site]) -> Browser {
+        let home = scratch_dir("browser-home", name);
+        trust_certificates(&home, sites);
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .env("HOME", &home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let driver = ProcessTree(driver);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(BROWSER_WAIT))
+            .http_status_as_error(false)
+            .proxy(None)
+            .build()
+            .into();
+        let base = format!("http://127.0.0.1:{port}");
+        wait_until_ready(&agent, &base);
+        let caps = capabilities(&home, sites);
+        let created = call(&agent, "POST", &format!("{base}/session"), Some(caps))
+            .unwrap_or_else(|e| panic!("new WebDriver session: {e}"));
+        let id = created["sessionId"]
+            .as_str()
+            .expect("sessionId")
+            .to_string();
+        Browser {
+            agent,
+            session: format!("{base}/session/{id}"),
+            home,
+            _driver: driver,
+        }
+    }
+
+    fn command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}{path}", self.session);
+        call(&self.agent, method, &url, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// Navigates to `url` and waits for its load event.
+    fn go(&self, url: &str) {
+        self.command("POST", "/url", Some(json!({ "url": url })));
+    }
+
+    /// Reloads the page and waits for its load event.
+    fn reload(&self) {
+        self.command("POST", "/refresh", Some(json!({})));
+    }
+
+    /// Runs `script` (a function body; a returned promise is awaited) in the page.
+    fn run(&self, script: &str) -> Value {
+        let body = json!({ "script": script, "args": [] });
+        self.command("POST", "/execute/sync", Some(body))
+    }
+
+    /// The page's navigation timing entry.
+    fn navigation(&self) -> Value {
+        self.run(
+            "const e = performance.getEntriesByType('navigation')[0];
+             return { protocol: e.nextHopProtocol, status: e.responseStatus, type: e.type,
+                      transfer: e.transferSize, body: e.encodedBodySize };",
+        )
+    }
+
+    /// The page's resource timing entries: path, protocol, status and bytes transferred of each.
+    fn resources(&self) -> Vec<Value> {
+        let entries = self.run(
+            "return performance.getEntriesByType('resource').map(e => {
+               const u = new URL(e.name);
+               return { path: u.pathname, origin: u.origin, protocol: e.nextHopProtocol,
+                        status: e.responseStatus, transfer: e.transferSize };
+             });",
+        );
+        entries.as_array().expect("resource entries").clone()
+    }
+
+    /// What the site's module recorded in `window.appResult`, once it has.
+    fn app_result(&self) -> Value {
+        self.run(
+            "return new Promise(done => {
+               const poll = () => window.appResult ? done(window.appResult) : setTimeout(poll, 20);
+               poll();
+             });",
+        )
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = call(&self.agent, "DELETE", &self.session, None);
+        // `_driver` (dropped after this) kills what is left of the browser.
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+/// A WebDriver request; its `value`, or the WebDriver error.
+fn call(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    body: Option<Value>,
+) -> Result<Value, String> {
+    let response = match (method, body) {
+        ("GET", _) => agent.get(url).call(),
+        ("DELETE", _) => agent.delete(url).call(),
+        (_, body) => agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(body.unwrap_or(json!({})).to_string()),
+    };
+    let mut response = response.map_err(|e| e.to_string())?;
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    let mut parsed: Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+    let value = parsed["value"].take();
+    match value.get("error") {
+        Some(error) => Err(format!("{error}: {}", value["message"])),
+        None => Ok(value),
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().unwrap().port()
+}
+
+/// Waits until chromedriver answers `/status` with ready.
+fn wait_until_ready(agent: &ureq::Agent, base: &str) {
+    let start = Instant::now();
+    loop {
+        let status = call(agent, "GET", &format!("{base}/status"), None);
+        if matches!(&status, Ok(v) if v["ready"] == json!(true)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < BROWSER_WAIT,
+            "chromedriver not ready: {status:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A private NSS database under `home` trusting each TLS site's self-signed certificate.
+fn trust_certificates(home: &Path, sites: &[&Site]) {
+    let db = home.join(".pki/nssdb");
+    std::fs::create_dir_all(&db).unwrap();
+    let db = format!("sql:{}", db.display());
+    certutil(&["-d", &db, "-N", "--empty-password"]);
+    for site in sites.iter().filter(|s| s.protocol.tls()) {
+        let cert = site.dir.join("cert.pem");
+        let nick = format!("statico-{}", site.server.addr.port());
+        let cert = cert.to_str().unwrap();
+        certutil(&["-d", &db, "-A", "-t", "C,,", "-n", &nick, "-i", cert]);
+    }
+}
+
+fn certutil(args: &[&str]) {
+    let out = Command::new("certutil")
+        .args(args)
+        .output()
+        .expect("run certutil");
+    assert!(
+        out.status.success(),
+        "certutil {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The WebDriver capabilities: headless Chromium for CI (as root too), its profile under `home`,
+/// `localhost` on 127.0.0.1 and no other name resolving, QUIC forced for the HTTP/3 sites.
+fn capabilities(home: &Path, sites: &[&Site]) -> Value {
+    let mut args: Vec<String> = [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--no-proxy-server",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--host-resolver-rules=MAP localhost 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!(
+        "--user-data-dir={}",
+        home.join("profile").display()
+    ));
+    let quic: Vec<String> = sites
+        .iter()
+        .filter(|s| s.protocol == Protocol::H3)
+        .map(|s| format!("localhost:{}", s.server.addr.port()))
+        .collect();
+    if !quic.is_empty() {
+        args.push("--enable-quic".into());
+        args.push(format!("--origin-to-force-quic-on={}", quic.join(",")));
+    }
+    let wait = BROWSER_WAIT.as_millis() as u64;
+    json!({ "capabilities": { "alwaysMatch": {
+        "browserName": "chrome",
+        "timeouts": { "script": wait, "pageLoad": wait, "implicit": 0 },
+        "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
+    } } })
+}
+
+/// Held by each test while its browser runs: one Chromium at a time (each takes hundreds of MiB and
+/// a core while it starts), even when the suite runs tests in parallel.
+fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `check` in a browser against `tests/browser-site/` over `protocol`, served twice: with
+/// `--spa-fallback index.html` and without (for the 404 page).
+fn on_test_site(name: &str, protocol: Protocol, check: fn(&Browser, &Site, &Site)) {
+    if let Some(reason) = skip_reason(protocol) {
+        println!("SKIPPED: {name} {reason}");
+        return;
+    }
+    let _turn = one_browser_at_a_time();
+    let spa = Site::test_site(&format!("{name}-spa"), protocol, true);
+    let plain = Site::test_site(&format!("{name}-plain"), protocol, false);
+    let browser = Browser::launch(name, &[&spa, &plain]);
+    check(&browser, &spa, &plain);
+}
+
+/// Asserts the entry says `protocol` and `status`.
+fn assert_entry(entry: &Value, protocol: Protocol, status: u64) {
+    assert_eq!(entry["protocol"], protocol.reported(), "{entry}");
+    assert_eq!(entry["status"], status, "{entry}");
+}
+
+/// The index page, its stylesheet and image, both modules, the JSON and the WebAssembly all load
+/// with 200 over `protocol`, and the module ran to the end.
+fn every_subresource_loads(b: &Browser, site: &Site, _: &Site) {
+    b.go(&site.url("/"));
+    let app = b.app_result();
+    assert_eq!(app["error"], Value::Null, "{app}");
+    assert_eq!(app["greeting"], "hello from lib.js", "{app}");
+    assert_eq!(app["answer"], 42, "{app}");
+    assert_eq!(app["wasm"], true, "{app}");
+    assert_entry(&b.navigation(), site.protocol, 200);
+    let resources = b.resources();
+    for path in SUBRESOURCES {
+        let entry = resources
+            .iter()
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("{path} not among the resources: {resources:?}"));
+        assert_entry(entry, site.protocol, 200);
+    }
+    let logo = b.run("return document.getElementById('logo').naturalWidth;");
+    assert_eq!(logo, 4, "the image did not decode");
+    let color = b.run("return getComputedStyle(document.getElementById('title')).color;");
+    assert_eq!(color, "rgb(1, 2, 3)", "the stylesheet did not apply");
+}
+
+/// A reload sends the page's validators and gets 304; the module runs again from the cache.
+fn reload_revalidates_with_304(b: &Browser, site: &Site, _: &Site) {
+    b.go(&site.url("/"));
+    b.app_result();
+    b.reload();
+    let app = b.app_result();
+    assert_eq!(app["answer"], 42, "{app}");
+    // The browser reports a response revalidated from its cache with a transferSize of 300 (what
+    // the Resource Timing spec gives for a 304) and the cached status; statico logged the 304.
+    let nav = b.navigation();
+    assert_eq!(
+        (&nav["type"], &nav["transfer"]),
+        (&json!("reload"), &json!(300)),
+        "{nav}"
+    );
+    site.server.wait_stdout("304 Not Modified");
+}
+
+/// A `Range` fetch gets 206 with the requested bytes and their Content-Range.
+fn range_fetch_gets_206(b: &Browser, site: &Site, _: &Site) {
+    b.go(&site.url("/"));
+    b.app_result();
+    let got = b.run(
+        "return fetch('/data.json', { headers: { Range: 'bytes=1-8' }, cache: 'no-store' })
+           .then(async r => ({ status: r.status, range: r.headers.get('content-range'),
+                               body: await r.text() }));",
+    );
+    assert_eq!(got["status"], 206, "{got}");
+    assert_eq!(got["range"], "bytes 1-8/15", "{got}");
+    assert_eq!(got["body"], "\"answer\"", "{got}");
+}
+
+/// A missing page gets status 404 and the root's 404.html.
+fn missing_page_gets_the_404_page(b: &Browser, _: &Site, plain: &Site) {
+    b.go(&plain.url("/no/such/page"));
+    assert_entry(&b.navigation(), plain.protocol, 404);
+    let heading = b.run("return document.getElementById('missing')?.textContent;");
+    assert_eq!(heading, "statico browser site: page not found");
+}
+
+/// A deep link into the single-page app gets index.html with 200, and its module runs there.
+fn spa_deep_link_runs_the_module(b: &Browser, spa: &Site, _: &Site) {
+    b.go(&spa.url("/app/deep/link?tab=2"));
+    let app = b.app_result();
+    assert_eq!(app["path"], "/app/deep/link", "{app}");
+    assert_eq!(app["answer"], 42, "{app}");
+    assert_eq!(app["wasm"], true, "{app}");
+    assert_entry(&b.navigation(), spa.protocol, 200);
+}
+
+/// Debian's Python documentation: pages load with every stylesheet, script and image answered 200
+/// over `protocol`, the stylesheets parsed and the images decoded.
+fn python_docs_load(name: &str, protocol: Protocol) {
+    if let Some(reason) = skip_reason(protocol) {
+        println!("SKIPPED: {name} {reason}");
+        return;
+    }
+    if !Path::new(PYTHON_DOCS).join("index.html").exists() {
+        println!("SKIPPED: {name} needs {PYTHON_DOCS} (python3.11-doc)");
+        return;
+    }
+    let _turn = one_browser_at_a_time();
+    let site = Site::serve(name, protocol, PYTHON_DOCS, &[]);
+    let browser = Browser::launch(name, &[&site]);
+    for page in ["/", "/library/index.html", "/library/asyncio-task.html"] {
+        docs_page_loads(&browser, &site, page);
+    }
+}
+
+fn docs_page_loads(b: &Browser, site: &Site, page: &str) {
+    b.go(&site.url(page));
+    assert_entry(&b.navigation(), site.protocol, 200);
+    let title = b.run("return document.title;");
+    assert!(
+        title.as_str().unwrap_or("").contains("3.11"),
+        "{page}: title {title}"
+    );
+    let resources = b.resources();
+    assert!(resources.len() >= 3, "{page}: {resources:?}");
+    for entry in resources.iter().filter(|e| e["origin"] == site.origin) {
+        // What an earlier page left in the cache comes from there, with no protocol.
+        match entry["transfer"] == 0 {
+            true => assert_eq!(entry["status"], 200, "{page}: {entry}"),
+            false => assert_entry(entry, site.protocol, 200),
+        }
+    }
+    let rules = b.run("return [...document.styleSheets].map(s => s.cssRules.length);");
+    let rules = rules.as_array().unwrap();
+    assert!(
+        !rules.is_empty() && rules.iter().all(|n| n.as_u64() > Some(0)),
+        "{page}: {rules:?}"
+    );
+    let broken = b.run(
+        "return [...document.images].filter(i => !i.complete || i.naturalWidth == 0)
+           .map(i => i.src);",
+    );
+    assert_eq!(broken, json!([]), "{page}: images that did not load");
+}
+
+/// The tests over one protocol: one module per protocol, one test per check.
+macro_rules! over {
+    ($module:ident, $protocol:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn every_subresource_loads() {
+                on_test_site(
+                    stringify!($module),
+                    $protocol,
+                    super::every_subresource_loads,
+                );
+            }
+
+            #[test]
+            fn reload_revalidates_with_304() {
+                on_test_site(
+                    stringify!($module),
+                    $protocol,
+                    super::reload_revalidates_with_304,
+                );
+            }
+
+            #[test]
+            fn range_fetch_gets_206() {
+                on_test_site(stringify!($module), $protocol, super::range_fetch_gets_206);
+            }
+
+            #[test]
+            fn missing_page_gets_the_404_page() {
+                on_test_site(
+                    stringify!($module),
+                    $protocol,
+                    super::missing_page_gets_the_404_page,
+                );
+            }
+
+            #[test]
+            fn spa_deep_link_runs_the_module() {
+                on_test_site(
+                    stringify!($module),
+                    $protocol,
+                    super::spa_deep_link_runs_the_module,
+                );
+            }
+
+            #[test]
+            fn python_docs_load() {
+                super::python_docs_load(stringify!($module), $protocol);
+            }
+        }
+    };
+}
+
+over!(http1_1, Protocol::Http1);
+over!(https1_1, Protocol::Https1);
+over!(http2, Protocol::H2);
+over!(http3, Protocol::H3);
