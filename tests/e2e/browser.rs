@@ -137,11 +137,19 @@ impl Site {
         }
     }
 
-    /// `tests/browser-site/` served with `--spa-fallback index.html`, or without it (`spa` false).
+    /// `tests/browser-site/` served with `--spa-fallback index.html` and [`ROUTES`] in front, or
+    /// without either (`spa` false).
     fn test_site(name: &str, protocol: Protocol, spa: bool) -> Site {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/browser-site");
         let extra: &[&str] = if spa {
-            &["--spa-fallback", "index.html"]
+            &[
+                "--spa-fallback",
+                "index.html",
+                "--route",
+                ROUTES[0],
+                "--route",
+                ROUTES[1],
+            ]
         } else {
             &[]
         };
@@ -528,6 +536,52 @@ fn missing_page_gets_the_404_page(b: &Browser, _: &Site, plain: &Site) {
     assert_eq!(heading, "statico browser site: page not found");
 }
 
+/// Routes in front of the site (the calibrated target): one held 150 ms, one answering 503 half the
+/// time.
+const ROUTES: [&str; 2] = [
+    "GET /api/slow delay=150ms body=slow header=Content-Type:text/plain",
+    "GET /api/mix status=503:50% body=mixed",
+];
+
+/// A page's `fetch` of a route with a delay waits for it, and one with a status mix gets both
+/// statuses, over `protocol`, next to the site's own files.
+fn routes_answer_the_pages_fetches(b: &Browser, spa: &Site, _: &Site) {
+    b.go(&spa.url("/"));
+    b.app_result();
+    let slow = b.run(
+        "const t0 = performance.now();
+         return fetch('/api/slow', { cache: 'no-store' })
+           .then(async r => ({ status: r.status, body: await r.text(), ms: performance.now() - t0 }));",
+    );
+    assert_eq!(
+        (&slow["status"], &slow["body"]),
+        (&json!(200), &json!("slow")),
+        "{slow}"
+    );
+    let ms = slow["ms"].as_f64().unwrap_or(0.0);
+    assert!(
+        (150.0..2000.0).contains(&ms),
+        "held {ms} ms for a 150 ms delay"
+    );
+    let mix = b.run(
+        "return Promise.all(Array.from({ length: 60 }, () =>
+           fetch('/api/mix', { cache: 'no-store' }).then(r => r.status)));",
+    );
+    let statuses: Vec<u64> = (mix.as_array().expect("statuses").iter())
+        .filter_map(Value::as_u64)
+        .collect();
+    let failed = statuses.iter().filter(|s| **s == 503).count();
+    assert_eq!(statuses.len(), 60, "{mix}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+    assert!(
+        (10..=50).contains(&failed),
+        "{failed} of 60 answered 503 for a 50% mix"
+    );
+}
+
 /// A deep link into the single-page app gets index.html with 200, and its module runs there.
 fn spa_deep_link_runs_the_module(b: &Browser, spa: &Site, _: &Site) {
     b.go(&spa.url("/app/deep/link?tab=2"));
@@ -631,6 +685,15 @@ macro_rules! over {
                     stringify!($module),
                     $protocol,
                     super::spa_deep_link_runs_the_module,
+                );
+            }
+
+            #[test]
+            fn routes_answer_the_pages_fetches() {
+                on_test_site(
+                    stringify!($module),
+                    $protocol,
+                    super::routes_answer_the_pages_fetches,
                 );
             }
 
