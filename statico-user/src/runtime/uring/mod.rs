@@ -64,6 +64,19 @@ macro_rules! on_fd {
     };
 }
 
+/// `at` as a `CLOCK_MONOTONIC` time, the clock `Instant` reads and io_uring's absolute timeouts use.
+fn monotonic(at: Instant) -> types::Timespec {
+    let now = Instant::now();
+    let clock = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_or(Duration::ZERO, |t| {
+            Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+        });
+    let abs = clock + at.saturating_duration_since(now);
+    types::Timespec::new()
+        .sec(abs.as_secs())
+        .nsec(abs.subsec_nanos())
+}
+
 /// How [`Worker::close_as`] ends a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Closing {
@@ -526,8 +539,11 @@ impl<'a> Worker<'a> {
         }
         c.timer = Some(at);
         let ts = &mut self.timespecs[slot];
-        **ts = types::Timespec::from(at.saturating_duration_since(self.now));
+        // Absolute on CLOCK_MONOTONIC (`Instant`'s clock): a wait relative to the batch's `now`
+        // would start late by however long the batch has taken so far.
+        **ts = monotonic(at);
         let e = opcode::Timeout::new(&**ts as *const types::Timespec)
+            .flags(types::TimeoutFlags::ABS)
             .build()
             .user_data(token(Op::Timer, slot, c.gen));
         // SAFETY: the timespec is boxed and kept for the worker's life (`timespecs`).
