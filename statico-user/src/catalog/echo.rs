@@ -123,15 +123,8 @@ impl Echo {
 
     /// The answer as HTTP/2 and HTTP/3 send it (`close` does not apply to a stream).
     pub fn stream_answer(&self, c: &EchoChoice, date: &[u8; DATE_LEN]) -> StreamAnswer {
-        let mut headers = http::HeaderMap::new();
-        for (name, value) in self.fields.iter().chain(&c.fields) {
-            if let (Ok(n), Ok(v)) = (
-                http::HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
-                http::HeaderValue::from_str(value),
-            ) {
-                headers.append(n, v);
-            }
-        }
+        let fields = self.fields.iter().chain(&c.fields);
+        let mut headers = super::stream::header_map(fields.map(|(n, v)| (n.as_str(), v.as_str())));
         let body = self.body_of(c);
         headers.insert(http::header::CONTENT_LENGTH, body.len().into());
         let mut answer = StreamAnswer {
@@ -157,12 +150,7 @@ impl Echo {
 /// `Transfer-Encoding`, `Connection`, `Date`: they would contradict the framing), or one that is not
 /// a valid field.
 fn refused_field(name: &str, value: &str) -> Option<String> {
-    let spec = super::response::ResponseSpec {
-        status: 200,
-        headers: vec![(name.to_string(), value.to_string())],
-        body: Vec::new(),
-    };
-    super::response::header_fields(&spec)
+    super::response::validate_field(name, value)
         .err()
         .map(|e| format!("header={name}:{value}: {e}"))
 }

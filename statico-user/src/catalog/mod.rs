@@ -339,63 +339,76 @@ impl Local {
                 .response
                 .as_ref()
                 .expect("a worker's catalog holds the HTTP/1.1 answers"),
-            site: self.site.as_ref().map(|(_, site)| &**site),
-            routes: self.routes.as_ref(),
-            echo: self.echo.as_ref(),
-            draw: &self.draw,
+            kinds: self.kinds(),
             recorder: self.recorder.as_ref(),
             hold: self.hold,
             paced: self.paced,
         }
     }
 
+    /// What chooses an answer, borrowed (see [`Kinds::choose`]).
+    fn kinds(&self) -> Kinds<'_> {
+        Kinds {
+            site: self.site.as_ref().map(|(_, site)| &**site),
+            routes: self.routes.as_ref(),
+            echo: self.echo.as_ref(),
+            draw: &self.draw,
+        }
+    }
+
     /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date` and its hold; a route's
     /// answer carries where its ground truth is recorded.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
-        if let Some(echo) = &self.echo {
-            let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
-            if let Some(c) = echo.choose(target.as_bytes(), &mut self.draw.borrow_mut()) {
-                return echo.stream_answer(&c, &self.date);
-            }
+        let kinds = self.kinds();
+        match (kinds.choose(|| Request::from_http(request)), kinds) {
+            (
+                Choice::Echo(c),
+                Kinds {
+                    echo: Some(echo), ..
+                },
+            ) => echo.stream_answer(&c, &self.date),
+            (
+                Choice::Route(c),
+                Kinds {
+                    routes: Some(routes),
+                    ..
+                },
+            ) => StreamAnswer {
+                recorder: self.recorder.clone(),
+                ..routes.stream_answer(&c)
+            },
+            (
+                Choice::Site(c),
+                Kinds {
+                    site: Some(site), ..
+                },
+            ) => StreamAnswer {
+                hold: self.hold,
+                ..StreamAnswer::from_parts(site.parts(c), &self.date)
+            },
+            _ => StreamAnswer {
+                hold: self.hold,
+                ..(self.stream.clone()).expect("--http2 and --http3 build the stream answer")
+            },
         }
-        let view =
-            (self.routes.is_some() || self.site.is_some()).then(|| Request::from_http(request));
-        if let (Some(routes), Some(view)) = (&self.routes, &view) {
-            if let Some(choice) = routes.choose(view, &mut self.draw.borrow_mut()) {
-                let mut answer = routes.stream_answer(&choice);
-                answer.recorder = self.recorder.clone();
-                return answer;
-            }
-        }
-        let mut answer = match (&self.site, &view) {
-            (Some((_, site)), Some(view)) => {
-                StreamAnswer::from_parts(site.parts(site.choose(view)), &self.date)
-            }
-            _ => (self.stream.clone()).expect("--http2 and --http3 build the stream answer"),
-        };
-        answer.hold = self.hold;
-        answer
     }
 }
 
-/// A worker's catalog as one batch of HTTP/1.1 requests sees it (see [`Local::view`]).
+/// The kinds that choose an answer, in the order they are asked: `--echo-query`'s arguments, then
+/// the routes, then the site or the single response — for HTTP/1.1 ([`View::choose`]) and for
+/// HTTP/2 and HTTP/3 ([`Local::stream_answer`]) alike.
 #[derive(Clone, Copy, Debug)]
-pub struct View<'a> {
-    response: &'a Response,
+struct Kinds<'a> {
     site: Option<&'a Site>,
     routes: Option<&'a Routes>,
     echo: Option<&'a echo::Echo>,
     draw: &'a RefCell<Draw>,
-    recorder: Option<&'a Recorder>,
-    hold: Hold,
-    paced: bool,
 }
 
-impl<'a> View<'a> {
-    /// The answer to a request whose view `request` builds: called only by a kind that looks at the
-    /// request, so the single response parses nothing.
+impl Kinds<'_> {
+    /// The answer to a request whose view `request` builds, only if some kind looks at requests.
     #[inline]
-    pub fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
+    fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
         if self.routes.is_none() && self.site.is_none() && self.echo.is_none() {
             return Choice::One;
         }
@@ -414,6 +427,25 @@ impl<'a> View<'a> {
             None => Choice::One,
             Some(site) => Choice::Site(site.choose(&request)),
         }
+    }
+}
+
+/// A worker's catalog as one batch of HTTP/1.1 requests sees it (see [`Local::view`]).
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    response: &'a Response,
+    kinds: Kinds<'a>,
+    recorder: Option<&'a Recorder>,
+    hold: Hold,
+    paced: bool,
+}
+
+impl<'a> View<'a> {
+    /// The answer to a request whose view `request` builds: called only by a kind that looks at the
+    /// request, so the single response parses nothing.
+    #[inline]
+    pub fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
+        self.kinds.choose(request)
     }
 
     /// Whether some answer may be held: HTTP/1.1 then answers one request at a time.
@@ -447,7 +479,7 @@ impl<'a> View<'a> {
             hold,
             close: false,
         };
-        match (choice, self.site, self.routes) {
+        match (choice, self.kinds.site, self.kinds.routes) {
             (Choice::Route(choice), _, Some(routes)) => {
                 let body_at = routes.write(&choice, framing, head_only, out);
                 // Paced, the connection holds every answer and records it when it lets it go.
@@ -457,7 +489,7 @@ impl<'a> View<'a> {
                 written(body_at, choice.hold)
             }
             (Choice::Echo(c), _, _) => {
-                let echo = self.echo.expect("an echo choice comes from --echo-query");
+                let echo = (self.kinds.echo).expect("an echo choice comes from --echo-query");
                 let body_at = echo.write(&c, framing, head_only, self.response.date(), out);
                 Written {
                     close: c.close,

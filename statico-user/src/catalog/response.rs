@@ -297,7 +297,7 @@ impl Response {
 }
 
 /// A field name is a token; a value is visible characters, spaces and tabs (no CR or LF: no injection).
-fn validate_field(name: &str, value: &str) -> Result<()> {
+pub fn validate_field(name: &str, value: &str) -> Result<()> {
     if name.is_empty()
         || !name
             .bytes()

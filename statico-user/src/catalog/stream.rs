@@ -43,6 +43,21 @@ pub fn left_out_fields(spec: &ResponseSpec) -> Vec<String> {
         .collect()
 }
 
+/// Header fields already checked (a site's, an echo's) as HTTP/2 and HTTP/3 send them: names in
+/// lower case; a field the `http` crate cannot carry is left out.
+pub fn header_map<'a>(fields: impl Iterator<Item = (&'a str, &'a str)>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in fields {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    headers
+}
+
 impl StreamAnswer {
     /// From the user's response spec, without its connection-specific fields (see
     /// [`left_out_fields`]); `date` is patched per second by the caller.
@@ -84,15 +99,7 @@ impl StreamAnswer {
 
     /// A site's answer in parts, as a stream answer with `date`.
     pub fn from_parts(parts: super::site::Parts<'_>, date: &[u8; DATE_LEN]) -> Self {
-        let mut headers = HeaderMap::new();
-        for (name, value) in &parts.fields {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
-                HeaderValue::from_str(value),
-            ) {
-                headers.append(n, v);
-            }
-        }
+        let mut headers = header_map(parts.fields.iter().map(|(n, v)| (*n, &**v)));
         let body = parts.body.unwrap_or_default();
         if parts.status != 304 {
             headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
