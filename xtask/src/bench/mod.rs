@@ -104,14 +104,7 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     }
     let (server_cpus, mut client_cpus) = placement(&args);
     if args.routes {
-        let run = report::RunInfo {
-            server_cpus: &server_cpus,
-            client_cpus: &client_cpus,
-            duration: args.duration,
-            rounds: args.rounds,
-            quick: args.quick,
-            idle_conns: 0,
-        };
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", routes::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
@@ -119,14 +112,8 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if single && args.client_cpus.is_none() {
         client_cpus = "0".into(); // h2load, oha and the profiled wrk run one thread each
     }
-    let run = report::RunInfo {
-        server_cpus: &server_cpus,
-        client_cpus: &client_cpus,
-        duration: args.duration,
-        rounds: args.rounds,
-        quick: args.quick,
-        idle_conns: if args.quick { 1_000 } else { 10_000 },
-    };
+    let idle_conns = if args.quick { 1_000 } else { 10_000 };
+    let run = run_info(&args, &server_cpus, &client_cpus, idle_conns);
     if single {
         let mode = match (args.http2, args.http3, args.tls, args.site) {
             (true, ..) => http2::run,
@@ -142,6 +129,23 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
 }
 
 /// Where servers and clients run: by default the servers on the last CPU, the clients on the others.
+/// How this run is made, for the modes and their reports.
+fn run_info<'a>(
+    args: &BenchArgs,
+    server_cpus: &'a str,
+    client_cpus: &'a str,
+    idle_conns: usize,
+) -> report::RunInfo<'a> {
+    report::RunInfo {
+        server_cpus,
+        client_cpus,
+        duration: args.duration,
+        rounds: args.rounds,
+        quick: args.quick,
+        idle_conns,
+    }
+}
+
 fn placement(args: &BenchArgs) -> (String, String) {
     let n = measure::cpu_count();
     let server = args
