@@ -284,7 +284,18 @@ Examples:
   statico -p 3000 -t 2 -b 'Hello, World!' -H 'Content-Type: text/plain'
   statico -s 404 -b @notfound.json -H 'Content-Type: application/json'
   statico -d 100ms -m                       every response 100 ms late, meter on
-  statico -vv                               print request and response heads";
+  statico -vv                               print request and response heads
+
+Manual (docs/ in statico's source tree; README.md is its front page):
+  every flag, its default; signals          docs/flags.md
+  --route, --routes, --seed, --echo-query   docs/calibrated-target.md
+  --root and the site's flags               docs/static-sites.md
+  --http2, --http3, --tls-cert and TLS      docs/protocols.md
+  --runtime, --uring-entries                docs/architecture.md
+  --steering, --xdp                         docs/steering.md
+  -m, --metrics, --check                    docs/metrics.md
+  the limits and timeouts                   docs/hostile-clients.md
+  --user, systemd, the .deb, containers     docs/deployment.md";
 
 /// The response body given with `-b`.
 #[derive(Clone, Debug, PartialEq, Eq)]
