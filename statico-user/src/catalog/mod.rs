@@ -167,7 +167,10 @@ impl Catalog {
             Some(opts) => Kind::Site(Arc::new(SiteHandle::new(build_site(opts)?))),
         };
         let routes = match plan.routes.is_empty() {
-            true => None,
+            true => {
+                route::check_pools_alone(&plan.pools)?;
+                None
+            }
             false => Some(Routes::build(
                 &plan.routes,
                 &plan.pools,
@@ -543,9 +546,11 @@ impl<'a> View<'a> {
         head_only: bool,
         out: &mut impl Sink,
     ) -> Written {
-        let now = self.now.unwrap_or_else(std::time::Instant::now);
         let ticket = match (self.paced, self.recorder) {
-            (true, Some(recorder)) => routes.admit(&choice, recorder, now),
+            (true, Some(recorder)) => {
+                let now = self.now.unwrap_or_else(std::time::Instant::now);
+                routes.admit(&choice, recorder, now)
+            }
             _ => None,
         };
         let fate = ticket.as_ref().map(route::load::Ticket::fate);

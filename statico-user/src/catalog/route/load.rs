@@ -115,6 +115,9 @@ impl Loads {
     }
 }
 
+/// The next [`Ticket::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// One held route answer's place: see the module doc.
 #[derive(Debug)]
 pub struct Ticket {
@@ -130,6 +133,7 @@ pub struct Ticket {
     shed: Option<u8>,
     /// Recorded (and everything given back) already.
     done: bool,
+    id: u64,
 }
 
 impl Ticket {
@@ -145,6 +149,7 @@ impl Ticket {
             gone: key.outcome,
             shed: None,
             done: false,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -191,10 +196,11 @@ impl Ticket {
         self.pool().map(|p| p.shed)
     }
 
-    /// What tells this ticket from another while it lives (for a runtime that registers a waker
-    /// once per queued request).
-    pub fn id(&self) -> usize {
-        self.slot.as_ref().map_or(0, |s| Arc::as_ptr(s) as usize)
+    /// What tells this ticket from every other (for a runtime that registers a waker once per
+    /// queued request): a number never given twice in the process — not an address, which the
+    /// next ticket may reuse.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The service time drawn for it.

@@ -576,6 +576,12 @@ fn route_load(spec: &RouteSpec, pool: Option<usize>) -> RouteLoad {
     )
 }
 
+/// Checks the pools when there are no routes at all: each is defined once, and (there being no
+/// route) unused, which is refused like any pool no route is served by.
+pub fn check_pools_alone(defined: &[(PoolSpec, String)]) -> Result<()> {
+    resolve_pools(&[], defined).map(|_| ())
+}
+
 /// The pools, and each route's pool among them (an index).
 type Resolved = (Vec<Arc<Pool>>, Vec<Option<usize>>);
 
@@ -598,13 +604,26 @@ fn resolve_pools(specs: &[RouteSpec], defined: &[(PoolSpec, String)]) -> Result<
             None => None,
             Some(RoutePool::Named { name, at }) => match defined.iter().position(|(p, _)| &p.name == name) {
                 Some(i) => Some(i),
-                None => anyhow::bail!("{at}: pool={name}: no pool is named {name:?}; define it with --pool '{name} capacity=C' or a [[pool]] table"),
+                None => anyhow::bail!("{at}: pool={name}: no --pool or [[pool]] is named {name:?} (a route's own pool cannot be shared); define it with --pool '{name} capacity=C' or a [[pool]] table"),
             },
             Some(RoutePool::Own(pool)) => {
+                if let Some(same) = pools.iter().find(|p| p.name == pool.name) {
+                    anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
+                }
                 pools.push(Arc::new(Pool::new(pool)));
                 Some(pools.len() - 1)
             }
         });
+    }
+    if let Some((pool, at)) = (defined.iter().enumerate())
+        .find(|(i, _)| !pool_of.contains(&Some(*i)))
+        .map(|(_, p)| p)
+    {
+        anyhow::bail!(
+            "{at}: no route is served by pool {:?}; give a route pool={}",
+            pool.name,
+            pool.name
+        );
     }
     Ok((pools, pool_of))
 }

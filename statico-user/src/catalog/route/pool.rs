@@ -55,6 +55,19 @@ struct State {
     ends: BinaryHeap<Reverse<Instant>>,
     /// The waiters, in arrival order.
     waiting: VecDeque<Arc<Slot>>,
+    /// The latest time the pool has been told: a thread whose `now` was read before another's
+    /// (a batch's clock, read before the lock) is moved up to it, so the schedule never runs
+    /// backwards and capacity holds in it.
+    last: Option<Instant>,
+}
+
+impl State {
+    /// `now`, never before a time the pool has already been told.
+    fn clock(&mut self, now: Instant) -> Instant {
+        let now = self.last.map_or(now, |last| last.max(now));
+        self.last = Some(now);
+        now
+    }
 }
 
 /// Counters read by the ground truth and the metrics (written under the lock, read without it).
@@ -105,6 +118,7 @@ impl Pool {
     /// A request arrives at `now` for `service`: served at once, queued or shed.
     pub fn arrive(self: &Arc<Self>, now: Instant, service: Duration) -> Arc<Slot> {
         let mut state = self.lock();
+        let now = state.clock(now);
         let mut woken = self.replay(&mut state, now);
         let fate = if state.waiting.is_empty() && self.free_at(&mut state, now) {
             self.start(&mut state, now, service)
@@ -134,6 +148,7 @@ impl Pool {
     /// and wakes whoever that decided.
     pub fn advance(&self, now: Instant) {
         let mut state = self.lock();
+        let now = state.clock(now);
         let woken = self.replay(&mut state, now);
         self.publish(&mut state, now);
         drop(state);
@@ -148,7 +163,8 @@ impl Pool {
             state.waiting.remove(i);
             slot.set(Fate::Left);
         }
-        self.publish(&mut state, Instant::now());
+        let now = state.clock(Instant::now());
+        self.publish(&mut state, now);
     }
 
     /// A request in service lost its client before `due`: its server is busy until then, and the
@@ -163,7 +179,9 @@ impl Pool {
     }
 
     fn figures(&self) -> PoolTruth {
-        self.publish(&mut self.lock(), Instant::now());
+        let mut state = self.lock();
+        let now = state.clock(Instant::now());
+        self.publish(&mut state, now);
         let s = &self.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         PoolTruth {
@@ -494,17 +512,19 @@ mod tests {
         let t0 = Instant::now();
         let (s, n) = (Duration::from_micros(1000), 200_000);
         let mut t = t0;
-        let mut total_wait = Duration::ZERO;
+        let mut slots = Vec::with_capacity(n);
         for _ in 0..n {
             let gap: f64 = -(1.0f64 - rng.random::<f64>()).ln() * 2.0; // mean 2 ms: λ·S = 0.5
             t += Duration::from_secs_f64(gap / 1000.0);
-            let slot = p.arrive(t, s);
-            // FIFO: no later arrival changes this one's start, so it may be decided now.
-            p.advance(t + Duration::from_secs(3600));
+            slots.push(p.arrive(t, s));
+        }
+        p.advance(t + Duration::from_secs(3600)); // the last waiters served
+        let mut total_wait = Duration::ZERO;
+        for slot in &slots {
             let Fate::Serving { start, .. } = slot.fate() else {
                 panic!("unbounded queue")
             };
-            total_wait += start - t;
+            total_wait += start - slot.arrived();
         }
         let mean = total_wait.as_secs_f64() / n as f64 * 1000.0;
         assert!(

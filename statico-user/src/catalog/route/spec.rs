@@ -295,7 +295,12 @@ impl Builder<'_> {
             Key::Size => route.body = BodySpec::Size(parse_size(value)?),
             Key::Header => route.headers.push(parse_header(value)?),
             Key::Delay => route.delay = Some(Dist::parse(value)?),
-            Key::BodyDelay => route.body_delay = Some(Dist::parse(value)?),
+            Key::BodyDelay => match Dist::parse(value)? {
+                d if d.in_flight().is_some() => {
+                    return Err(format!("{value:?}: inflight:BASE:PER is a model of delay= only (the time before the answer)"))
+                }
+                d => route.body_delay = Some(d),
+            },
             Key::Fault => route.faults = parse_faults(value)?,
             Key::Rate => route.rate = Some(parse_rate(value)?),
         }

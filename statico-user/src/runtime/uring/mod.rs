@@ -118,7 +118,7 @@ struct Conn {
     /// The pacing deadline a timeout is armed for.
     timer: Option<Instant>,
     /// The queued request whose ticket has this connection's waker ([`wake`]), by its id.
-    registered: Option<usize>,
+    registered: Option<u64>,
 }
 
 /// A `sendmsg`'s header and slices: the output's chunks (own bytes and shared bodies) in one send.
