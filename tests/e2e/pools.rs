@@ -378,16 +378,21 @@ async fn h2_send(
     client.send_request(req, true).unwrap().0
 }
 
-/// Waits for a response and its body: the status, or the error.
-async fn h2_finish(resp: h2::client::ResponseFuture) -> Result<u16, h2::Error> {
+/// Waits for a response and its body: the status and the header fields, or the error.
+async fn h2_answer(resp: h2::client::ResponseFuture) -> Result<(u16, http::HeaderMap), h2::Error> {
     let resp = tokio::time::timeout(WAIT, resp).await.expect("an answer")?;
-    let status = resp.status().as_u16();
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
     let mut body = resp.into_body();
     while let Some(chunk) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
         let chunk = chunk?;
         let _ = body.flow_control().release_capacity(chunk.len());
     }
-    Ok(status)
+    Ok((status, headers))
+}
+
+/// Waits for a response and its body: the status, or the error.
+async fn h2_finish(resp: h2::client::ResponseFuture) -> Result<u16, h2::Error> {
+    h2_answer(resp).await.map(|(status, _)| status)
 }
 
 // ---- 1. Pools ----
@@ -771,6 +776,61 @@ fn http1_and_http2_requests_share_one_pool_and_one_in_flight_count() {
         (119_500.0..=140_200.0).contains(&max),
         "drawn max {max} µs: {i}"
     );
+}
+
+#[test]
+fn http2_streams_past_the_queue_get_503_or_a_stream_reset_and_the_connection_goes_on() {
+    let s = start_h2(
+        &[
+            "/s capacity=1 queue=1 delay=300ms header=X-Pool:yes",
+            "/r capacity=1 queue=1 delay=300ms shed=reset",
+            "/ok body=ok",
+        ],
+        &[],
+    );
+    let addr = s.addr;
+    tokio_rt().block_on(async move {
+        let (client, _conn) = h2_connect(addr, false).await;
+        for path in ["/s", "/r"] {
+            let t0 = Instant::now();
+            let mut streams = Vec::new();
+            for _ in 0..3 {
+                let resp = h2_send(&client, path).await;
+                streams.push(tokio::spawn(async move {
+                    (h2_answer(resp).await, t0.elapsed())
+                }));
+            }
+            let mut out = Vec::new();
+            for st in streams {
+                out.push(st.await.unwrap());
+            }
+            let ok = out
+                .iter()
+                .filter(|(r, _)| matches!(r, Ok((200, _))))
+                .count();
+            assert_eq!(ok, 2, "{path}: one in service, one queued: {out:?}");
+            let (shed, at) = out
+                .iter()
+                .find(|(r, _)| !matches!(r, Ok((200, _))))
+                .unwrap();
+            assert!(*at < ms(150), "{path}: shed after {at:?}");
+            match (path, shed) {
+                ("/s", Ok((503, headers))) => {
+                    assert_eq!(headers.get("x-pool").unwrap(), "yes");
+                    assert_eq!(headers.get("content-length").unwrap(), "0");
+                }
+                ("/r", Err(e)) if e.is_reset() => {}
+                _ => panic!("{path}: shed as {shed:?}"),
+            }
+        }
+        // Only streams were refused: the connection still answers.
+        assert_eq!(h2_finish(h2_send(&client, "/ok").await).await.unwrap(), 200);
+    });
+    let t = truth_when(&s, |t| num(pool(t, "/r"), &["shed"]) >= 1.0);
+    for name in ["/s", "/r"] {
+        let p = pool(&t, name);
+        assert_eq!((num(p, &["served"]), num(p, &["shed"])), (2.0, 1.0), "{p}");
+    }
 }
 
 #[cfg(target_os = "linux")]
