@@ -139,6 +139,30 @@ fn counter(page: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// Whether each series of `want` has its value on `/metrics` now; else the page.
+fn gauges_match(s: &Server, want: &[(&str, f64)]) -> Result<(), String> {
+    let page = scrape(s, "/metrics");
+    match want.iter().all(|(name, v)| series(&page, name) == Some(*v)) {
+        true => Ok(()),
+        false => Err(page),
+    }
+}
+
+/// Polls `/metrics` from `from` until `until` (instants) for the moment `want` holds: a gauge is
+/// read in a window of the test's timeline, wide enough that a scheduling stall does not miss it.
+fn gauges_seen(s: &Server, want: &[(&str, f64)], from: Instant, until: Instant) {
+    thread::sleep(from.saturating_duration_since(Instant::now()));
+    loop {
+        match gauges_match(s, want) {
+            Ok(()) => return,
+            Err(page) if Instant::now() > until => {
+                panic!("never {want:?} between the window's ends; last:\n{page}")
+            }
+            Err(_) => thread::sleep(ms(10)),
+        }
+    }
+}
+
 // ---- HTTP/1.1 clients ----
 
 /// How a request ended.
@@ -321,15 +345,26 @@ fn done_sorted(got: &[Got]) -> Vec<Duration> {
     d
 }
 
-/// Asserts that answer i (in completion order) came no earlier than `(i / c + 1) × service` — a pool
-/// of c servers cannot do better, whatever the order of arrival — and no later than that plus
-/// `slack` (the pool is work-conserving: a freed server takes the next at once).
+/// Asserts that answer i (in completion order, times since the start) came no earlier than
+/// `(i / c + 1) × service` — a pool of c servers cannot do better, whatever the order of arrival —
+/// and, counted from the first answer, no later than `(i / c) × service + slack`: the pool is
+/// work-conserving, a freed server takes the next at once. (Counting from the first answer rather
+/// than the start keeps a stall of the whole machine before the first service — seen: 150 ms with
+/// the load at 4 on two cores — from failing the test; only a stall inside the run counts.)
 fn assert_waves(done: &[Duration], c: usize, service: Duration, slack: Duration, what: &str) {
+    assert!(
+        done[0] < service + Duration::from_secs(1),
+        "{what}: the first answer after {:?}",
+        done[0]
+    );
     for (i, d) in done.iter().enumerate() {
         let wave = service * (i / c + 1) as u32;
+        let latest = done[0] + service * (i / c) as u32 + slack;
         assert!(
-            *d + MS >= wave && *d < wave + slack,
-            "{what}: answer {i} after {d:?}, its wave (capacity {c}, service {service:?}) ends at {wave:?}; all: {done:?}"
+            *d + MS >= wave && *d < latest,
+            "{what}: answer {i} after {d:?}; its wave (capacity {c}, service {service:?}) ends at \
+             {wave:?}, and {:?} after the first answer at the latest; all: {done:?}",
+            service * (i / c) as u32 + slack
         );
     }
 }
@@ -437,16 +472,17 @@ fn queued_requests_are_served_first_in_first_out() {
     let s = start(&["/f capacity=1 delay=100ms"], &["-t", "2"]);
     let plans = (0..5).map(|i| at("/f", ms(30 * i))).collect();
     let got = run(s.addr, plans).1.join().unwrap();
-    for (i, g) in got.iter().enumerate() {
-        assert_eq!(g.answer, Some(Answer::Status(200)), "{got:?}");
-        let slot = ms(100 * (i as u64 + 1));
-        assert!(
-            g.done + MS >= slot && g.done < slot + ms(100),
-            "request {i} (sent at {:?}) answered at {:?}, its turn ends at {slot:?}: {got:?}",
-            g.sent,
-            g.done
-        );
-    }
+    assert!(
+        got.iter().all(|g| g.answer == Some(Answer::Status(200))),
+        "{got:?}"
+    );
+    assert_waves(
+        &done_sorted(&got),
+        1,
+        ms(100),
+        ms(100),
+        "capacity=1 delay=100ms",
+    );
     let order: Vec<Duration> = got.iter().map(|g| g.done).collect();
     assert!(
         order.windows(2).all(|w| w[0] < w[1]),
@@ -471,8 +507,13 @@ fn burst_past_the_queue(shed: Option<&str>) -> (Vec<Got>, Value) {
     done.sort();
     assert_waves(&done, 2, ms(250), ms(120), &spec);
     for g in &shed_ones {
-        // At once: well before the first service ends (250 ms).
-        assert!(g.done < ms(150), "shed after {:?}: {got:?}", g.done);
+        // At once: well before the first service ends (250 ms after it began).
+        assert!(
+            g.done + ms(125) < done[0],
+            "shed after {:?}, the first served after {:?}: {got:?}",
+            g.done,
+            done[0]
+        );
     }
     let t = truth_when(&s, |t| {
         let p = pool(t, "/s");
@@ -554,8 +595,9 @@ fn a_queued_request_is_shed_after_the_queue_timeout_not_before_and_not_much_afte
     for g in &got[1..] {
         assert_eq!(g.answer, Some(Answer::Status(503)), "{got:?}");
         // Its wait starts when the server has the request, after the client sent it.
+        // Not before 200 ms; not much after (150 ms of scheduling noise allowed).
         assert!(
-            g.latency() + MS >= ms(200) && g.latency() < ms(300),
+            g.latency() + MS >= ms(200) && g.latency() < ms(350),
             "shed {:?} after it was sent (queue-timeout 200 ms): {got:?}",
             g.latency()
         );
@@ -588,18 +630,14 @@ fn a_named_pool_is_shared_by_its_routes_and_pool_keys_give_a_route_its_own() {
         "{got:?}"
     );
     // /a and /b take turns on db's one server.
-    assert_waves(
-        &done_sorted(&got[..2]),
-        1,
-        ms(200),
-        ms(100),
-        "/a and /b in pool db",
-    );
-    // The others each go at once: /free has no pool, /x and /y a pool each.
+    let ab = done_sorted(&got[..2]);
+    assert_waves(&ab, 1, ms(200), ms(100), "/a and /b in pool db");
+    // The others each go at once, with the first of /a and /b rather than after it: /free has no
+    // pool, /x and /y a pool each.
     for (g, path) in got[2..].iter().zip(&paths[2..]) {
         assert!(
-            g.done + MS >= ms(200) && g.done < ms(300),
-            "{path} answered after {:?}",
+            g.done + MS >= ms(200) && g.done + ms(100) < ab[1],
+            "{path} answered after {:?}, /a and /b after {ab:?}",
             g.done
         );
     }
@@ -660,7 +698,7 @@ fn routes_file_pools_and_route_pool_keys_work_like_the_flags() {
         .filter(|g| g.answer != Some(Answer::Status(200)))
         .collect();
     assert_eq!(a_shed[0].answer, Some(Answer::Status(429)), "{a:?}");
-    assert!(a_shed[0].done < ms(150), "{a:?}");
+    assert!(a_shed[0].done + ms(100) < a_ok[0], "shed at once: {a:?}");
     // /own: two in service at once; the third is shed (503) after waiting 100 ms.
     let own = &got[3..];
     let own_ok: Vec<&Got> = own
@@ -668,20 +706,17 @@ fn routes_file_pools_and_route_pool_keys_work_like_the_flags() {
         .filter(|g| g.answer == Some(Answer::Status(200)))
         .collect();
     assert_eq!(own_ok.len(), 2, "{own:?}");
-    assert!(
-        own_ok
-            .iter()
-            .all(|g| g.done + MS >= ms(300) && g.done < ms(400)),
-        "{own:?}"
-    );
+    let mut own_done: Vec<Duration> = own_ok.iter().map(|g| g.done).collect();
+    own_done.sort();
+    assert_waves(&own_done, 2, ms(300), ms(100), "/own, capacity 2");
     let own_shed = own
         .iter()
         .find(|g| g.answer != Some(Answer::Status(200)))
         .unwrap();
     assert_eq!(own_shed.answer, Some(Answer::Status(503)), "{own:?}");
     assert!(
-        own_shed.latency() + MS >= ms(100) && own_shed.latency() < ms(200),
-        "{own:?}"
+        own_shed.latency() + MS >= ms(100) && own_shed.latency() < ms(250),
+        "queue-timeout 100ms: {own:?}"
     );
     let t = truth_when(&s, |t| num(pool(t, "/own"), &["shed"]) >= 1.0);
     let db = pool(&t, "db");
@@ -813,7 +848,16 @@ fn http2_streams_past_the_queue_get_503_or_a_stream_reset_and_the_connection_goe
                 .iter()
                 .find(|(r, _)| !matches!(r, Ok((200, _))))
                 .unwrap();
-            assert!(*at < ms(150), "{path}: shed after {at:?}");
+            let first_ok = out
+                .iter()
+                .filter(|(r, _)| matches!(r, Ok((200, _))))
+                .map(|(_, at)| *at)
+                .min()
+                .unwrap();
+            assert!(
+                *at + ms(150) < first_ok,
+                "{path}: shed after {at:?}, the first served after {first_ok:?}"
+            );
             match (path, shed) {
                 ("/s", Ok((503, headers))) => {
                     assert_eq!(headers.get("x-pool").unwrap(), "yes");
@@ -942,7 +986,7 @@ fn inflight_delay_is_base_alone_and_grows_with_the_requests_in_flight() {
     let alone = burst(&s, "/i", 1);
     assert_eq!(alone[0].answer, Some(Answer::Status(200)));
     assert!(
-        alone[0].done + MS >= ms(40) && alone[0].done < ms(140),
+        alone[0].done + MS >= ms(40) && alone[0].done < ms(240),
         "alone: {:?}",
         alone[0].done
     );
@@ -991,22 +1035,20 @@ fn ground_truth_metrics_and_exit_lines_show_waits_services_holds_and_sheds() {
     let mut plans = vec![at("/p", ms(0)); 3];
     plans.extend(vec![at("/q", ms(0)); 3]);
     let (t0, h) = run(s.addr, plans);
-    // While the first of each is in service: /p has 2 waiting, /q 1 (its third was shed).
-    thread::sleep((t0 + ms(150)).saturating_duration_since(Instant::now()));
-    let during = scrape(&s, "/metrics");
+    // While the first of each is in service (until about 300 ms): /p has 2 waiting, /q 1 (its
+    // third was shed).
+    gauges_seen(
+        &s,
+        &[
+            ("statico_pool_in_service{pool=\"/p\"}", 1.0),
+            ("statico_pool_queued{pool=\"/p\"}", 2.0),
+            ("statico_pool_in_service{pool=\"q\"}", 1.0),
+            ("statico_pool_queued{pool=\"q\"}", 1.0),
+        ],
+        t0 + ms(20),
+        t0 + ms(600),
+    );
     let got = h.join().unwrap();
-    for (series_name, want) in [
-        ("statico_pool_in_service{pool=\"/p\"}", 1.0),
-        ("statico_pool_queued{pool=\"/p\"}", 2.0),
-        ("statico_pool_in_service{pool=\"q\"}", 1.0),
-        ("statico_pool_queued{pool=\"q\"}", 1.0),
-    ] {
-        assert_eq!(
-            series(&during, series_name),
-            Some(want),
-            "{series_name} at 150 ms:\n{during}"
-        );
-    }
     let p_answers: Vec<_> = got[..3].iter().map(|g| g.answer).collect();
     assert!(
         p_answers.iter().all(|a| *a == Some(Answer::Status(200))),
@@ -1713,23 +1755,21 @@ fn a_client_gone_in_service_keeps_its_server_until_the_service_ends() {
         s.addr,
         vec![gone_at("/g", ms(0), ms(200)), at("/g", ms(300))],
     );
-    thread::sleep((t0 + ms(500)).saturating_duration_since(Instant::now()));
-    let page = scrape(&s, "/metrics");
-    assert_eq!(
-        series(&page, "statico_pool_in_service{pool=\"/g\"}"),
-        Some(1.0),
-        "{page}"
-    );
-    assert_eq!(
-        series(&page, "statico_pool_queued{pool=\"/g\"}"),
-        Some(1.0),
-        "{page}"
+    // After A left and B came, before A's service ends: A's server still busy, B waiting.
+    gauges_seen(
+        &s,
+        &[
+            ("statico_pool_in_service{pool=\"/g\"}", 1.0),
+            ("statico_pool_queued{pool=\"/g\"}", 1.0),
+        ],
+        t0 + ms(350),
+        t0 + ms(900),
     );
     let got = h.join().unwrap();
     let b = &got[1];
     assert_eq!(b.answer, Some(Answer::Status(200)), "{got:?}");
     assert!(
-        b.done + MS >= ms(2000) && b.done < ms(2150),
+        b.done + MS >= ms(2000) && b.done < ms(2400),
         "B answered at {:?}: A's service ends at 1 s, B's at 2 s",
         b.done
     );
@@ -1750,23 +1790,23 @@ fn a_client_gone_while_queued_leaves_the_queue_at_once() {
             at("/g", ms(200)),
         ],
     );
-    thread::sleep((t0 + ms(500)).saturating_duration_since(Instant::now()));
-    let page = scrape(&s, "/metrics");
-    assert_eq!(
-        series(&page, "statico_pool_queued{pool=\"/g\"}"),
-        Some(1.0),
-        "B left the queue at 300 ms:\n{page}"
+    // B left the queue at 300 ms: C alone waits (before, B and C did; after 1 s, nobody).
+    gauges_seen(
+        &s,
+        &[("statico_pool_queued{pool=\"/g\"}", 1.0)],
+        t0 + ms(350),
+        t0 + ms(650),
     );
     let got = h.join().unwrap();
     assert_eq!(got[0].answer, Some(Answer::Status(200)), "{got:?}");
     assert!(
-        got[0].done + MS >= ms(1000) && got[0].done < ms(1150),
+        got[0].done + MS >= ms(1000) && got[0].done < ms(1400),
         "{got:?}"
     );
     let c = &got[2];
     assert_eq!(c.answer, Some(Answer::Status(200)), "{got:?}");
     assert!(
-        c.done + MS >= ms(2000) && c.done < ms(2150),
+        c.done + MS >= ms(2000) && c.done < ms(2500),
         "C answered at {:?}: after A (1 s) and its own service, without B's",
         c.done
     );
@@ -1790,20 +1830,23 @@ fn an_http2_stream_cancelled_while_queued_leaves_the_queue_at_once() {
         let c = tokio::spawn(async move { (h2_finish(c).await, t0.elapsed()) });
         tokio::time::sleep(ms(100)).await;
         drop(b); // RST_STREAM CANCEL
-        tokio::time::sleep(ms(200)).await;
-        let page = scrape(&s, "/metrics");
-        assert_eq!(
-            series(&page, "statico_pool_queued{pool=\"/g\"}"),
-            Some(1.0),
-            "the cancelled stream left the queue:\n{page}"
-        );
+                 // The cancelled stream left the queue: C alone waits.
+        let want = [("statico_pool_queued{pool=\"/g\"}", 1.0)];
+        tokio::time::sleep(ms(50)).await;
+        loop {
+            match gauges_match(&s, &want) {
+                Ok(()) => break,
+                Err(page) if t0.elapsed() > ms(650) => panic!("never {want:?}:\n{page}"),
+                Err(_) => tokio::time::sleep(ms(10)).await,
+            }
+        }
         (a.await.unwrap(), c.await.unwrap())
     });
     assert!(matches!(a.0, Ok(200)), "{a:?}");
-    assert!(a.1 + MS >= ms(1000) && a.1 < ms(1150), "{a:?}");
+    assert!(a.1 + MS >= ms(1000) && a.1 < ms(1400), "{a:?}");
     assert!(matches!(c.0, Ok(200)), "{c:?}");
     assert!(
-        c.1 + MS >= ms(2000) && c.1 < ms(2150),
+        c.1 + MS >= ms(2000) && c.1 < ms(2500),
         "C answered at {:?}, not after A and itself (2 s)",
         c.1
     );
