@@ -466,6 +466,30 @@ fn a_pool_of_two_answers_six_simultaneous_requests_in_three_waves() {
 }
 
 #[test]
+fn a_pooled_route_without_delay_is_served_at_once_and_counted() {
+    // No delay= is a service time of zero: the server is held for no time, and every request is
+    // served and recorded (next to a delayed route, which makes HTTP/1.1 hold answers).
+    let s = start(&["/z capacity=1", "/d delay=20ms"], &[]);
+    let got = burst(&s, "/z", 5);
+    assert!(
+        got.iter()
+            .all(|g| g.answer == Some(Answer::Status(200)) && g.done < ms(500)),
+        "{got:?}"
+    );
+    let mut c = s.connect();
+    for _ in 0..5 {
+        c.write_all(&get("/z")).unwrap();
+        assert_eq!(read_answer(&mut c).0, Answer::Status(200));
+    }
+    let t = truth_when(&s, |t| num(pool(t, "/z"), &["served"]) >= 10.0);
+    let p = pool(&t, "/z");
+    assert_eq!((num(p, &["served"]), num(p, &["shed"])), (10.0, 0.0), "{p}");
+    assert!(num(p, &["in_service_max"]) <= 1.0, "{p}");
+    let z = route(&t, "/z");
+    assert_eq!((num(z, &["count"]), outcome(z, "200")), (10.0, 10), "{z}");
+}
+
+#[test]
 fn queued_requests_are_served_first_in_first_out() {
     // One server, 100 ms each; requests 30 ms apart queue behind the first in the order they came.
     // Reordering would need a 30 ms stall between two sends reaching the server (on different workers).
