@@ -1266,12 +1266,47 @@ fn erlang_c(c: u32, a: f64) -> f64 {
     top / (sum + top)
 }
 
-/// One simulated FIFO M/M/c run of `n` arrivals: the mean wait and the fraction that waited.
-fn simulate_mmc(rng: &mut Rng, n: usize, lambda: f64, mean_service: f64, c: usize) -> (f64, f64) {
+/// What one simulated run gave: the mean wait, the fraction of arrivals that waited, and the
+/// fraction that a client would count as finding all servers busy when it learns of each
+/// departure `shift` late.
+struct SimRun {
+    wait: f64,
+    waited: f64,
+    seen_busy: f64,
+}
+
+/// One simulated FIFO M/M/c run of `n` Poisson arrivals at rate `lambda`.
+fn simulate_mmc(rng: &mut Rng, n: usize, lambda: f64, mean_service: f64, c: usize) -> SimRun {
+    let mut t = 0.0;
+    let arrivals: Vec<f64> = (0..n)
+        .map(|_| {
+            t += rng.exp(1.0 / lambda);
+            t
+        })
+        .collect();
+    simulate_fifo(rng, &arrivals, mean_service, c, 0.0)
+}
+
+/// One simulated run of c FIFO servers with exponential services over the given arrival times
+/// (seconds, in order).
+fn simulate_fifo(
+    rng: &mut Rng,
+    arrivals: &[f64],
+    mean_service: f64,
+    c: usize,
+    shift: f64,
+) -> SimRun {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    // Departure times as a client sees them, in µs (a heap of the ones still ahead).
+    let mut seen: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
     let mut free = vec![0.0f64; c];
-    let (mut t, mut total, mut waited) = (0.0, 0.0, 0usize);
-    for _ in 0..n {
-        t += rng.exp(1.0 / lambda);
+    let (mut total, mut waited, mut busy) = (0.0, 0usize, 0usize);
+    for &t in arrivals {
+        while seen.peek().is_some_and(|d| d.0 as f64 <= t * 1e6) {
+            seen.pop();
+        }
+        busy += usize::from(seen.len() >= c);
         let (j, at) = free
             .iter()
             .copied()
@@ -1282,8 +1317,14 @@ fn simulate_mmc(rng: &mut Rng, n: usize, lambda: f64, mean_service: f64, c: usiz
         total += begin - t;
         waited += usize::from(begin > t);
         free[j] = begin + rng.exp(mean_service);
+        seen.push(Reverse(((free[j] + shift) * 1e6) as u64));
     }
-    (total / n as f64, waited as f64 / n as f64)
+    let n = arrivals.len() as f64;
+    SimRun {
+        wait: total / n,
+        waited: waited as f64 / n,
+        seen_busy: busy as f64 / n,
+    }
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -1352,22 +1393,23 @@ fn poisson_arrivals_wait_as_erlang_c_predicts() {
     // correlated from one customer to the next, so the sampling error of a run's mean wait is far
     // above σ/√n: it is taken from 300 simulated runs of the same size (about 20% of W for the
     // mean wait, 0.035 for the fraction that waited), and the bounds are 4 of those standard
-    // deviations around Erlang C at the load the run really offered (see below).
+    // deviations.
     const C: u32 = 2;
     const M: f64 = 0.008;
     const RHO: f64 = 0.7;
     const N: usize = 1600;
     let lambda = RHO * C as f64 / M;
-    let a = lambda * M;
-    let p_wait = erlang_c(C, a);
-    let w = p_wait * M / (C as f64 - a);
-
+    let (p_wait, w) = {
+        let a = lambda * M;
+        let p = erlang_c(C, a);
+        (p, p * M / (C as f64 - a))
+    };
     let mut rng = Rng(30);
-    let runs: Vec<(f64, f64)> = (0..300)
+    let runs: Vec<SimRun> = (0..300)
         .map(|_| simulate_mmc(&mut rng, N, lambda, M, C as usize))
         .collect();
-    let (sim_w, sd_w) = mean_sd(&runs.iter().map(|r| r.0).collect::<Vec<_>>());
-    let (sim_p, sd_p) = mean_sd(&runs.iter().map(|r| r.1).collect::<Vec<_>>());
+    let (sim_w, sd_w) = mean_sd(&runs.iter().map(|r| r.wait).collect::<Vec<_>>());
+    let (sim_p, sd_p) = mean_sd(&runs.iter().map(|r| r.waited).collect::<Vec<_>>());
     // The simulation agrees with the formula (so its spread is the spread of this system).
     assert!(
         (sim_w - w).abs() < 0.1 * w,
@@ -1392,20 +1434,16 @@ fn poisson_arrivals_wait_as_erlang_c_predicts() {
         arrivals.push(Duration::from_secs_f64(t));
     }
     let log = open_loop(s.addr, "/e", &arrivals, 48);
-    let late: Vec<f64> = log
+    let mean_late = log
         .iter()
         .map(|(i, sent, _)| (sent.as_secs_f64() - arrivals[*i].as_secs_f64()).max(0.0))
-        .collect();
-    let mean_late = late.iter().sum::<f64>() / N as f64;
-    assert!(
-        mean_late < 0.001,
-        "arrivals sent {:.2} ms late on average",
-        mean_late * 1e3
-    );
-
-    // The fraction that waited, from the client's side: an arrival waits when it finds 2 requests
-    // in the system (sent, not yet answered) — all servers busy.
-    let waited = log
+        .sum::<f64>()
+        / N as f64;
+    let sent: Vec<f64> = log.iter().map(|l| l.1.as_secs_f64()).collect();
+    let latency = log.iter().map(|l| (l.2 - l.1).as_secs_f64()).sum::<f64>() / N as f64;
+    // From the client's side, an arrival found all servers busy when C requests sent before it
+    // were not yet answered.
+    let seen_busy = log
         .iter()
         .filter(|(_, sent, _)| {
             log.iter()
@@ -1415,6 +1453,7 @@ fn poisson_arrivals_wait_as_erlang_c_predicts() {
         })
         .count() as f64
         / N as f64;
+
     let t = truth_when(&s, |t| num(route(t, "/e"), &["count"]) >= N as f64);
     let e = route(&t, "/e");
     assert_eq!(num(e, &["count"]), N as f64, "{e}");
@@ -1427,44 +1466,75 @@ fn poisson_arrivals_wait_as_erlang_c_predicts() {
         (drawn - M).abs() < 4.0 * M / (N as f64).sqrt(),
         "service mean {drawn}"
     );
-    // Erlang C for the load this run really offered: its arrival rate and the service the server
-    // really gave (held − wait: the draw plus the timer's lateness). Conditioning on these only
-    // narrows the spread, so the simulated standard deviations stay conservative.
-    let lambda_run = N as f64 / arrivals[N - 1].as_secs_f64();
-    let service = held - wait;
-    let a_run = lambda_run * service;
-    assert!(a_run < 1.8, "offered load {a_run:.2} (service {service} s)");
-    let p_run = erlang_c(C, a_run);
-    let w_run = p_run * service / (C as f64 - a_run);
-    eprintln!(
-        "Erlang C at ρ {:.3}: P(wait) {p_run:.3} (nominal {p_wait:.3}; client saw {waited:.3}, sd \
-         {sd_p:.3}), W {:.2} ms (nominal {:.2}; server's wait mean {:.2} ms, sd {:.2}); service \
-         drawn {:.2} ms, given {:.2} ms",
-        a_run / C as f64,
-        w_run * 1e3,
-        w * 1e3,
-        wait * 1e3,
-        sd_w * 1e3,
-        drawn * 1e3,
-        service * 1e3
-    );
-    // The client sees an answer a little after the server freed its server: a small allowance.
-    assert!(
-        (waited - p_run).abs() <= 4.0 * sd_p + 0.01,
-        "fraction that waited {waited:.3}, Erlang C {p_run:.3} (sd {sd_p:.3})"
-    );
-    assert!(
-        (wait - w_run).abs() <= 4.0 * sd_w,
-        "mean wait {:.2} ms, Erlang C {:.2} ms (sd {:.2} ms)",
-        wait * 1e3,
-        w_run * 1e3,
-        sd_w * 1e3
-    );
-    // Each request held its wait plus its service.
+    // Each request held its wait plus its service (and the answer's way out).
     assert!(
         held >= wait + drawn - 0.000_1 && held < wait + drawn + 0.001,
         "held {held} vs wait {wait} + service {drawn}"
     );
+
+    // The same queue simulated over the arrivals exactly as they were sent and with this run's
+    // service mean (the pool keeps its servers for the drawn time exactly): what to expect of this
+    // run whatever the machine's load did to the sender, with the spread the services alone give.
+    // The client learns of a departure later than it happens, by its latency less the server's
+    // wait and service: the simulation shifts its departures by that much for the client's count.
+    let shift = (latency - wait - drawn).max(0.0);
+    let mut rng = Rng(31);
+    let runs: Vec<SimRun> = (0..300)
+        .map(|_| simulate_fifo(&mut rng, &sent, drawn, C as usize, shift))
+        .collect();
+    let (cond_w, cond_sd_w) = mean_sd(&runs.iter().map(|r| r.wait).collect::<Vec<_>>());
+    let (cond_p, _) = mean_sd(&runs.iter().map(|r| r.waited).collect::<Vec<_>>());
+    let (cond_busy, cond_sd_busy) = mean_sd(&runs.iter().map(|r| r.seen_busy).collect::<Vec<_>>());
+    // Erlang C at this run's load (its arrival rate and service mean), and the fraction that
+    // waited as the client's count gives it once the lateness of its view is taken out.
+    let a_run = N as f64 / sent[sent.len() - 1] * drawn;
+    let p_run = erlang_c(C, a_run);
+    let w_run = p_run * drawn / (C as f64 - a_run);
+    let waited = seen_busy - (cond_busy - cond_p);
+    eprintln!(
+        "Erlang C at ρ {:.3}: P(wait) {p_run:.3} (nominal {p_wait:.3}, sd {sd_p:.3}), W {:.2} ms \
+         (nominal {:.2}, sd {:.2}); this run: waited {waited:.3} (client saw all busy {seen_busy:.3}), \
+         server's wait mean {:.2} ms; simulated over the arrivals as sent ({:.2} ms late on \
+         average, the client's view {:.2} ms late): P(wait) {cond_p:.3}, all busy {cond_busy:.3} \
+         (sd {cond_sd_busy:.3}), W {:.2} ms (sd {:.2})",
+        a_run / C as f64,
+        w_run * 1e3,
+        w * 1e3,
+        sd_w * 1e3,
+        wait * 1e3,
+        mean_late * 1e3,
+        shift * 1e3,
+        cond_w * 1e3,
+        cond_sd_w * 1e3
+    );
+    assert!(
+        (seen_busy - cond_busy).abs() <= 4.0 * cond_sd_busy + 0.01,
+        "arrivals that found all servers busy {seen_busy:.3}, simulated {cond_busy:.3} (sd \
+         {cond_sd_busy:.3})"
+    );
+    assert!(
+        (wait - cond_w).abs() <= 4.0 * cond_sd_w,
+        "mean wait {:.2} ms, simulated {:.2} ms (sd {:.2} ms)",
+        wait * 1e3,
+        cond_w * 1e3,
+        cond_sd_w * 1e3
+    );
+    // Erlang C itself, when the arrivals went out as scheduled (Poisson): a sender held up by
+    // the machine's load (seen: 1.5 ms late on average with the load at 4 on two cores) bunches
+    // them, which Erlang C does not describe; the simulation above covers that case.
+    if mean_late < 0.001 {
+        assert!(
+            (waited - p_run).abs() <= 4.0 * sd_p + 0.01,
+            "fraction that waited {waited:.3}, Erlang C {p_run:.3} (sd {sd_p:.3})"
+        );
+        assert!(
+            (wait - w_run).abs() <= 4.0 * sd_w,
+            "mean wait {:.2} ms, Erlang C {:.2} ms (sd {:.2} ms)",
+            wait * 1e3,
+            w_run * 1e3,
+            sd_w * 1e3
+        );
+    }
 }
 
 // ---- 5. Bad input ----
