@@ -654,8 +654,11 @@ impl Connection {
             return;
         };
         let hold = held.hold;
-        if let Some(ticket) = held.ticket.take() {
-            ticket.finish(now);
+        match (held.ticket.take(), hold.truth) {
+            (Some(ticket), _) => ticket.finish(now),
+            // A route answer that is not held, behind another route's delay: answered at once.
+            (None, Some(key)) => env.catalog.record(key, hold.delay, Duration::ZERO),
+            (None, None) => {}
         }
         let len = held.end;
         let split = match (held.body_at, hold.fault) {

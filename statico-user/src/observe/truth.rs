@@ -416,7 +416,8 @@ impl GroundTruth {
         if pools.is_empty() {
             return;
         }
-        let gauges: [(&str, &str, fn(&PoolTruth) -> u64); 2] = [
+        type Gauge = (&'static str, &'static str, fn(&PoolTruth) -> u64);
+        let gauges: [Gauge; 2] = [
             (
                 "statico_pool_in_service",
                 "Requests a pool is serving now.",

@@ -576,12 +576,12 @@ fn route_load(spec: &RouteSpec, pool: Option<usize>) -> RouteLoad {
     )
 }
 
+/// The pools, and each route's pool among them (an index).
+type Resolved = (Vec<Arc<Pool>>, Vec<Option<usize>>);
+
 /// The pools: those defined apart (`--pool`, `[[pool]]`), then each route's own; and each route's
 /// pool among them. A pool defined twice or a route naming no defined pool is the user's error.
-fn resolve_pools(
-    specs: &[RouteSpec],
-    defined: &[(PoolSpec, String)],
-) -> Result<(Vec<Arc<Pool>>, Vec<Option<usize>>)> {
+fn resolve_pools(specs: &[RouteSpec], defined: &[(PoolSpec, String)]) -> Result<Resolved> {
     let mut pools: Vec<Arc<Pool>> = Vec::new();
     for (i, (pool, at)) in defined.iter().enumerate() {
         if let Some((_, first)) = defined[..i].iter().find(|(p, _)| p.name == pool.name) {

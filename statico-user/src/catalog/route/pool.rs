@@ -309,10 +309,13 @@ fn orphan_clock() -> &'static OrphanClock {
     })
 }
 
+/// Ends of service to replay, with their pools, and the condition the clock's thread waits on.
+type Orphans = (Mutex<Vec<(Instant, Weak<Pool>)>>, Condvar);
+
 /// Ends of service to replay, with their pools.
 #[derive(Default)]
 struct OrphanClock {
-    shared: Arc<(Mutex<Vec<(Instant, Weak<Pool>)>>, Condvar)>,
+    shared: Arc<Orphans>,
 }
 
 impl OrphanClock {
@@ -325,7 +328,7 @@ impl OrphanClock {
     }
 
     /// Sleeps until the earliest end, then advances the pools whose ends have come.
-    fn run(shared: &(Mutex<Vec<(Instant, Weak<Pool>)>>, Condvar)) {
+    fn run(shared: &Orphans) {
         let (list, wake) = shared;
         let mut list = list.lock().unwrap_or_else(|p| p.into_inner());
         loop {
