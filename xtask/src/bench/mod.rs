@@ -21,6 +21,7 @@ mod http2;
 mod http3;
 mod measure;
 mod profile;
+mod queueing;
 mod ratio;
 mod report;
 mod routes;
