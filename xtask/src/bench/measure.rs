@@ -413,6 +413,10 @@ pub struct OhaRun {
     /// Latency percentiles over every answer, in ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Mean latency over every answer, in ms.
+    pub mean_ms: f64,
+    /// Requests in flight at the deadline, which oha aborts (not failures).
+    pub aborted: u64,
 }
 
 impl OhaRun {
@@ -439,6 +443,7 @@ pub fn parse_oha(json: &str) -> Result<OhaRun> {
         seconds: doc["summary"]["total"].as_f64().unwrap_or(0.0),
         p50_ms: ms("p50"),
         p99_ms: ms("p99"),
+        mean_ms: doc["summary"]["average"].as_f64().unwrap_or(0.0) * 1e3,
         ..OhaRun::default()
     };
     for (status, n) in doc["statusCodeDistribution"]
@@ -453,11 +458,34 @@ pub fn parse_oha(json: &str) -> Result<OhaRun> {
         }
     }
     for (error, n) in doc["errorDistribution"].as_object().into_iter().flatten() {
-        if !error.contains("deadline") {
+        if error.contains("deadline") {
+            run.aborted += count(n);
+        } else {
             run.failures.push((error.clone(), count(n)));
         }
     }
     Ok(run)
+}
+
+/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.1, `Connection: close`), if the answer is 200.
+pub fn http_get(port: u16, path: &str) -> Result<String> {
+    let mut c =
+        TcpStream::connect(("127.0.0.1", port)).context("connect to statico's --metrics")?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    c.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!(
+            "GET {path} on port {port}: {}",
+            head.lines().next().unwrap_or("")
+        );
+    }
+    Ok(body.to_string())
 }
 
 /// RSS with `n` idle keep-alive connections, each having made one request.
@@ -571,7 +599,7 @@ mod tests {
             "statusCodeDistribution":{"200":10000},
             "errorDistribution":{"aborted due to deadline":800}}"#;
         let run = parse_oha(json).unwrap();
-        assert_eq!((run.ok, run.seconds), (10000, 2.004));
+        assert_eq!((run.ok, run.seconds, run.aborted), (10000, 2.004, 800));
         run.check("u").unwrap();
         let json = r#"{"summary":{"total":2.0},"statusCodeDistribution":{"200":5,"503":2},
             "errorDistribution":{"connection refused":3}}"#;

@@ -156,7 +156,8 @@ pub fn dmc_sigma(c: usize, lambda: f64, mu: f64) -> Option<f64> {
 /// How requests arrive.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arrivals {
-    /// A Poisson process (M/M/c).
+    /// A Poisson process (M/M/c): the tests hold the simulation to Erlang C with it.
+    #[cfg_attr(not(test), allow(dead_code))]
     Poisson,
     /// Request i due at i/λ, then rounded up to a multiple of `grid` seconds (0: not rounded) on a
     /// clock of random phase — oha's pacing, whose tokio timer rounds each due time up to the
@@ -363,7 +364,11 @@ mod tests {
         let sum: f64 = (0..c).map(|k| a.powi(k as i32) / fact(k)).sum();
         let expected = top / (sum + top);
         assert!(close(erlang_c(c, a), expected, 1e-12));
-        assert!((erlang_c(c, a) - 0.45764).abs() < 1e-5, "{}", erlang_c(c, a));
+        assert!(
+            (erlang_c(c, a) - 0.45764).abs() < 1e-5,
+            "{}",
+            erlang_c(c, a)
+        );
         // M/M/1: P(wait) = ρ.
         assert!(close(erlang_c(1, 0.7), 0.7, 1e-12));
         assert_eq!(erlang_c(8, 8.0), 1.0);
@@ -373,13 +378,21 @@ mod tests {
     fn mmc_quantiles_invert_their_tails() {
         let q = Mmc::new(8, 720.0, 100.0).unwrap();
         let w99 = q.wait_quantile(0.99);
-        assert!(close(q.p_wait() * (-(800.0 - 720.0) * w99).exp(), 0.01, 1e-9));
+        assert!(close(
+            q.p_wait() * (-(800.0 - 720.0) * w99).exp(),
+            0.01,
+            1e-9
+        ));
         assert_eq!(q.wait_quantile(0.2), 0.0);
         let s99 = q.sojourn_quantile(0.99);
         assert!(close(q.sojourn_tail(s99), 0.01, 1e-6));
         // At light load the sojourn is the service: p99 of exp(10 ms) = 10 ms · ln 100.
         let light = Mmc::new(8, 10.0, 100.0).unwrap();
-        assert!(close(light.sojourn_quantile(0.99), 0.01 * 100f64.ln(), 1e-3));
+        assert!(close(
+            light.sojourn_quantile(0.99),
+            0.01 * 100f64.ln(),
+            1e-3
+        ));
         assert!(Mmc::new(8, 800.0, 100.0).is_none());
     }
 
@@ -414,7 +427,12 @@ mod tests {
     fn the_simulation_with_poisson_arrivals_is_erlang_c() {
         let p = long(8, 640.0, Arrivals::Poisson);
         let q = Mmc::new(8, 640.0, 100.0).unwrap();
-        assert!(close(p.p_wait, q.p_wait(), 0.03), "{} {}", p.p_wait, q.p_wait());
+        assert!(
+            close(p.p_wait, q.p_wait(), 0.03),
+            "{} {}",
+            p.p_wait,
+            q.p_wait()
+        );
         assert!(close(p.wait.mean, q.mean_wait(), 0.06), "{:?}", p.wait);
         assert!(close(p.wait.p99, q.wait_quantile(0.99), 0.06));
         assert!(close(p.sojourn.p99, q.sojourn_quantile(0.99), 0.04));
@@ -445,7 +463,11 @@ mod tests {
             arrivals: Arrivals::Even { grid: 0.001 },
         };
         let (short, longer) = (predict(&m(2.0), 10, 1), predict(&m(10.0), 10, 1));
-        assert!(close(longer.throughput, 800.0, 0.03), "{}", longer.throughput);
+        assert!(
+            close(longer.throughput, 800.0, 0.03),
+            "{}",
+            longer.throughput
+        );
         // Answered by the deadline T: those that came by T/ρ, having waited up to (ρ−1)T/ρ.
         assert!(close(longer.sojourn.p99, 0.99 * 0.5 * 10.0 / 1.5, 0.05));
         assert!(longer.wait.p50 > 4.0 * short.wait.p50);
@@ -478,7 +500,12 @@ mod tests {
         assert!((k - 0.85).abs() < 1e-12, "{k}");
         assert_eq!(knee(&loads, &[0.0; 4], 0.01), None);
         assert_eq!(knee(&loads, &[0.02; 4], 0.01), Some(0.5));
-        let per_load = vec![vec![0.0, 0.0], vec![0.005, 0.02], vec![0.02, 0.03], vec![0.05, 0.05]];
+        let per_load = vec![
+            vec![0.0, 0.0],
+            vec![0.005, 0.02],
+            vec![0.02, 0.03],
+            vec![0.05, 0.05],
+        ];
         assert_eq!(run_knees(&loads, &per_load, 0.01).len(), 2);
         let quantiles = [1.0, 2.0, 3.0, 4.0];
         assert_eq!(
