@@ -422,7 +422,7 @@ fn measured_table(points: &[Point]) -> String {
                 ms(t.wait.p50),
                 ms(t.wait.p99),
                 ms(t.wait.mean),
-                ms(t.held.mean - t.wait.mean),
+                ms(t.drawn.mean),
                 t.queued_max,
                 m.cpu_us_per_req,
                 o.aborted,
@@ -431,7 +431,7 @@ fn measured_table(points: &[Point]) -> String {
             Err(e) => writeln!(s, "no ground truth: {e:#}"),
         };
     }
-    s.push_str("service: the mean time a request held a server (held − wait); queued: the pool's queued max;\naborted: requests oha still had in flight at its deadline.\n");
+    s.push_str("queue wait: as statico records it, of every request (one still queued at the deadline: until its\nclient left); service: the mean service time drawn (answered requests); queued: the pool's queued max;\naborted: requests oha still had in flight at its deadline.\n");
     s
 }
 

@@ -179,7 +179,8 @@ pub struct Model {
 /// What one simulated run saw, in seconds.
 #[derive(Clone, Debug, Default)]
 pub struct Run {
-    /// The wait of each request that got a server before the deadline (what statico's `wait_us` counts).
+    /// Each request's wait as statico records it (`wait_us`): until it got a server, or, if it was
+    /// still queued at the deadline, until then (when its client leaves).
     pub waits: Vec<f64>,
     /// Wait + service of each request answered before the deadline (what the client counts).
     pub sojourns: Vec<f64>,
@@ -217,9 +218,7 @@ pub fn simulate(m: &Model, rng: &mut Rng) -> Run {
             .unwrap_or(0);
         let start = at.max(free[k]);
         free[k] = start + rng.exp(m.mean_service);
-        if start <= m.seconds {
-            run.waits.push(start - at);
-        }
+        run.waits.push(start.min(m.seconds) - at);
         if free[k] <= m.seconds {
             run.sojourns.push(free[k] - at);
         }
@@ -281,7 +280,7 @@ pub struct Prediction {
     pub sojourn: Summary,
     /// Answers before the deadline per second of the run.
     pub throughput: f64,
-    /// The share of requests (that got a server) that waited.
+    /// The share of requests that waited.
     pub p_wait: f64,
     /// The most in flight in any run.
     pub max_in_flight: usize,
