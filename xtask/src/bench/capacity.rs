@@ -59,6 +59,8 @@ pub struct PoolTruth {
     pub wait: Summary,
     pub drawn: Summary,
     pub held: Summary,
+    /// |held − (wait + drawn)|: how late statico told each answer against its schedule.
+    pub off: Summary,
     pub served: u64,
     pub shed: u64,
     pub in_service_max: u64,
@@ -240,6 +242,7 @@ pub fn parse_truth(json: &str) -> Result<PoolTruth> {
         wait: s(&route["wait_us"]),
         drawn: s(&route["drawn_us"]),
         held: s(&route["held_us"]),
+        off: s(&route["off_us"]),
         served: n(&pool["served"]),
         shed: n(&pool["shed"]),
         in_service_max: n(&pool["in_service_max"]),
@@ -391,10 +394,10 @@ fn ms(s: f64) -> f64 {
 
 fn measured_table(points: &[Point]) -> String {
     let mut s = format!(
-        "\nmeasured        {:>28}  {:>26}  {:>26}\n{:>5} {:>9} {:>10} {:>6}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>7} {:>7} {:>7}\n",
-        "oha (client) ms", "statico queue wait ms", "statico",
+        "\n{:<34}{:>26}  {:>26}  {:>17}\n{:>5} {:>9} {:>10} {:>6}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>7} {:>7} {:>7}\n",
+        "measured", "oha (client) ms", "statico queue wait ms", "statico ms",
         "load", "offered/s", "achieved/s", "conns", "p50", "p99", "mean", "p50", "p99", "mean",
-        "service", "queued", "CPU µs", "aborted"
+        "service", "late p99", "queued", "CPU µs", "aborted"
     );
     for p in points {
         let _ = write!(s, "{:>4}% {:>9} ", p.load, p.rate);
@@ -418,11 +421,12 @@ fn measured_table(points: &[Point]) -> String {
         let _ = match &m.truth {
             Ok(t) => writeln!(
                 s,
-                "{:>8.2} {:>8.2} {:>8.2}  {:>8.2} {:>7} {:>7.1} {:>7}{}",
+                "{:>8.2} {:>8.2} {:>8.2}  {:>8.2} {:>8.2} {:>7} {:>7.1} {:>7}{}",
                 ms(t.wait.p50),
                 ms(t.wait.p99),
                 ms(t.wait.mean),
                 ms(t.drawn.mean),
+                ms(t.off.p99),
                 t.queued_max,
                 m.cpu_us_per_req,
                 o.aborted,
@@ -431,7 +435,7 @@ fn measured_table(points: &[Point]) -> String {
             Err(e) => writeln!(s, "no ground truth: {e:#}"),
         };
     }
-    s.push_str("queue wait: as statico records it, of every request (one still queued at the deadline: until its\nclient left); service: the mean service time drawn (answered requests); queued: the pool's queued max;\naborted: requests oha still had in flight at its deadline.\n");
+    s.push_str("queue wait: as statico records it, of every request (one still queued at the deadline: until its\nclient left); service: the mean service time drawn (answered requests); late: how far statico's answer\ncame after its schedule (|held − (wait + service)|, the answering worker's wake-up); queued: the pool's\nqueued max; aborted: requests oha still had in flight at its deadline.\n");
     s
 }
 
@@ -446,8 +450,8 @@ fn failures(o: &OhaRun) -> String {
 
 fn model_table(points: &[Point]) -> String {
     let mut s = format!(
-        "\nmodel           {:>28}  {:>26}  {:>16}  {:>14}   {:>26}\n{:>5} {:>10}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>7} {:>8}  {:>5} {:>8}   {:>7} {:>8} {:>8}\n",
-        "client ms", "queue wait ms", "", "D/M/c", "M/M/c steady state",
+        "\n{:<18}{:>26}  {:>26}  {:>16}  {:>14}   {:>25}\n{:>5} {:>10}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>7} {:>8}  {:>5} {:>8}   {:>7} {:>8} {:>8}\n",
+        "model", "client ms", "queue wait ms", "", "D/M/c", "M/M/c steady state",
         "load", "achieved/s", "p50", "p99", "mean", "p50", "p99", "mean", "P(wait)", "W|wait",
         "σ", "W|wait", "P(wait)", "wait", "p99"
     );
@@ -583,6 +587,7 @@ fn point_json(p: &Point) -> Value {
                 Ok(t) => json!({
                     "count": t.count, "outcomes": t.outcomes, "wait_ms": summary_json(&t.wait),
                     "drawn_ms": summary_json(&t.drawn), "held_ms": summary_json(&t.held),
+                    "off_ms": summary_json(&t.off),
                     "served": t.served, "shed": t.shed, "in_service_max": t.in_service_max,
                     "queued_max": t.queued_max,
                 }),
