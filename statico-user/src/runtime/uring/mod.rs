@@ -16,7 +16,9 @@
 //! - a ring **timeout** every [`TICK`] that patches the `Date`, expires deadlines (idle, header, send,
 //!   linger), notices shutdown and retries a failed accept; a per-connection timeout only for the
 //!   `--delay` / `--body-delay` waits, which must be on time;
-//! - **shutdown** (write side, before a lingering close) and **shutdown + close** (linked) to end one.
+//! - **shutdown** (write side, before a lingering close) and **shutdown + close** (linked) to end one;
+//! - one **read** of the worker's eventfd, always posted: a pool on another thread that decides a
+//!   queued request's fate wakes its connection through it ([`wake`]).
 //!
 //! Memory the kernel reads or writes: receive buffers (see [`buffers`]); a connection's output, frozen
 //! by [`Connection::send_started`] until the send completes — if the connection closes first, it is
@@ -27,6 +29,7 @@
 mod buffers;
 mod ring;
 mod slots;
+mod wake;
 
 use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::mpsc;
@@ -37,6 +40,7 @@ use statico_common::Counter;
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
 use crate::catalog::response::DateClock;
+use crate::catalog::route::pool::Fate;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::MAX_SLICES;
@@ -113,6 +117,8 @@ struct Conn {
     recv: Recv,
     /// The pacing deadline a timeout is armed for.
     timer: Option<Instant>,
+    /// The queued request whose ticket has this connection's waker ([`wake`]), by its id.
+    registered: Option<usize>,
 }
 
 /// A `sendmsg`'s header and slices: the output's chunks (own bytes and shared bodies) in one send.
@@ -188,6 +194,10 @@ struct Worker<'a> {
     /// The time of the completions being handled.
     now: Instant,
     cqes: Vec<(u64, i32, u32)>,
+    /// Connections woken from other threads, and the eventfd read's buffer (boxed: the kernel
+    /// writes it; kept, or leaked, like the receive buffers).
+    mailbox: std::sync::Arc<wake::Mailbox>,
+    wake_buf: Box<u64>,
 }
 
 /// Runs one worker until shutdown. `ready` receives the outcome of start-up.
@@ -226,6 +236,8 @@ impl<'a> Worker<'a> {
             .submitter()
             .register_files_sparse(opts.direct_files)
             .is_ok();
+        let mailbox = wake::Mailbox::new()
+            .map_err(|e| format!("worker {id}: cannot create an eventfd: {e}"))?;
         let mut w = Worker {
             ring: Ring::new(ring),
             bufs,
@@ -246,9 +258,12 @@ impl<'a> Worker<'a> {
             clock: DateClock::default(),
             now: Instant::now(),
             cqes: Vec::with_capacity(1024),
+            mailbox,
+            wake_buf: Box::new(0),
         };
         w.arm_accept();
         w.arm_tick();
+        w.arm_wake();
         Ok(w)
     }
 
@@ -296,6 +311,7 @@ impl<'a> Worker<'a> {
                 Some(Op::Send) => self.on_send(data, slot, gen, res),
                 Some(Op::Tick) => self.on_tick(),
                 Some(Op::Timer) => self.on_timer(slot, gen),
+                Some(Op::Wake) => self.on_wake(),
                 Some(Op::Close) | Some(Op::Cancel) | None => {}
             }
         }
@@ -338,6 +354,7 @@ impl<'a> Worker<'a> {
             gather: None,
             recv: Recv::Off,
             timer: None,
+            registered: None,
         });
         if self.timespecs.len() < self.conns.capacity() {
             self.timespecs.push(Box::new(types::Timespec::new()));
@@ -401,6 +418,21 @@ impl<'a> Worker<'a> {
         let env = self.shared.env();
         c.layer.on_deadline(&mut c.state, self.now, env);
         self.drive(slot);
+    }
+
+    /// Connections woken from another thread (a pool decided their queued request): each asks its
+    /// ticket what next.
+    fn on_wake(&mut self) {
+        self.arm_wake();
+        for woken in self.mailbox.take() {
+            let (_, slot, gen) = untoken(woken);
+            let Some(c) = self.conns.get_mut(slot, gen) else {
+                continue;
+            };
+            let env = self.shared.env();
+            c.layer.on_deadline(&mut c.state, self.now, env);
+            self.drive(slot);
+        }
     }
 
     /// Every [`TICK`]: `Date`, expired deadlines, idle connections while draining, a failed accept.
@@ -498,6 +530,41 @@ impl<'a> Worker<'a> {
         }
         self.steer_recv(slot);
         self.arm_timer(slot);
+        self.register_waker(slot);
+    }
+
+    /// A connection whose request waits in a pool's queue gives the pool its waker, once per
+    /// request; if the pool decided meanwhile, it is woken at once.
+    fn register_waker(&mut self, slot: usize) {
+        let Some(c) = self.conns.at(slot) else {
+            return;
+        };
+        let Some(ticket) = c.state.waiting_ticket() else {
+            c.registered = None;
+            return;
+        };
+        if c.registered == Some(ticket.id()) {
+            return;
+        }
+        c.registered = Some(ticket.id());
+        let token = token(Op::Wake, slot, c.gen);
+        if !matches!(
+            ticket.register(&self.mailbox.waker(token)),
+            Fate::Waiting { .. }
+        ) {
+            self.mailbox.wake(token);
+        }
+    }
+
+    /// Posts the read of the eventfd that other threads write to wake this worker.
+    fn arm_wake(&mut self) {
+        let buf: *mut u64 = &mut *self.wake_buf;
+        let e = opcode::Read::new(types::Fd(self.mailbox.fd()), buf.cast(), 8)
+            .build()
+            .user_data(token(Op::Wake, 0, 0));
+        // SAFETY: the buffer is boxed and lives as long as the worker; `finish` leaks it if the
+        // kernel does not confirm this read's cancellation.
+        unsafe { self.ring.push(e) };
     }
 
     /// Arms the multishot receive when the connection wants input; cancels it when the connection
@@ -666,6 +733,7 @@ impl<'a> Worker<'a> {
         if self.ring.inflight > 0 || !self.bufs.unregister(&self.ring.ring) {
             // The kernel may still use the buffers: never free them.
             std::mem::forget(std::mem::take(&mut self.orphans));
+            std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
             std::mem::forget(self.bufs);
         }
     }
