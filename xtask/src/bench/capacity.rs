@@ -151,10 +151,16 @@ fn predicted(load: u32, secs: u64) -> Point {
     }
 }
 
-/// Connections for an open loop: a quarter more than the most requests the model ever has in flight
-/// (each HTTP/1.1 connection carries one), and 32 more.
+/// Connections for an open loop: half as many again as the most requests the model ever has in
+/// flight (each HTTP/1.1 connection carries one; at capacity a run's queue strays far), and 64 more.
 fn conns_for(max_in_flight: usize) -> u32 {
-    ((max_in_flight as f64 * 1.25).ceil() as u32 + 32).max(64)
+    (max_in_flight as f64 * 1.5).ceil() as u32 + 64
+}
+
+/// Whether statico had as many requests as oha had connections: oha then held requests back (closed
+/// loop at the top), and the point is not open loop.
+fn exhausted(t: &PoolTruth, conns: u32) -> bool {
+    t.queued_max + t.in_service_max >= conns as u64
 }
 
 /// statico's flags for one point.
@@ -354,8 +360,8 @@ impl Knees {
 fn heading(run: &RunInfo, secs: u64, pools: bool) -> String {
     let mut s = format!(
         "capacity: statico --route '{ROUTE}' (one worker on CPU {}, --seed 1), a fresh statico per load;\n\
-         oha -q RATE -c CONNS --latency-correction for {secs} s on CPU {}, CONNS a quarter over the most\n\
-         requests the model has in flight (so oha never holds one back: open loop). Capacity C/E[S] = {SERVERS} / {MEAN_SERVICE_MS} ms = {:.0} req/s.\n\
+         oha -q RATE -c CONNS --latency-correction for {secs} s on CPU {}, CONNS 1.5 times the most requests\n\
+         the model has in flight, plus 64 (so oha never holds one back: open loop). Capacity C/E[S] = {SERVERS} / {MEAN_SERVICE_MS} ms = {:.0} req/s.\n\
          The queue is unbounded (the issue's route): above capacity it grows all run long, the throughput caps\n\
          at capacity and the latency grows with the run's length, as before any saturated backend.\n\
          model (the measurement is held to it): oha's arrivals (request i due at i/rate, rounded up to the ms\n\
@@ -431,6 +437,11 @@ fn measured_table(points: &[Point]) -> String {
                 m.cpu_us_per_req,
                 o.aborted,
                 failures(o)
+                    + if exhausted(t, p.conns) {
+                        "  <- every connection busy: oha held requests back"
+                    } else {
+                        ""
+                    }
             ),
             Err(e) => writeln!(s, "no ground truth: {e:#}"),
         };
@@ -754,7 +765,11 @@ mod tests {
     #[test]
     fn connections_cover_the_most_in_flight() {
         assert_eq!(conns_for(0), 64);
-        assert_eq!(conns_for(4000), 5032);
+        assert_eq!(conns_for(4000), 6064);
+        let mut t = parse_truth(TRUTH).unwrap();
+        assert!(!exhausted(&t, 64));
+        t.queued_max = 56;
+        assert!(exhausted(&t, 64));
     }
 
     #[test]
