@@ -389,7 +389,7 @@ fn render(run: &RunInfo, secs: u64, pools: bool, points: &[Point], knees: &Knees
         s.push_str(&measured_table(points));
     }
     s.push_str(&model_table(points));
-    s.push_str(&knee_lines(knees, secs));
+    s.push_str(&knee_lines(knees, points, secs));
     s
 }
 
@@ -461,16 +461,16 @@ fn failures(o: &OhaRun) -> String {
 
 fn model_table(points: &[Point]) -> String {
     let mut s = format!(
-        "\n{:<18}{:>26}  {:>26}  {:>16}  {:>14}   {:>25}\n{:>5} {:>10}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>7} {:>8}  {:>5} {:>8}   {:>7} {:>8} {:>8}\n",
+        "\n{:<18}{:>26}  {:>40}  {:>16}  {:>14}   {:>25}\n{:>5} {:>10}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8} {:>13}  {:>7} {:>8}  {:>5} {:>8}   {:>7} {:>8} {:>8}\n",
         "model", "client ms", "queue wait ms", "", "D/M/c", "M/M/c steady state",
-        "load", "achieved/s", "p50", "p99", "mean", "p50", "p99", "mean", "P(wait)", "W|wait",
+        "load", "achieved/s", "p50", "p99", "mean", "p50", "p99", "mean", "1 run's mean", "P(wait)", "W|wait",
         "σ", "W|wait", "P(wait)", "wait", "p99"
     );
     for p in points {
         let m = &p.model;
         let _ = write!(
             s,
-            "{:>4}% {:>10.1}  {:>8.2} {:>8.2} {:>8.2}  {:>8.2} {:>8.2} {:>8.2}  {:>7.3} {:>8.2}  ",
+            "{:>4}% {:>10.1}  {:>8.2} {:>8.2} {:>8.2}  {:>8.2} {:>8.2} {:>8.2} {:>13}  {:>7.3} {:>8.2}  ",
             p.load,
             m.throughput,
             ms(m.sojourn.p50),
@@ -479,6 +479,10 @@ fn model_table(points: &[Point]) -> String {
             ms(m.wait.p50),
             ms(m.wait.p99),
             ms(m.wait.mean),
+            {
+                let (lo, hi) = band(&m.run_mean_wait);
+                format!("{:.2}-{:.2}", ms(lo), ms(hi))
+            },
             m.p_wait,
             ms(m.wait.mean / m.p_wait.max(1e-12)),
         );
@@ -498,10 +502,40 @@ fn model_table(points: &[Point]) -> String {
         };
     }
     s.push_str(
-        "W|wait: the mean wait of a request that waits; D/M/c's (steady state, exact even arrivals) is\n\
+        "1 run's mean: the central 95% of single simulated runs' mean wait, the scatter of one measured run.\n\
+         W|wait: the mean wait of a request that waits; D/M/c's (steady state, exact even arrivals) is\n\
          1/(cμ(1−σ)), σ the root in (0,1) of σ = exp(−cμ(1−σ)/λ). M/M/c: mean wait and client p99.\n",
     );
     s
+}
+
+/// The central [`KNEE_COVERAGE`] of single runs' figures.
+fn band(runs: &[f64]) -> (f64, f64) {
+    let mut v = runs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let tail = (1.0 - KNEE_COVERAGE) / 2.0;
+    (
+        queueing::quantile(&v, tail),
+        queueing::quantile(&v, 1.0 - tail),
+    )
+}
+
+/// The loads at which statico's mean wait lies outside a single model run's [`band`], and how many
+/// loads were measured.
+fn outside_band(points: &[Point]) -> (Vec<u32>, usize) {
+    let measured: Vec<(&Point, f64)> = points
+        .iter()
+        .filter_map(|p| truth_of(p).map(|(_, t)| (p, t.wait.mean)))
+        .collect();
+    let outside = measured
+        .iter()
+        .filter(|(p, w)| {
+            let (lo, hi) = band(&p.model.run_mean_wait);
+            *w < lo || *w > hi
+        })
+        .map(|(p, _)| p.load)
+        .collect();
+    (outside, measured.len())
 }
 
 /// D/M/c in steady state at `rate`: σ, and the mean wait of a request that waits, 1/(cμ(1−σ)).
@@ -516,7 +550,7 @@ fn pct(k: Option<f64>) -> String {
     k.map_or("not reached".into(), |k| format!("{k:.1}%"))
 }
 
-fn knee_lines(knees: &Knees, secs: u64) -> String {
+fn knee_lines(knees: &Knees, points: &[Point], secs: u64) -> String {
     let mut s = format!(
         "\nknee (where the curve turns up): the offered load at which the mean queue wait reaches the mean\n\
          service time, {MEAN_SERVICE_MS} ms (the mean latency doubles), interpolated between the loads above (linear in\n\
@@ -546,6 +580,19 @@ fn knee_lines(knees: &Knees, secs: u64) -> String {
         "  M/M/c (Poisson arrivals, steady state) puts it at {:.1}%: burstier arrivals queue sooner.",
         knees.mmc
     );
+    let (outside, of) = outside_band(points);
+    if of > 0 {
+        let _ = writeln!(
+            s,
+            "statico's mean wait lies within one model run's 95% at {} of {of} loads{}",
+            of - outside.len(),
+            if outside.is_empty() {
+                String::new()
+            } else {
+                format!(" (outside at {outside:?} %)")
+            }
+        );
+    }
     s
 }
 
@@ -581,8 +628,10 @@ fn summary_json(s: &Summary) -> Value {
 
 fn point_json(p: &Point) -> Value {
     let m = &p.model;
+    let (lo, hi) = band(&m.run_mean_wait);
     let model = json!({
         "throughput": m.throughput, "client_ms": summary_json(&m.sojourn),
+        "wait_mean_single_run_ms": [ms(lo), ms(hi)],
         "wait_ms": summary_json(&m.wait), "p_wait": m.p_wait, "max_in_flight": m.max_in_flight,
     });
     let mmc = p.mmc.map(|q| json!({
@@ -837,6 +886,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches(" 150% ").count(), 2, "{text}");
+        assert!(text.contains("95% at 7 of 7 loads\n"), "{text}");
         let doc = to_json(&run, 1, Path::new("statico"), &points, &knees);
         assert_eq!(doc["points"].as_array().unwrap().len(), QUICK_LOADS.len());
         assert_eq!(doc["knees"]["wait"]["agrees"], true);
@@ -858,6 +908,6 @@ mod tests {
             text.contains("not measured: statico did not start"),
             "{text}"
         );
-        assert!(knee_lines(&knees, 1).contains("not compared"));
+        assert!(knee_lines(&knees, &points, 1).contains("not compared"));
     }
 }
