@@ -22,7 +22,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{free_port, http_get, oha_at_rate, server_cpu_us, wait_port, OhaRun};
+use super::measure::{
+    free_port, http_get, oha_at_rate, run_queue_ns, server_cpu_us, wait_port, OhaRun,
+};
 use super::queueing::{self, Arrivals, Mmc, Model, Prediction, Summary};
 use super::report::{line_chart, machine, Line, LinePanel, RunInfo};
 use super::servers::{start_statico, statico_bin};
@@ -73,6 +75,8 @@ struct Measured {
     /// 200 answers a second of the run.
     achieved: f64,
     cpu_us_per_req: f64,
+    /// statico's threads' time runnable but kept off the CPU by other work, in ms a second of the run.
+    starved_ms_per_s: f64,
     truth: Result<PoolTruth>,
 }
 
@@ -192,9 +196,11 @@ fn measure_point(root: &Path, run: &RunInfo, p: &Point, secs: u64) -> Result<Mea
         "bench: capacity {:>3}%: oha -q {} -c {} for {secs} s",
         p.load, p.rate, p.conns
     );
+    let queued = run_queue_ns(s.pid())?;
     let (oha, cpu_us) = server_cpu_us(s.pid(), || {
         oha_at_rate(run.client_cpus, &url, p.rate, p.conns, secs)
     })?;
+    let starved_ns = run_queue_ns(s.pid())?.saturating_sub(queued);
     // The requests oha left behind at its deadline leave the queue as their connections close.
     std::thread::sleep(Duration::from_millis(300));
     let truth = http_get(metrics_port, "/ground-truth.json").and_then(|b| parse_truth(&b));
@@ -211,6 +217,7 @@ fn measure_point(root: &Path, run: &RunInfo, p: &Point, secs: u64) -> Result<Mea
     Ok(Measured {
         achieved: oha.ok as f64 / secs as f64,
         cpu_us_per_req: cpu_us / oha.ok.max(1) as f64,
+        starved_ms_per_s: starved_ns as f64 / 1e6 / secs as f64,
         oha,
         truth,
     })
@@ -400,10 +407,10 @@ fn ms(s: f64) -> f64 {
 
 fn measured_table(points: &[Point]) -> String {
     let mut s = format!(
-        "\n{:<34}{:>26}  {:>26}  {:>17}\n{:>5} {:>9} {:>10} {:>6}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>7} {:>7} {:>7}\n",
+        "\n{:<34}{:>26}  {:>26}  {:>17}\n{:>5} {:>9} {:>10} {:>6}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}\n",
         "measured", "oha (client) ms", "statico queue wait ms", "statico ms",
         "load", "offered/s", "achieved/s", "conns", "p50", "p99", "mean", "p50", "p99", "mean",
-        "service", "late p99", "queued", "CPU µs", "aborted"
+        "service", "late p99", "queued", "CPU µs", "starved", "aborted"
     );
     for p in points {
         let _ = write!(s, "{:>4}% {:>9} ", p.load, p.rate);
@@ -427,7 +434,7 @@ fn measured_table(points: &[Point]) -> String {
         let _ = match &m.truth {
             Ok(t) => writeln!(
                 s,
-                "{:>8.2} {:>8.2} {:>8.2}  {:>8.2} {:>8.2} {:>7} {:>7.1} {:>7}{}",
+                "{:>8.2} {:>8.2} {:>8.2}  {:>8.2} {:>8.2} {:>7} {:>7.1} {:>8.1} {:>7}{}",
                 ms(t.wait.p50),
                 ms(t.wait.p99),
                 ms(t.wait.mean),
@@ -435,6 +442,7 @@ fn measured_table(points: &[Point]) -> String {
                 ms(t.off.p99),
                 t.queued_max,
                 m.cpu_us_per_req,
+                m.starved_ms_per_s,
                 o.aborted,
                 failures(o)
                     + if exhausted(t, p.conns) {
@@ -446,7 +454,7 @@ fn measured_table(points: &[Point]) -> String {
             Err(e) => writeln!(s, "no ground truth: {e:#}"),
         };
     }
-    s.push_str("queue wait: as statico records it, of every request (one still queued at the deadline: until its\nclient left); service: the mean service time drawn (answered requests); late: how far statico's answer\ncame after its schedule (|held − (wait + service)|, the answering worker's wake-up); queued: the pool's\nqueued max; aborted: requests oha still had in flight at its deadline.\n");
+    s.push_str("queue wait: as statico records it, of every request (one still queued at the deadline: until its\nclient left); service: the mean service time drawn (answered requests); late: how far statico's answer\ncame after its schedule (|held − (wait + service)|, the answering worker's wake-up); queued: the pool's\nqueued max; starved: ms a second statico's threads were runnable but kept off their CPU by other\nwork (/proc schedstat); aborted: requests oha still had in flight at its deadline.\n");
     s
 }
 
@@ -657,7 +665,8 @@ fn point_json(p: &Point) -> Value {
                 "achieved": x.achieved, "ok": o.ok, "aborted": o.aborted,
                 "failures": o.failures,
                 "client_ms": { "p50": o.p50_ms, "p99": o.p99_ms, "mean": o.mean_ms },
-                "cpu_us_per_req": x.cpu_us_per_req, "truth": truth,
+                "cpu_us_per_req": x.cpu_us_per_req, "starved_ms_per_s": x.starved_ms_per_s,
+                "truth": truth,
             })
         }
     };
@@ -859,6 +868,7 @@ mod tests {
             achieved: m.throughput,
             oha,
             cpu_us_per_req: 5.0,
+            starved_ms_per_s: 0.0,
             truth: Ok(truth),
         }));
     }

@@ -165,6 +165,21 @@ pub fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// The time every thread of process `pid` has spent runnable but waiting for a CPU (the second field
+/// of /proc/PID/task/TID/schedstat), in ns: how much other work on its CPUs held it back.
+pub fn run_queue_ns(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("schedstat")).unwrap_or_default();
+        total += stat
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
+
 /// Runs `work` and returns what it returned with the CPU time (µs) process `pid` used meanwhile.
 pub fn server_cpu_us<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
     let before = cpu_ticks(pid)?;
@@ -581,6 +596,15 @@ mod tests {
             _ => Ok(()),
         });
         assert!(failed.is_err());
+    }
+
+    #[test]
+    fn a_process_has_a_run_queue_delay() {
+        let me = std::process::id();
+        let before = run_queue_ns(me).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(run_queue_ns(me).unwrap() >= before);
+        assert!(run_queue_ns(u32::MAX).is_err());
     }
 
     #[test]
