@@ -206,8 +206,10 @@ fn exhausted(t: &PoolTruth, conns: u32) -> bool {
     t.queued_max + t.in_service_max >= conns as u64
 }
 
-/// statico's flags for one point.
-fn statico_flags(metrics: &str) -> Vec<String> {
+/// statico's flags for one point: its seed is the load, so that each point draws its own service
+/// times (as each simulated point does), repeatably.
+fn statico_flags(metrics: &str, load: u32) -> Vec<String> {
+    let seed = load.to_string();
     [
         "-t",
         "1",
@@ -216,7 +218,7 @@ fn statico_flags(metrics: &str) -> Vec<String> {
         "--metrics",
         metrics,
         "--seed",
-        "1",
+        &seed,
     ]
     .map(String::from)
     .into()
@@ -226,7 +228,7 @@ fn statico_flags(metrics: &str) -> Vec<String> {
 /// ground truth.
 fn measure_point(root: &Path, run: &RunInfo, p: &Point, secs: u64) -> Result<Measured> {
     let metrics_port = free_port()?;
-    let flags = statico_flags(&format!("127.0.0.1:{metrics_port}"));
+    let flags = statico_flags(&format!("127.0.0.1:{metrics_port}"), p.load);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let s = start_statico(root, "statico", Some(run.server_cpus), &flags)?;
     wait_port(metrics_port)?;
@@ -405,7 +407,7 @@ impl Knees {
 /// What was run and what the model is, above the tables.
 fn heading(run: &RunInfo, secs: u64, pools: bool) -> String {
     let mut s = format!(
-        "capacity: statico --route '{ROUTE}' (one worker on CPU {}, --seed 1), a fresh statico per load;\n\
+        "capacity: statico --route '{ROUTE}' (one worker on CPU {}, --seed LOAD%), a fresh statico per load;\n\
          oha -q RATE -c CONNS --latency-correction for {secs} s on CPU {}, CONNS 1.5 times the most requests\n\
          the model has in flight, plus 64 (so oha never holds one back: open loop). Capacity C/E[S] = {SERVERS} / {MEAN_SERVICE_MS} ms = {:.0} req/s.\n\
          The queue is unbounded (the issue's route): above capacity it grows all run long, the throughput caps\n\
@@ -635,7 +637,7 @@ fn knee_lines(knees: &Knees, points: &[Point], secs: u64) -> String {
             of - outside.len(),
             outside
                 .iter()
-                .map(|(load, by)| format!("; at {load}% it is {:+.2} ms outside", ms(*by)))
+                .map(|(load, by)| format!("; at {load}% it is {:+.3} ms outside", ms(*by)))
                 .collect::<String>()
         );
     }
@@ -660,7 +662,7 @@ fn to_json(
         "machine": machine(),
         "placement": { "server_cpus": run.server_cpus, "client_cpus": run.client_cpus },
         "statico": bin.display().to_string(),
-        "statico_flags": statico_flags("127.0.0.1:PORT"),
+        "statico_flags": statico_flags("127.0.0.1:PORT", 0).join(" ").replace("--seed 0", "--seed LOAD"),
         "realtime": realtime,
         "oha": format!("oha --no-tui --output-format json --worker-threads 1 --latency-correction -q RATE -c CONNS -z {secs}s"),
         "seconds": secs,
