@@ -2070,14 +2070,16 @@ fn a_pipelined_request_queued_as_the_one_before_it_is_answered_is_still_woken() 
     let fast = format!("/fast pool=db header=X-Pad:{pad}");
     let s = start(&[&slow, &fast], &["--pool", "db capacity=1"]);
     let mut b = s.connect();
-    b.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    b.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
     thread::sleep(ms(50));
     let mut a = s.connect();
     a.write_all(b"GET /fast HTTP/1.1\r\nHost: a\r\n\r\nGET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
     thread::sleep(ms(50));
     let mut c = s.connect();
-    c.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    c.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
     let started = Instant::now();
     a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut seen = Vec::new();
