@@ -209,7 +209,11 @@ fn announce(
 /// runtime (under TLS, HTTP/2 by ALPN), HTTP/3 on its own tokio threads (its note follows the line).
 fn protocols(plan: &Plan) -> String {
     let runtime = plan.runtime.kind.name();
-    let h3 = if plan.http3.is_some() { "; HTTP/3 on tokio (quinn)" } else { "" };
+    let h3 = if plan.http3.is_some() {
+        "; HTTP/3 on tokio (quinn)"
+    } else {
+        ""
+    };
     match (plan.http2.is_some(), plan.https()) {
         (false, _) => format!(", HTTP/1.1 on {runtime}{h3}"),
         (true, false) => format!(", HTTP/1.1 and h2c on {runtime}{h3}"),

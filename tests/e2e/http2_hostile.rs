@@ -8,7 +8,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use statico_tests::{rss_kib, run_client, Server};
+use statico_tests::{rss_kib, run_client, scratch_dir, Server};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -35,7 +35,8 @@ fn reset(stream: u32) -> Vec<u8> {
 /// Reads everything the server sends until it closes (or `limit` passes); returns whether a GOAWAY
 /// came, and when the connection ended.
 fn drain(mut c: TcpStream, limit: Duration) -> (bool, Option<Instant>) {
-    c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let start = Instant::now();
     let (mut buf, mut seen) = (vec![0u8; 64 * 1024], Vec::new());
     while start.elapsed() < limit {
@@ -103,7 +104,10 @@ fn rapid_reset_of_100_000_streams_is_bounded_and_the_server_goes_on() {
         "RSS grew from {before} KiB to {peak} KiB for {sent} reset streams"
     );
     let (ok, out, err) = run_client("curl", &["-sS", "--http2-prior-knowledge", &s.url("/")]);
-    assert!(ok && out == "ok", "the server answers others after it: {err}");
+    assert!(
+        ok && out == "ok",
+        "the server answers others after it: {err}"
+    );
     let stopped = s.stop();
     assert_eq!(
         stopped.total("conns_closed"),
@@ -113,7 +117,10 @@ fn rapid_reset_of_100_000_streams_is_bounded_and_the_server_goes_on() {
 
 #[test]
 fn a_client_that_never_reads_big_bodies_holds_bounded_memory_and_is_closed_when_idle() {
-    let body = "x".repeat(1 << 20);
+    let dir = scratch_dir("h2-hostile", "never-reads");
+    let file = dir.join("body");
+    std::fs::write(&file, "x".repeat(1 << 20)).unwrap();
+    let body = format!("@{}", file.display());
     let s = Server::start(&["--http2", "-t", "1", "--idle-timeout", "2s", "-b", &body]);
     let before = rss_kib(s.pid());
     let mut c = s.connect();

@@ -596,8 +596,5 @@ fn testssl_finds_tls12_and_13_with_forward_secret_aead_only_and_no_known_vulnera
         );
     }
     assert!(!out.contains("VULNERABLE"), "{out}");
-    assert!(
-        out.contains("ALPN/HTTP2 h2, http/1.1 (offered)"),
-        "{out}"
-    );
+    assert!(out.contains("ALPN/HTTP2 h2, http/1.1 (offered)"), "{out}");
 }

@@ -97,7 +97,10 @@ impl Coarse {
 impl Future for Coarse {
     type Output = ();
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
         match self.get_mut() {
             Coarse::Tokio(s) => s.as_mut().poll(cx),
             Coarse::Own(s) => std::pin::Pin::new(s).poll(cx),

@@ -468,5 +468,8 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     };
     let counters = w.counters();
     let verbose = w.settings.policy.verbose;
-    http2::serve_switched(stream, read, upgrade, h2, &response, counters, verbose, drain).await;
+    http2::serve_switched(
+        stream, read, upgrade, h2, &response, counters, verbose, drain,
+    )
+    .await;
 }

@@ -110,7 +110,8 @@ fn idle_memory(s: &mut String, servers: &[ServerUnderTest], n: usize) -> Result<
         }
         let answered = conns
             .iter_mut()
-            .filter(|c| answered(c).unwrap_or(false))
+            .map(|c| answered(c).unwrap_or(false))
+            .filter(|&ok| ok)
             .count();
         sleep(Duration::from_millis(500));
         let rss = status_kib(server.pid(), "VmRSS:").unwrap_or(0);
@@ -141,7 +142,9 @@ fn open_h2c(url: &str) -> Result<TcpStream> {
     let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
     // HEADERS, END_STREAM | END_HEADERS, stream 1: GET http / and a literal :authority.
-    hello.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b'b']);
+    hello.extend_from_slice(&[
+        0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b'b',
+    ]);
     c.write_all(&hello)?;
     Ok(c)
 }
@@ -160,7 +163,8 @@ fn answered(c: &mut TcpStream) -> Result<bool> {
         while at + 9 <= seen.len() {
             let len = u32::from_be_bytes([0, seen[at], seen[at + 1], seen[at + 2]]) as usize;
             let (kind, flags) = (seen[at + 3], seen[at + 4]);
-            let stream = u32::from_be_bytes([seen[at + 5], seen[at + 6], seen[at + 7], seen[at + 8]]);
+            let stream =
+                u32::from_be_bytes([seen[at + 5], seen[at + 6], seen[at + 7], seen[at + 8]]);
             if stream == 1 && kind <= 1 && flags & 1 == 1 {
                 return Ok(true);
             }

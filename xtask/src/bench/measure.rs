@@ -287,7 +287,7 @@ pub fn h2load_round(
     cmd.args(["-c", client_cpus, "h2load", "-t", "1"])
         .args(["-c", &conns.to_string(), "-m", &streams.to_string()])
         .args(["-D", &duration.to_string()])
-    .arg(url);
+        .arg(url);
     let (out, cpu_us) = server_cpu_us(pid, || {
         cmd.output()
             .context("run h2load (cargo xtask setup installs nghttp2-client)")

@@ -197,7 +197,8 @@ async fn read_body(
 ) -> bool {
     let mut received: u64 = 0;
     loop {
-        let chunk = match crate::kernel::timer::timeout(settings.header_timeout, body.data()).await {
+        let chunk = match crate::kernel::timer::timeout(settings.header_timeout, body.data()).await
+        {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return true,
             Err(_) => {

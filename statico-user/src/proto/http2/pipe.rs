@@ -22,7 +22,7 @@ pub const IN_MAX: usize = 256 * 1024;
 pub const OUT_MAX: usize = 256 * 1024;
 /// A buffer emptied with more capacity than this gives it back, so that an idle connection holds
 /// little.
-const KEEP: usize = 16 * 1024;
+const KEEP: usize = 4 * 1024;
 
 /// Both directions of one connection's bytes (see the module doc).
 #[derive(Debug, Default)]
@@ -121,7 +121,11 @@ impl AsyncRead for PipeIo {
 }
 
 impl AsyncWrite for PipeIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.poll_write_vectored(cx, &[io::IoSlice::new(data)])
     }
 
@@ -170,7 +174,9 @@ mod tests {
         let io = PipeIo::default();
         let mut h2 = io.clone();
         io.0.borrow_mut().push(b"hello");
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let mut buf = [0u8; 8];
             assert_eq!(h2.read(&mut buf).await.unwrap(), 5);

@@ -119,9 +119,8 @@ impl<'a> H2Conn<'a> {
         let io = pipe.clone();
         let Switch { read, upgrade, tls } = switch;
         let task = async move {
-            let response = |request: &http::Request<h2::RecvStream>| {
-                catalog.borrow().stream_answer(request)
-            };
+            let response =
+                |request: &http::Request<h2::RecvStream>| catalog.borrow().stream_answer(request);
             // The worker polls every connection when it starts draining.
             let drain = std::future::poll_fn(|_| match draining.get() {
                 true => Poll::Ready(()),
@@ -132,8 +131,10 @@ impl<'a> H2Conn<'a> {
                 verbose,
                 counters,
             } = lent;
-            http2::serve_switched(io, read, upgrade, settings, &response, counters, verbose, drain)
-                .await;
+            http2::serve_switched(
+                io, read, upgrade, settings, &response, counters, verbose, drain,
+            )
+            .await;
         };
         let wake = Arc::new(ConnWake {
             token,
@@ -163,7 +164,11 @@ impl<'a> H2Conn<'a> {
         let Some(task) = self.task.as_mut() else {
             return;
         };
-        if task.as_mut().poll(&mut Context::from_waker(&self.waker)).is_ready() {
+        if task
+            .as_mut()
+            .poll(&mut Context::from_waker(&self.waker))
+            .is_ready()
+        {
             self.task = None;
             self.ended = Some(now);
         }

@@ -196,7 +196,12 @@ struct H2Worker {
 
 /// What a send in flight reads, kept after its connection closed until the send completes.
 #[allow(dead_code)] // held, never read: only dropped
-struct Orphan<'a>(Connection, Layer, Option<Box<Gather>>, Option<Box<h2::H2Conn<'a>>>);
+struct Orphan<'a>(
+    Connection,
+    Layer,
+    Option<Box<Gather>>,
+    Option<Box<h2::H2Conn<'a>>>,
+);
 
 /// The worker's whole state.
 struct Worker<'a> {
@@ -438,19 +443,19 @@ impl<'a> Worker<'a> {
                     _ => h.input_ended(true),
                 }
             } else {
-            let catalog = self.shared.catalog.borrow();
-            let env = self.shared.env(&catalog);
-            match res {
-                n if n > 0 => {
-                    let bid = bid.expect("a receive with data names its buffer");
-                    let data = self.bufs.bytes(bid, n as usize);
-                    c.layer.receive(&mut c.state, data, self.now, env);
+                let catalog = self.shared.catalog.borrow();
+                let env = self.shared.env(&catalog);
+                match res {
+                    n if n > 0 => {
+                        let bid = bid.expect("a receive with data names its buffer");
+                        let data = self.bufs.bytes(bid, n as usize);
+                        c.layer.receive(&mut c.state, data, self.now, env);
+                    }
+                    0 => c.layer.peer_closed(&mut c.state, env),
+                    // Every buffer was in use for a moment (re-armed below), or we cancelled it.
+                    r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
+                    _ => c.layer.peer_closed(&mut c.state, env),
                 }
-                0 => c.layer.peer_closed(&mut c.state, env),
-                // Every buffer was in use for a moment (re-armed below), or we cancelled it.
-                r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
-                _ => c.layer.peer_closed(&mut c.state, env),
-            }
             }
         }
         if let Some(bid) = bid {
@@ -628,7 +633,14 @@ impl<'a> Worker<'a> {
         let switch = h2::Switch { read, upgrade, tls };
         let (catalog, draining) = (self.shared.catalog.clone(), self.h2.draining.clone());
         let token = token(Op::Recv, slot, c.gen);
-        c.h2 = Some(h2::H2Conn::start(lent, catalog, draining, switch, token, &self.h2.ready));
+        c.h2 = Some(h2::H2Conn::start(
+            lent,
+            catalog,
+            draining,
+            switch,
+            token,
+            &self.h2.ready,
+        ));
         self.drive(slot);
     }
 
