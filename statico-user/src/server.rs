@@ -215,6 +215,7 @@ fn protocols(plan: &Plan) -> String {
         ""
     };
     match (plan.http2.is_some(), plan.https()) {
+        (false, _) if h3.is_empty() => String::new(), // HTTP/1.1 only: the runtime says it all
         (false, _) => format!(", HTTP/1.1 on {runtime}{h3}"),
         (true, false) => format!(", HTTP/1.1 and h2c on {runtime}{h3}"),
         (true, true) => format!(", HTTP/1.1 and h2 on {runtime}{h3}"),

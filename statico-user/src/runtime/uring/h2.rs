@@ -185,8 +185,10 @@ impl<'a> H2Conn<'a> {
             return; // over: what arrives now is dropped
         }
         if let Some(tls) = self.tls.as_mut() {
-            if tls::decrypt(tls, data, &self.pipe, self.counters).is_err() {
-                self.pipe.0.borrow_mut().end_input(true);
+            match tls::decrypt(tls, data, &self.pipe, self.counters) {
+                Ok(false) => {}
+                Ok(true) => self.pipe.0.borrow_mut().end_input(false), // close_notify
+                Err(()) => self.pipe.0.borrow_mut().end_input(true),
             }
             return self.wake();
         }
@@ -275,13 +277,14 @@ mod tls {
 
     use super::*;
 
-    /// Ciphertext in; its plaintext into the pipe. An error is a bad record or a closed session.
+    /// Ciphertext in; its plaintext into the pipe. Returns whether the client closed the session
+    /// (`close_notify`); an error is a bad record (its alert is queued to go out).
     pub fn decrypt(
         tls: &mut rustls::ServerConnection,
         mut data: &[u8],
         pipe: &PipeIo,
         counters: &WorkerCounters,
-    ) -> Result<(), ()> {
+    ) -> Result<bool, ()> {
         counters.add(Counter::TlsBytesIn, data.len() as u64);
         let mut plain = [0u8; 16 * 1024];
         while !data.is_empty() {
@@ -291,13 +294,13 @@ mod tls {
             tls.process_new_packets().map_err(drop)?;
             loop {
                 match tls.reader().read(&mut plain) {
-                    Ok(0) => return Err(()), // close_notify
+                    Ok(0) => return Ok(true),
                     Ok(n) => pipe.0.borrow_mut().push(&plain[..n]),
                     Err(_) => break, // nothing more for now
                 }
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// `plain` into records appended to `out`; what the session does not take stays in `plain`.
