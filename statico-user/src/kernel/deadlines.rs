@@ -104,14 +104,15 @@ impl Sleep {
 impl Future for Sleep {
     type Output = ();
 
+    /// While its entry waits in the map for a deadline no later than the sleep's, the poll only keeps
+    /// the waker: no clock read, no map change. A deadline moved later (an idle timer re-armed each
+    /// time streams end) keeps the earlier entry, which, once fired, finds the sleep not yet due and
+    /// enters the new deadline then: at most one early wake-up per move, rather than a removal and an
+    /// insertion each time.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.deadline {
-            self.unregister();
-            return Poll::Ready(());
-        }
         let this = &mut *self;
         let mut waiting = this.deadlines.waiting.borrow_mut();
-        if let Some(key) = this.key.filter(|k| k.0 == this.deadline) {
+        if let Some(key) = this.key.filter(|k| k.0 <= this.deadline) {
             if let Some(w) = waiting.get_mut(&key) {
                 if !w.will_wake(cx.waker()) {
                     w.clone_from(cx.waker());
@@ -121,6 +122,9 @@ impl Future for Sleep {
         }
         if let Some(old) = this.key.take() {
             waiting.remove(&old);
+        }
+        if Instant::now() >= this.deadline {
+            return Poll::Ready(());
         }
         let id = this.deadlines.next.get();
         this.deadlines.next.set(id.wrapping_add(1));
@@ -166,6 +170,18 @@ mod tests {
         a.as_mut().reset(now + Duration::from_secs(30));
         assert!(a.as_mut().poll(&mut cx).is_pending());
         assert_eq!(d.len(), 2, "a re-armed sleep keeps one entry");
+        assert_eq!(
+            a.key.map(|k| k.0),
+            Some(now + Duration::from_secs(30)),
+            "moved earlier: moved"
+        );
+        a.as_mut().reset(now + Duration::from_secs(40));
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            a.key.map(|k| k.0),
+            Some(now + Duration::from_secs(30)),
+            "later: kept"
+        );
         std::thread::sleep(Duration::from_millis(2));
         d.fire(Instant::now());
         assert_eq!(count.0.load(Ordering::Relaxed), 1);

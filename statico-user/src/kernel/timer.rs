@@ -42,19 +42,21 @@ pub async fn sleep_until(deadline: Instant) {
 pub struct Elapsed;
 
 /// `f`, unless `d` passes first: tokio's timeout, or on a thread with its own loop, its deadlines (the
-/// deadline's entry is made only if `f` has to wait).
+/// clock is read and the deadline's entry made only if `f` has to wait).
 pub async fn timeout<F: Future>(d: Duration, f: F) -> Result<F::Output, Elapsed> {
     let Some(own) = super::deadlines::current() else {
         return tokio::time::timeout(d, f).await.map_err(|_| Elapsed);
     };
-    let at = far(Instant::now(), d);
     let mut f = std::pin::pin!(f);
     let mut sleep = None;
     std::future::poll_fn(|cx| {
         if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
             return std::task::Poll::Ready(Ok(v));
         }
-        let s = sleep.get_or_insert_with(|| super::deadlines::Sleep::new(own.clone(), at));
+        // From the first wait: `f` was not ready when called.
+        let s = sleep.get_or_insert_with(|| {
+            super::deadlines::Sleep::new(own.clone(), far(Instant::now(), d))
+        });
         std::pin::Pin::new(s).poll(cx).map(|()| Err(Elapsed))
     })
     .await
