@@ -9,6 +9,12 @@
 //! which one ring send at a time carries out. No tokio reactor, no extra thread, no timer thread: the
 //! futures' sleeps are the worker's [`deadlines`](crate::kernel::deadlines), which bound the ring's wait.
 //!
+//! Why not a tokio runtime on the ring thread: a current-thread runtime only runs inside `block_on`,
+//! whose idle path parks in its own driver (epoll, its timer wheel) — blocking the ring — and
+//! `tokio::time` needs that driver. What `h2` needs is less: `AsyncRead + AsyncWrite` (trait objects,
+//! no reactor), wakers, and sleeps, which [`crate::kernel::timer`] maps to the ring thread's
+//! deadlines. So the ring stays the only thing the thread waits in.
+//!
 //! The executor is a ready list. Each connection has one [`Waker`] (an `Arc` with its ring token and a
 //! queued flag, since `h2` requires `Send + Sync` wakers); waking it queues the token once, and the
 //! worker polls every queued connection after each batch of completions. A receive, the end of input,
