@@ -155,9 +155,10 @@ fn a_client_that_never_reads_big_bodies_holds_bounded_memory_and_is_closed_when_
         peak < before + 64 * 1024,
         "RSS grew from {before} KiB to {peak} KiB for one client that does not read 100 MiB"
     );
+    // Its streams' answers are all queued at once: then 2 s without a stream, GOAWAY, 2 s of grace.
     let closed = closed.expect("closed within 10 s");
     assert!(
-        closed < Duration::from_secs(9),
+        closed > Duration::from_millis(3500) && closed < Duration::from_secs(6),
         "closed {closed:?} after the requests (idle timeout 2 s, grace 2 s)"
     );
     let stopped = s.stop();

@@ -100,7 +100,7 @@ pub struct H2Conn<'a> {
     /// Under TLS: plaintext taken from the pipe, and whether `close_notify` went out.
     plain: Vec<u8>,
     close_notified: bool,
-    /// When the future ended (what it left unsent may take [`http2::GOAWAY_GRACE`] more).
+    /// When the future ended (what it left unsent may take one more tick of the worker).
     pub ended: Option<Instant>,
 }
 

@@ -528,9 +528,9 @@ impl<'a> Worker<'a> {
                 unsafe { self.ring.push(e) };
             }
             if let Some(h) = &c.h2 {
-                // HTTP/2 keeps its own time; what it left unsent gets a grace, not forever.
-                let grace = crate::proto::http2::GOAWAY_GRACE;
-                if h.ended.is_some_and(|t| self.now.duration_since(t) >= grace) {
+                // HTTP/2 keeps its own time. Once its server has ended (after its own grace, if the
+                // client stalled), what it left unsent gets a tick, as tokio drops its socket.
+                if h.ended.is_some_and(|t| self.now.duration_since(t) >= TICK) {
                     self.close(slot);
                 }
                 continue;
