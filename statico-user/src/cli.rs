@@ -60,13 +60,23 @@ pub struct Cli {
     /// body, headers, delay distribution and faults (repeatable, first match wins; unmatched requests
     /// get the default answer). Keys: status=200|503:10%,429:5%  body=TEXT|@FILE  size=64k
     /// header=Name:Value  delay=DIST  body-delay=DIST  fault=reset:0.1%,close:0.5%,stall:0.01%,truncate:0.1%
-    /// rate=1m. DIST: 10ms · uniform:5ms:15ms · exp:10ms · normal:10ms:2ms · lognormal:P50:P99 ·
-    /// pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s
+    /// rate=1m  pool=NAME (served by that --pool), or capacity=C queue=Q queue-timeout=DUR shed=…
+    /// (a pool of its own). DIST: 10ms · uniform:5ms:15ms · exp:10ms · normal:10ms:2ms ·
+    /// lognormal:P50:P99 · pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s ·
+    /// inflight:BASE:PER (BASE + PER × this route's requests in flight, itself included)
     #[arg(long = "route", value_name = "SPEC", value_parser = parse_route)]
     pub routes: Vec<crate::catalog::route::spec::RouteSpec>,
 
+    /// A pool: 'NAME capacity=C [queue=Q] [queue-timeout=DUR] [shed=503|429|reset|close]' — C servers
+    /// for the whole process that its routes' requests (pool=NAME) queue for, FIFO, each held for its
+    /// drawn delay; past Q waiting (or after waiting DUR) a request is shed (default 503). Repeatable
+    #[arg(long = "pool", value_name = "SPEC", value_parser = parse_pool)]
+    pub pools: Vec<crate::catalog::route::pool_spec::PoolSpec>,
+
     /// Routes from a TOML file: one [[route]] table per route, with the keys of --route (path,
-    /// methods, status, body, size, header, delay, body-delay, fault, rate, name); after the --route ones
+    /// methods, status, body, size, header, delay, body-delay, fault, rate, pool, capacity, queue,
+    /// queue-timeout, shed, name), and [[pool]] tables (name, capacity, queue, queue-timeout, shed);
+    /// after the --route ones
     #[arg(long = "routes", value_name = "FILE", value_parser = parse_routes_file)]
     pub routes_file: Option<RoutesFile>,
 
@@ -274,7 +284,18 @@ Examples:
   statico -p 3000 -t 2 -b 'Hello, World!' -H 'Content-Type: text/plain'
   statico -s 404 -b @notfound.json -H 'Content-Type: application/json'
   statico -d 100ms -m                       every response 100 ms late, meter on
-  statico -vv                               print request and response heads";
+  statico -vv                               print request and response heads
+
+Manual (docs/ in statico's source tree; README.md is its front page):
+  every flag, its default; signals          docs/flags.md
+  --route, --routes, --seed, --echo-query   docs/calibrated-target.md
+  --root and the site's flags               docs/static-sites.md
+  --http2, --http3, --tls-cert and TLS      docs/protocols.md
+  --runtime, --uring-entries                docs/architecture.md
+  --steering, --xdp                         docs/steering.md
+  -m, --metrics, --check                    docs/metrics.md
+  the limits and timeouts                   docs/hostile-clients.md
+  --user, systemd, the .deb, containers     docs/deployment.md";
 
 /// The response body given with `-b`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -356,10 +377,14 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 /// Bytes, with an optional binary suffix: `4096`, `16k`, `16KiB`, `1m`, `1g`.
 /// `--routes FILE`: the routes it holds, read and checked while parsing the flags.
 #[derive(Clone, Debug)]
-pub struct RoutesFile(pub Vec<crate::catalog::route::spec::RouteSpec>);
+pub struct RoutesFile(pub crate::catalog::route::spec::RoutesDoc);
 
 fn parse_route(s: &str) -> Result<crate::catalog::route::spec::RouteSpec, String> {
     crate::catalog::route::spec::parse_spec(s)
+}
+
+fn parse_pool(s: &str) -> Result<crate::catalog::route::pool_spec::PoolSpec, String> {
+    crate::catalog::route::pool_spec::parse_pool(s)
 }
 
 fn parse_routes_file(s: &str) -> Result<RoutesFile, String> {
@@ -438,8 +463,22 @@ impl Cli {
     /// `--root` and its companions, if a static site is served.
     /// Every route, the --route ones first, then those of --routes FILE.
     pub fn all_routes(&self) -> Vec<crate::catalog::route::spec::RouteSpec> {
-        let file = self.routes_file.iter().flat_map(|f| f.0.iter());
+        let file = self.routes_file.iter().flat_map(|f| f.0.routes.iter());
         self.routes.iter().chain(file).cloned().collect()
+    }
+
+    /// Every pool, the --pool ones first, then those of --routes FILE, each with where it was
+    /// written.
+    pub fn all_pools(&self) -> Vec<(crate::catalog::route::pool_spec::PoolSpec, String)> {
+        let flags = self
+            .pools
+            .iter()
+            .map(|p| (p.clone(), format!("--pool {:?}", p.name)));
+        let file = self
+            .routes_file
+            .iter()
+            .flat_map(|f| f.0.pools.iter().cloned());
+        flags.chain(file).collect()
     }
 
     pub fn site_options(&self) -> Option<crate::catalog::site::SiteOptions> {

@@ -154,6 +154,7 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
             ..crate::catalog::Hold::default()
         },
         routes: cli.all_routes(),
+        pools: cli.all_pools(),
         seed: cli.seed,
         echo: cli
             .echo_query

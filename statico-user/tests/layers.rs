@@ -1,4 +1,4 @@
-//! The layers of `src/` import one way: down the path a request's bytes take (README, Architecture).
+//! The layers of `src/` import one way: down the path a request's bytes take (docs/architecture.md).
 //! Every `crate::NAME` a module's code names (comments and unit-test modules aside) must be a layer
 //! below its own, so a cycle between folders, or a protocol that reaches up into a connection, fails
 //! here rather than in a reader's head.

@@ -17,6 +17,7 @@ mod http3;
 mod http3_hostile;
 mod metrics;
 mod operations;
+mod pools;
 mod routes;
 mod scale;
 mod site;

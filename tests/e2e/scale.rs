@@ -91,7 +91,7 @@ fn ten_thousand_requests_held_on_a_delay_at_once() {
     assert!(
         stopped
             .stderr
-            .contains(&format!("route /held: {N} requests (200 {N})")),
+            .contains(&format!("route /held: {N} requests (200 {N}, gone 0)")),
         "{}",
         stopped.stderr
     );

@@ -251,14 +251,15 @@ fn io_uring_entries_and_sqpoll_are_honoured() {
 }
 
 #[test]
-fn readme_documents_every_flag_of_help() {
+fn the_manual_documents_every_flag_of_help() {
     let out = std::process::Command::new(statico_tests::binary())
         .arg("--help")
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    // The manual's flag list (docs/flags.md; the README is its front page).
+    let manual = std::fs::read_to_string(format!("{root}/docs/flags.md")).unwrap();
     let mut flags: Vec<&str> = help
         .split_whitespace()
         .filter(|w| w.starts_with("--") && w.len() > 2)
@@ -276,11 +277,26 @@ fn readme_documents_every_flag_of_help() {
             continue;
         }
         // The flag itself, not a longer one it prefixes (--header vs --header-timeout).
-        let documented = readme.match_indices(flag).any(|(i, _)| {
-            let next = readme[i + flag.len()..].chars().next().unwrap_or(' ');
+        let documented = manual.match_indices(flag).any(|(i, _)| {
+            let next = manual[i + flag.len()..].chars().next().unwrap_or(' ');
             !(next.is_ascii_alphanumeric() || next == '-')
         });
-        assert!(documented, "README does not document {flag}");
+        assert!(documented, "docs/flags.md does not document {flag}");
+    }
+    // --help names the manual's page for each group of flags: each page it names exists.
+    let pages: Vec<&str> = help
+        .split([' ', ',', '\n'])
+        .filter(|w| w.starts_with("docs/") && w.ends_with(".md"))
+        .collect();
+    assert!(
+        pages.len() > 5,
+        "--help names too few manual pages: {pages:?}"
+    );
+    for page in pages {
+        assert!(
+            std::path::Path::new(&format!("{root}/{page}")).is_file(),
+            "--help names {page}, which is not there"
+        );
     }
 }
 

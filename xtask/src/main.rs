@@ -9,7 +9,8 @@
 //! - `run -- ARGS`: builds and runs statico with ARGS (replacing this process, so signals reach it);
 //!   installs only what building needs, so a first run on a fresh machine waits for no test tool.
 //! - `test`: fmt check, clippy `-D warnings` (for Linux and for each of `setup::NON_LINUX_TARGETS`), unit
-//!   tests, end-to-end tests against the release binary.
+//!   tests (among them `doclinks`: every link of the README and the manual in `docs/` resolves),
+//!   end-to-end tests against the release binary.
 //! - `package`: the Debian package (see `package.rs`).
 //! - `image`: the OCI image `statico:VERSION` with podman (see `image.rs`), its base made locally
 //!   with mmdebstrap where no registry answers; with `STATICO_BIN` set, of that statico (nothing built).
@@ -22,6 +23,8 @@
 //! benches and the package stage too).
 
 mod bench;
+#[cfg(test)]
+mod doclinks;
 mod image;
 #[cfg(target_os = "linux")]
 mod late_toolchain;

@@ -133,6 +133,7 @@ impl Echo {
             body,
             hold: c.hold,
             recorder: None,
+            admission: None,
         };
         answer.set_date(date);
         answer

@@ -81,6 +81,18 @@ impl Recorder {
         let (route, outcome) = (usize::from(key.route), usize::from(key.outcome));
         self.truth.record(self.slot, route, outcome, drawn, held);
     }
+
+    /// One request's full truth (see [`crate::observe::truth::GroundTruth::record_sample`]).
+    pub fn record_sample(
+        &self,
+        key: TruthKey,
+        drawn: Option<Duration>,
+        wait: Option<Duration>,
+        held: Duration,
+    ) {
+        let (route, outcome) = (usize::from(key.route), usize::from(key.outcome));
+        (self.truth).record_sample(self.slot, route, outcome, drawn, wait, held);
+    }
 }
 
 /// One step of delivering a held answer as a stream (HTTP/2, HTTP/3): the same order of delay,

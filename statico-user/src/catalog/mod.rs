@@ -60,6 +60,8 @@ pub struct Plan {
     pub hold: Hold,
     /// `--route` / `--routes`, in order (none: no routes).
     pub routes: Vec<route::spec::RouteSpec>,
+    /// `--pool` and `[[pool]]`, each with where it was written.
+    pub pools: Vec<(route::pool_spec::PoolSpec, String)>,
     /// `--seed`: the routes' draws repeat from run to run.
     pub seed: Option<u64>,
     /// `--echo-query`: Fortio's query arguments, within these limits.
@@ -110,7 +112,7 @@ impl Choice {
         match self {
             Choice::Route(c) => {
                 let mut c = *c;
-                c.hold.truth = None;
+                c.hold.truth = None; // and so no ticket: a copy takes no place in a pool
                 Choice::Route(c)
             }
             other => other.clone(),
@@ -120,12 +122,17 @@ impl Choice {
 
 /// What [`View::write`] wrote: where the body starts (when it may be held apart from the head), and
 /// how the answer is delivered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Written {
     pub body_at: Option<usize>,
     pub hold: Hold,
     /// The connection closes after this answer (`--echo-query`'s `close`).
     pub close: bool,
+    /// A route's held answer: its ticket ([`route::load::Ticket`]).
+    pub ticket: Option<route::load::Ticket>,
+    /// Where a shed answer written behind the answer starts (a request that may be shed after
+    /// waiting in a pool's queue).
+    pub shed_at: Option<usize>,
 }
 
 impl Plan {
@@ -137,6 +144,7 @@ impl Plan {
             streams: false,
             hold: Hold::default(),
             routes: Vec::new(),
+            pools: Vec::new(),
             seed: None,
             echo: None,
             workers: 1,
@@ -159,9 +167,13 @@ impl Catalog {
             Some(opts) => Kind::Site(Arc::new(SiteHandle::new(build_site(opts)?))),
         };
         let routes = match plan.routes.is_empty() {
-            true => None,
+            true => {
+                route::check_pools_alone(&plan.pools)?;
+                None
+            }
             false => Some(Routes::build(
                 &plan.routes,
+                &plan.pools,
                 &plan.response,
                 plan.streams,
                 plan.workers * (1 + usize::from(plan.quic)),
@@ -215,6 +227,9 @@ impl Catalog {
 
 /// Says what the routes and `--echo-query` answer (the site says so itself).
 fn announce(plan: &Plan) {
+    for (pool, _) in &plan.pools {
+        eprintln!("statico: pool {pool}");
+    }
     for (i, r) in plan.routes.iter().enumerate() {
         eprintln!("statico: route {}: {}", i + 1, route::describe(r));
     }
@@ -343,6 +358,7 @@ impl Local {
             recorder: self.recorder.as_ref(),
             hold: self.hold,
             paced: self.paced,
+            now: None,
         }
     }
 
@@ -438,9 +454,21 @@ pub struct View<'a> {
     recorder: Option<&'a Recorder>,
     hold: Hold,
     paced: bool,
+    /// When the requests of this batch are complete (the runtime's clock): when a held answer's
+    /// ticket is taken. `None`: the system clock's now.
+    now: Option<std::time::Instant>,
 }
 
 impl<'a> View<'a> {
+    /// The same view for a batch whose requests complete at `now`.
+    #[inline]
+    pub fn at(self, now: std::time::Instant) -> View<'a> {
+        View {
+            now: Some(now),
+            ..self
+        }
+    }
+
     /// The answer to a request whose view `request` builds: called only by a kind that looks at the
     /// request, so the single response parses nothing.
     #[inline]
@@ -477,16 +505,11 @@ impl<'a> View<'a> {
         let written = |body_at, hold| Written {
             body_at,
             hold,
-            close: false,
+            ..Written::default()
         };
         match (choice, self.kinds.site, self.kinds.routes) {
             (Choice::Route(choice), _, Some(routes)) => {
-                let body_at = routes.write(&choice, framing, head_only, out);
-                // Paced, the connection holds every answer and records it when it lets it go.
-                if let (Some(key), false) = (choice.hold.truth, self.paced) {
-                    self.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
-                }
-                written(body_at, choice.hold)
+                self.write_route(routes, choice, framing, head_only, out)
             }
             (Choice::Echo(c), _, _) => {
                 let echo = (self.kinds.echo).expect("an echo choice comes from --echo-query");
@@ -509,6 +532,51 @@ impl<'a> View<'a> {
                 out.extend_from_slice(self.response.full(framing));
                 written(Some(body_at), hold)
             }
+        }
+    }
+
+    /// A route's answer. Paced, a held answer takes its ticket now (its request is complete): shed
+    /// at once, its shed answer is written instead; queued with a timeout, the shed answer is
+    /// written behind it for the connection to pick. Not paced, its truth is recorded here.
+    fn write_route(
+        &self,
+        routes: &Routes,
+        choice: RouteChoice,
+        framing: Framing,
+        head_only: bool,
+        out: &mut impl Sink,
+    ) -> Written {
+        let ticket = match (self.paced, self.recorder) {
+            (true, Some(recorder)) => {
+                let now = self.now.unwrap_or_else(std::time::Instant::now);
+                routes.admit(&choice, recorder, now)
+            }
+            _ => None,
+        };
+        let fate = ticket.as_ref().map(route::load::Ticket::fate);
+        let shed = ticket.as_ref().and_then(route::load::Ticket::shed_as);
+        let answer = match (fate, shed) {
+            (Some(route::pool::Fate::Shed { .. }), Some(shed)) => routes.shed_choice(&choice, shed),
+            _ => choice,
+        };
+        let body_at = routes.write(&answer, framing, head_only, out);
+        let shed_at = match (fate, shed) {
+            (Some(route::pool::Fate::Waiting { .. }), Some(shed)) if routes.sheds_late(&choice) => {
+                let at = out.unsent();
+                routes.write(&routes.shed_choice(&choice, shed), framing, head_only, out);
+                Some(at)
+            }
+            _ => None,
+        };
+        if let (Some(key), false) = (choice.hold.truth, self.paced) {
+            self.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
+        }
+        Written {
+            body_at,
+            hold: answer.hold,
+            ticket,
+            shed_at,
+            ..Written::default()
         }
     }
 

@@ -8,8 +8,10 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::hold::Hold;
+use super::hold::{Fault, Hold};
 use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
+use super::route::load::{Loads, Ticket};
+use super::route::pool::Shed;
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -21,6 +23,18 @@ pub struct StreamAnswer {
     pub hold: Hold,
     /// Where a route's answer records its ground truth.
     pub recorder: Option<super::hold::Recorder>,
+    /// A route's held answer: how it takes its ticket when its request is complete.
+    pub admission: Option<Box<Admission>>,
+}
+
+/// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
+/// its route has a load model, its `gone` outcome, and the answer it gets if its pool sheds it
+/// with a status.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    pub loads: Option<std::sync::Arc<Loads>>,
+    pub gone: u8,
+    pub shed: Option<StreamAnswer>,
 }
 
 /// Whether a header field is connection-specific, which HTTP/2 forbids in a message (RFC 9113 §8.2.2;
@@ -92,6 +106,7 @@ impl StreamAnswer {
             body,
             hold: Hold::default(),
             recorder: None,
+            admission: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -110,9 +125,50 @@ impl StreamAnswer {
             body,
             hold: Hold::default(),
             recorder: None,
+            admission: None,
         };
         response.set_date(date);
         response
+    }
+
+    /// The ticket of a route's held answer whose request is complete at `now` (none for an answer
+    /// that is not held): served, queued or shed by its route's pool (see [`Ticket`]).
+    pub fn admit(&self, now: std::time::Instant) -> Option<Ticket> {
+        let (admission, key, recorder) = (
+            self.admission.as_ref()?,
+            self.hold.truth?,
+            self.recorder.clone()?,
+        );
+        Some(match &admission.loads {
+            Some(loads) => loads.admit(key, self.hold.delay, recorder, now),
+            None => {
+                let mut ticket = Ticket::new(recorder, key, self.hold.delay, now);
+                ticket.set_gone(admission.gone);
+                ticket
+            }
+        })
+    }
+
+    /// What a shed request gets instead: the pool's status (with the route's fields), or its fault.
+    pub fn shed(self, how: Option<Shed>) -> StreamAnswer {
+        let fault = match how {
+            Some(Shed::Status(_)) => {
+                if let Some(shed) = self.admission.and_then(|a| a.shed) {
+                    return shed;
+                }
+                Fault::Reset
+            }
+            Some(Shed::Close) => Fault::Close,
+            Some(Shed::Reset) | None => Fault::Reset,
+        };
+        StreamAnswer {
+            hold: Hold {
+                fault: Some(fault),
+                ..Hold::default()
+            },
+            admission: None,
+            ..self
+        }
     }
 
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {

@@ -16,6 +16,12 @@
 //!   its delay has passed, the body held until the head is sent and the body delay has passed, then
 //!   released whole or a piece a tick (`rate=`); a fault replaces the answer (reset, close, stall) or
 //!   cuts it (truncate); a held answer's ground truth is recorded when it is released;
+//! - **queueing**, for a route in a pool ([`crate::catalog::route::pool`]): the held answer's
+//!   [`Ticket`] says whether it is served (released at the end of its service), waiting (the
+//!   connection waits in [`Phase::Queued`] until the pool decides — a runtime registers a waker with
+//!   [`Connection::waiting_ticket`] and calls [`Connection::on_deadline`] when it is woken — or until
+//!   its queue timeout) or shed (its shed answer goes out instead). A connection that ends while it
+//!   holds an answer drops the ticket, which counts the request `gone` and gives back its place;
 //! - **closing**: after a response that closes, with a lingering read when the client may still be
 //!   sending (so that its unread bytes do not turn our close into a reset that destroys the response);
 //! - **protocol**: with h2c on, whether the first bytes are HTTP/2's preface, and the switch after
@@ -35,6 +41,8 @@ use std::time::{Duration, Instant};
 use statico_common::Counter;
 
 use crate::catalog::hold::{Fault, Hold};
+use crate::catalog::route::load::Ticket;
+use crate::catalog::route::pool::{Fate, Shed};
 use crate::conn::output::{Output, Sink, Staged};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;
@@ -96,13 +104,15 @@ pub enum Timer {
     Linger,
     /// A stalled answer (a route's `stall` fault): the idle timeout ends it.
     Stall,
+    /// A request waiting in a pool's queue: its queue timeout (or, without one, the longest hold).
+    Queue,
 }
 
 impl Timer {
     /// The pacing waits release a response: a runtime arms a precise timer for them. The others end
     /// the connection and may be checked by a coarse periodic tick.
     pub fn is_pacing(self) -> bool {
-        matches!(self, Timer::Delay | Timer::BodyDelay)
+        matches!(self, Timer::Delay | Timer::BodyDelay | Timer::Queue)
     }
 }
 
@@ -128,6 +138,8 @@ enum Phase {
     Exchange,
     /// The response in `held` is released at `until`.
     Delaying,
+    /// The request in `held` waits for a pool's server (its ticket is woken), at most until `until`.
+    Queued,
     /// The head is in the output and the body in `held`, until the head is sent...
     SendingHead,
     /// ...and then until `until` (again for each piece of a paced body).
@@ -184,11 +196,36 @@ pub struct Connection {
 #[derive(Debug, Default)]
 struct Held {
     bytes: Staged,
+    /// Where the answer ends in `bytes`: a request that may be shed after waiting has its shed
+    /// answer written behind its answer, from here.
+    end: usize,
     /// Pieces of a paced body released so far.
     ticks: u64,
     at: usize,
     body_at: Option<usize>,
     hold: Hold,
+    /// A route's answer: its fate in a pool and its ground truth (see [`Ticket`]).
+    ticket: Option<Ticket>,
+}
+
+impl Held {
+    /// The request is shed: its shed answer (written behind the answer) goes out instead, or the
+    /// pool's fault happens.
+    fn shed(&mut self, how: Option<Shed>) {
+        let (at, end) = (self.end, self.bytes.len());
+        self.hold = Hold::default();
+        self.body_at = None;
+        match how {
+            // Shed after waiting: the shed answer behind the answer (shed at once, it is the answer).
+            Some(Shed::Status(_)) => {
+                if at < end {
+                    (self.at, self.end) = (at, end);
+                }
+            }
+            Some(Shed::Reset) | None => self.hold.fault = Some(Fault::Reset),
+            Some(Shed::Close) => self.hold.fault = Some(Fault::Close),
+        }
+    }
 }
 
 impl Connection {
@@ -280,11 +317,21 @@ impl Connection {
     /// answer, and stopping and re-arming the receive around every held answer would cost two more
     /// operations each; a client that sends anyway is stopped past the allowance.
     pub fn pauses_input(&self) -> bool {
-        let holding = matches!(
+        self.keeps_input() && !(self.holds_answer() && self.pending.len() < HELD_ALLOWANCE)
+    }
+
+    /// Whether an answer is held (delayed, queued, its body paced or stalled): a runtime keeps
+    /// reading then (within [`HELD_ALLOWANCE`], see [`Connection::pauses_input`]), so that a client
+    /// that goes away is noticed at once, not when the answer is due.
+    pub fn holds_answer(&self) -> bool {
+        matches!(
             self.phase,
-            Phase::Delaying | Phase::SendingHead | Phase::BodyDelaying | Phase::Stalled
-        );
-        self.keeps_input() && !(holding && self.pending.len() < HELD_ALLOWANCE)
+            Phase::Delaying
+                | Phase::Queued
+                | Phase::SendingHead
+                | Phase::BodyDelaying
+                | Phase::Stalled
+        )
     }
 
     /// The bytes to send now (empty: nothing to send).
@@ -372,6 +419,7 @@ impl Connection {
     pub fn deadline(&self) -> (Instant, Timer) {
         match self.phase {
             Phase::Delaying => (self.until, Timer::Delay),
+            Phase::Queued => (self.until, Timer::Queue),
             // A paced body whose output does not move times out like any other output.
             Phase::BodyDelaying if self.unsent() > 0 && self.send_deadline < self.until => {
                 (self.send_deadline, Timer::Send)
@@ -388,15 +436,16 @@ impl Connection {
     /// counted). Early calls do nothing.
     pub fn on_deadline(&mut self, now: Instant, env: Env) {
         let (at, timer) = self.deadline();
-        if now < at {
+        if now < at && timer != Timer::Queue {
             return;
         }
         match timer {
             Timer::Delay => {
                 self.phase = Phase::Exchange;
-                let delay = self.held.as_ref().map_or(Duration::ZERO, |h| h.hold.delay);
-                self.release(self.until - delay, now, env);
+                self.release(now, env);
             }
+            // Woken by the pool, or the queue timeout: whatever the pool decided.
+            Timer::Queue => self.follow_ticket(now, env),
             Timer::BodyDelay => self.release_piece(now, env),
             Timer::Linger => self.phase = Phase::Closed,
             Timer::Stall => {
@@ -411,6 +460,15 @@ impl Connection {
         if self.phase == Phase::Exchange && !self.pending.is_empty() {
             let answered = self.answer(&[], now, env);
             self.refresh_read_deadline(false, answered, now, env);
+        }
+    }
+
+    /// The ticket of a request waiting in a pool's queue: a runtime registers its waker on it, and
+    /// calls [`Connection::on_deadline`] when woken.
+    pub fn waiting_ticket(&self) -> Option<&Ticket> {
+        match self.phase {
+            Phase::Queued => self.held.as_ref()?.ticket.as_ref(),
+            _ => None,
         }
     }
 
@@ -504,10 +562,11 @@ impl Connection {
         // Paced: one response at a time into `held` (a copy: it is released by pieces).
         let mut batch = if paced {
             let held = self.held.get_or_insert_with(Box::default);
-            (held.at, held.ticks) = (0, 0);
+            (held.at, held.ticks, held.ticket) = (0, 0, None);
             held.bytes.clear();
             let target = &mut held.bytes;
-            (self.session).process(input, target, env.catalog, Pace::OneByOne, &mut self.dumper)
+            let catalog = env.catalog.at(now);
+            (self.session).process(input, target, catalog, Pace::OneByOne, &mut self.dumper)
         } else {
             let limit = Pace::UpTo(self.out.unsent() + room);
             (self.session).process(input, &mut self.out, env.catalog, limit, &mut self.dumper)
@@ -525,7 +584,7 @@ impl Connection {
             self.after = After::Upgrade(Some(upgrade));
         }
         if paced {
-            self.pace(&batch, now, env);
+            self.pace(&mut batch, now, env);
         } else if was_empty && self.unsent() > 0 {
             self.send_deadline = now + env.policy.idle_timeout;
         }
@@ -534,7 +593,7 @@ impl Connection {
 
     /// A response just went into `held`. An interim or error response goes out at once; an answer
     /// waits for its delay.
-    fn pace(&mut self, batch: &Batch, now: Instant, env: Env) {
+    fn pace(&mut self, batch: &mut Batch, now: Instant, env: Env) {
         let Some(mut held) = self.held.take() else {
             return;
         };
@@ -545,37 +604,72 @@ impl Connection {
             return;
         }
         (held.body_at, held.hold) = (batch.body_at, batch.hold);
+        held.ticket = batch.ticket.take();
+        held.end = batch.shed_at.unwrap_or(held.bytes.len());
         let delay = held.hold.delay;
+        let ticketed = held.ticket.is_some();
         self.held = Some(held);
-        if delay.is_zero() {
-            self.release(now, now, env);
-        } else {
-            self.phase = Phase::Delaying;
-            self.until = now + delay;
+        match (ticketed, delay.is_zero()) {
+            (true, _) => self.follow_ticket(now, env),
+            (false, true) => self.release(now, env),
+            (false, false) => {
+                self.phase = Phase::Delaying;
+                self.until = now + delay;
+            }
         }
     }
 
-    /// The held response's delay is over (the request ended at `arrived`): its ground truth is
-    /// recorded, then it goes out — whole, or its head now and its body later — or its fault happens.
-    fn release(&mut self, arrived: Instant, now: Instant, env: Env) {
+    /// The held answer's ticket says what next: release it at the end of its service, keep it
+    /// queued, or answer it as shed.
+    fn follow_ticket(&mut self, now: Instant, env: Env) {
+        let Some(held) = self.held.as_mut() else {
+            return;
+        };
+        let Some(ticket) = held.ticket.as_ref() else {
+            return self.release(now, env);
+        };
+        self.phase = Phase::Exchange;
+        match ticket.fate_at(now) {
+            Fate::Serving { due, .. } if due > now => {
+                self.phase = Phase::Delaying;
+                self.until = due;
+            }
+            Fate::Waiting { deadline } => {
+                self.phase = Phase::Queued;
+                self.until = deadline.unwrap_or(now + crate::catalog::route::LONGEST_HOLD);
+            }
+            Fate::Shed { .. } | Fate::Left => {
+                let shed = ticket.shed_as();
+                held.shed(shed);
+                self.release(now, env);
+            }
+            Fate::Serving { .. } => self.release(now, env),
+        }
+    }
+
+    /// The held response's delay is over: its ground truth is recorded (its ticket finished), then
+    /// it goes out — whole, or its head now and its body later — or its fault happens.
+    fn release(&mut self, now: Instant, env: Env) {
         let Some(mut held) = self.held.take() else {
             return;
         };
         let hold = held.hold;
-        if let Some(key) = hold.truth {
-            env.catalog
-                .record(key, hold.delay, now.saturating_duration_since(arrived));
+        match (held.ticket.take(), hold.truth) {
+            (Some(ticket), _) => ticket.finish(now),
+            // A route answer that is not held, behind another route's delay: answered at once.
+            (None, Some(key)) => env.catalog.record(key, hold.delay, Duration::ZERO),
+            (None, None) => {}
         }
-        let len = held.bytes.len();
+        let len = held.end;
         let split = match (held.body_at, hold.fault) {
             (_, Some(Fault::Reset | Fault::Close | Fault::Stall)) => 0,
             (Some(at), Some(Fault::Truncate)) if at < len => at + (len - at) / 2,
             (Some(at), None) if at < len && (!hold.body_delay.is_zero() || hold.rate > 0) => at,
             _ => len,
         };
-        self.emit_staged(&held.bytes, 0..split, now, env);
-        held.at = split;
-        let rest = held.at < held.bytes.len();
+        self.emit_staged(&held.bytes, held.at..split.max(held.at), now, env);
+        held.at = split.max(held.at);
+        let rest = held.at < held.end;
         self.held = Some(held);
         match hold.fault {
             Some(Fault::Reset) => self.after = After::Reset,
@@ -604,10 +698,10 @@ impl Connection {
         let room = MAX_UNSENT.saturating_sub(self.unsent());
         let piece = held.hold.piece(held.ticks).min(room);
         held.ticks += 1;
-        let end = held.bytes.len().min(held.at.saturating_add(piece));
+        let end = held.end.min(held.at.saturating_add(piece));
         self.emit_staged(&held.bytes, held.at..end, now, env);
         held.at = end;
-        if held.at < held.bytes.len() {
+        if held.at < held.end {
             self.phase = Phase::BodyDelaying;
             self.until = now + held.hold.tick();
         }
@@ -1067,7 +1161,7 @@ mod routes {
         assert!(w.flush(&mut c, 31).ends_with("\r\n\r\nlate"));
         let truth = w.truth();
         assert!(
-            truth.contains("\"count\":1,\"outcomes\":{\"200\":1}"),
+            truth.contains("\"count\":1,\"outcomes\":{\"200\":1,\"gone\":0}"),
             "{truth}"
         );
         assert!(

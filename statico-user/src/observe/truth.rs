@@ -9,8 +9,14 @@
 //! They count nanoseconds to 3 significant digits over 1 ns .. 1 hour (so a 40 µs hold is as exact
 //! as an 80 ms one); values outside saturate. Every recording thread
 //! owns one slot per route, each behind its own `Mutex` and on its own cache lines, so a record takes
-//! an uncontended lock and two histogram increments and never allocates (every slot is allocated by
-//! [`GroundTruth::new`]). Readers — the Prometheus scrape, `/ground-truth.json`, the exit summary —
+//! an uncontended lock and a few histogram increments. A slot's histograms are allocated the first
+//! time it records (a route a thread never answers costs it one pointer), and the queue-wait
+//! histogram only for a pooled route.
+//!
+//! A pooled route also has a `wait` histogram (how long each request queued for a server; `drawn`
+//! is then its service time and `held` wait + service), and the outcomes `gone` (its client left
+//! while its answer was held or queued) and `shed`. The pools themselves report through
+//! [`PoolGauge`]: served, shed, in service and queued now and at most. Readers — the Prometheus scrape, `/ground-truth.json`, the exit summary —
 //! merge a route's slots one lock at a time; each lock is held for two histogram additions (~34k
 //! counters each), the only moment a reader can make a recorder wait. A histogram is ~270 KiB (33 792
 //! `u64` counters), so the memory is about `3 × recorders × routes × 270 KiB`.
@@ -56,6 +62,28 @@ pub struct RouteInfo {
     /// The delay range the route states (e.g. its p0.1 .. p99.99), for choosing the Prometheus
     /// buckets; `None` for a route without delay.
     pub expected: Option<(Duration, Duration)>,
+    /// Its requests queue in a pool: their wait is recorded.
+    pub pooled: bool,
+}
+
+/// A pool's figures at one moment, as the ground truth and the metrics show them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolTruth {
+    pub name: String,
+    pub capacity: usize,
+    /// The most that may wait (`None`: unbounded).
+    pub queue: Option<usize>,
+    pub served: u64,
+    pub shed: u64,
+    pub in_service: u64,
+    pub queued: u64,
+    pub in_service_max: u64,
+    pub queued_max: u64,
+}
+
+/// Where the ground truth reads a pool's figures (the catalog's pools).
+pub trait PoolGauge: Send + Sync {
+    fn figures(&self) -> PoolTruth;
 }
 
 /// One route's truth, merged over the recorders.
@@ -70,6 +98,8 @@ pub struct RouteTruth {
     pub drawn: Summary,
     /// |held − drawn| per request: the accuracy of the holds.
     pub off: Summary,
+    /// Time queued for a pool's server (empty for a route without a pool).
+    pub wait: Summary,
 }
 
 /// A histogram's count and percentiles, in microseconds (all zero when it is empty).
@@ -111,17 +141,20 @@ struct Tally {
     outcomes: Vec<u64>,
     drawn: Histogram<u64>,
     held: Histogram<u64>,
-    /// |held − drawn|: how far each hold missed its draw.
+    /// |held − (wait + drawn)|: how far each hold missed its schedule.
     off: Histogram<u64>,
+    /// Queue waits (a pooled route's only).
+    wait: Option<Histogram<u64>>,
 }
 
 impl Tally {
-    fn new(outcomes: usize) -> Tally {
+    fn new(outcomes: usize, pooled: bool) -> Tally {
         Tally {
             outcomes: vec![0; outcomes],
             drawn: empty_histogram(),
             held: empty_histogram(),
             off: empty_histogram(),
+            wait: pooled.then(empty_histogram),
         }
     }
 
@@ -145,6 +178,9 @@ impl Tally {
             .expect("histograms share bounds");
         self.held.add(&other.held).expect("histograms share bounds");
         self.off.add(&other.off).expect("histograms share bounds");
+        if let (Some(mine), Some(theirs)) = (self.wait.as_mut(), other.wait.as_ref()) {
+            mine.add(theirs).expect("histograms share bounds");
+        }
     }
 }
 
@@ -167,8 +203,10 @@ struct Route {
 pub struct GroundTruth {
     routes: Vec<Route>,
     recorders: usize,
-    /// Recorder-major: recorder `r`'s slot for route `i` is `slots[r * routes.len() + i]`.
-    slots: Vec<CacheLinePadded<Mutex<Tally>>>,
+    /// Recorder-major: recorder `r`'s slot for route `i` is `slots[r * routes.len() + i]`; each
+    /// allocated when it first records.
+    slots: Vec<CacheLinePadded<Mutex<Option<Box<Tally>>>>>,
+    pools: Vec<std::sync::Arc<dyn PoolGauge>>,
 }
 
 impl std::fmt::Debug for GroundTruth {
@@ -182,7 +220,7 @@ impl GroundTruth {
     pub fn new(routes: Vec<RouteInfo>, recorders: usize) -> GroundTruth {
         let slots = (0..recorders)
             .flat_map(|_| routes.iter())
-            .map(|route| CacheLinePadded(Mutex::new(Tally::new(route.outcomes.len()))))
+            .map(|_| CacheLinePadded(Mutex::new(None)))
             .collect();
         let routes = routes
             .into_iter()
@@ -195,7 +233,18 @@ impl GroundTruth {
             routes,
             recorders,
             slots,
+            pools: Vec::new(),
         }
+    }
+
+    /// The same, with the pools whose figures it reports.
+    pub fn with_pools(self, pools: Vec<std::sync::Arc<dyn PoolGauge>>) -> GroundTruth {
+        GroundTruth { pools, ..self }
+    }
+
+    /// Every pool's figures now, in the order they were defined.
+    pub fn pools(&self) -> Vec<PoolTruth> {
+        self.pools.iter().map(|p| p.figures()).collect()
     }
 
     /// One request's truth: its outcome (an index into [`RouteInfo::outcomes`]), the delay drawn for
@@ -208,25 +257,53 @@ impl GroundTruth {
         drawn: Duration,
         held: Duration,
     ) {
+        self.record_sample(recorder, route, outcome, Some(drawn), None, held);
+    }
+
+    /// One request's truth, in full: `drawn` (its service time; none for a request shed or gone
+    /// before it was served), `wait` (its queue wait, for a pooled route) and `held` (from its
+    /// last byte to its answer or departure).
+    pub fn record_sample(
+        &self,
+        recorder: usize,
+        route: usize,
+        outcome: usize,
+        drawn: Option<Duration>,
+        wait: Option<Duration>,
+        held: Duration,
+    ) {
         if let Some(mut slot) = self.slot(recorder, route) {
-            slot.count(outcome);
-            slot.drawn.saturating_record(nanos(drawn));
-            slot.held.saturating_record(nanos(held));
-            slot.off.saturating_record(nanos(held.abs_diff(drawn)));
+            let tally = self.tally(&mut slot, route);
+            tally.count(outcome);
+            tally.held.saturating_record(nanos(held));
+            if let Some(drawn) = drawn {
+                let scheduled = drawn + wait.unwrap_or_default();
+                tally.drawn.saturating_record(nanos(drawn));
+                tally.off.saturating_record(nanos(held.abs_diff(scheduled)));
+            }
+            if let (Some(w), Some(wait)) = (tally.wait.as_mut(), wait) {
+                w.saturating_record(nanos(wait));
+            }
         }
+    }
+
+    /// A slot's tally, made on its first record.
+    fn tally<'a>(&self, slot: &'a mut Option<Box<Tally>>, route: usize) -> &'a mut Tally {
+        let info = &self.routes[route].info;
+        slot.get_or_insert_with(|| Box::new(Tally::new(info.outcomes.len(), info.pooled)))
     }
 
     /// Only an outcome (a fault that holds nothing, e.g. a reset before any delay): counted, with no
     /// histogram sample.
     pub fn count(&self, recorder: usize, route: usize, outcome: usize) {
         if let Some(mut slot) = self.slot(recorder, route) {
-            slot.count(outcome);
+            self.tally(&mut slot, route).count(outcome);
         }
     }
 
     /// The slot of (`recorder`, `route`), locked; `None` (and a debug assertion) when either is out
     /// of range, so a misnumbered caller loses its record rather than a worker.
-    fn slot(&self, recorder: usize, route: usize) -> Option<MutexGuard<'_, Tally>> {
+    fn slot(&self, recorder: usize, route: usize) -> Option<MutexGuard<'_, Option<Box<Tally>>>> {
         let in_range = recorder < self.recorders && route < self.routes.len();
         debug_assert!(in_range, "recorder {recorder} / route {route} out of range");
         if !in_range {
@@ -239,10 +316,15 @@ impl GroundTruth {
 
     /// Route `route` merged over the recorders, locking one slot at a time.
     fn merged(&self, route: usize) -> Tally {
-        let mut total = Tally::new(self.routes[route].info.outcomes.len());
+        // Merged, every route has a wait histogram (empty without a pool), for one metric shape.
+        let mut total = Tally::new(self.routes[route].info.outcomes.len(), true);
         for recorder in 0..self.recorders {
-            if let Some(slot) = self.slot(recorder, route) {
-                total.add(&slot);
+            if let Some(tally) = self
+                .slot(recorder, route)
+                .as_deref()
+                .and_then(Option::as_deref)
+            {
+                total.add(tally);
             }
         }
         total
@@ -264,6 +346,13 @@ impl GroundTruth {
                 out.push(',');
             }
             write_route_json(&mut out, truth);
+        }
+        out.push_str("],\"pools\":[");
+        for (i, pool) in self.pools().iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_pool_json(&mut out, pool);
         }
         out.push_str("]}");
         out
@@ -305,17 +394,60 @@ impl GroundTruth {
             &merged,
             |tally| &tally.drawn,
         );
+        write_histogram_family(
+            out,
+            "statico_route_wait_seconds",
+            "Time a pooled route's requests queued for a server (zero for a route without a pool).",
+            &self.routes,
+            &merged,
+            |tally| {
+                tally
+                    .wait
+                    .as_ref()
+                    .expect("a merged tally has a wait histogram")
+            },
+        );
+        self.pools_prometheus(out);
+    }
+
+    /// The pools' gauges: `statico_pool_in_service{pool}`, `statico_pool_queued{pool}`.
+    fn pools_prometheus(&self, out: &mut String) {
+        let pools = self.pools();
+        if pools.is_empty() {
+            return;
+        }
+        type Gauge = (&'static str, &'static str, fn(&PoolTruth) -> u64);
+        let gauges: [Gauge; 2] = [
+            (
+                "statico_pool_in_service",
+                "Requests a pool is serving now.",
+                |p| p.in_service,
+            ),
+            (
+                "statico_pool_queued",
+                "Requests waiting for a pool's server now.",
+                |p| p.queued,
+            ),
+        ];
+        for (metric, help, value) in gauges {
+            write_family_head(out, metric, "gauge", help);
+            for pool in &pools {
+                let name = escape_label(&pool.name);
+                let _ = writeln!(out, "{metric}{{pool=\"{name}\"}} {}", value(pool));
+            }
+        }
     }
 
     /// One line per route for the exit summary, e.g. `route GET /api/*: 10234 requests (200 9012,
     /// 503 1020, reset 12); held p50 10.02ms p99 80.4ms max 1.2s; drawn p50 10.01ms p99 80.3ms`.
     pub fn totals(&self) -> Vec<String> {
         let delayed = self.routes.iter().map(|r| r.info.expected.is_some());
-        self.snapshot()
+        let routes = self.snapshot();
+        let lines = routes
             .iter()
             .zip(delayed)
-            .map(|(truth, delayed)| total_line(truth, delayed))
-            .collect()
+            .map(|(truth, delayed)| total_line(truth, delayed));
+        lines.chain(self.pools().iter().map(pool_line)).collect()
     }
 }
 
@@ -332,6 +464,7 @@ fn route_truth(info: &RouteInfo, tally: &Tally) -> RouteTruth {
         held: Summary::of(&tally.held),
         drawn: Summary::of(&tally.drawn),
         off: Summary::of(&tally.off),
+        wait: tally.wait.as_ref().map(Summary::of).unwrap_or_default(),
     }
 }
 
@@ -479,7 +612,20 @@ fn write_route_json(out: &mut String, truth: &RouteTruth) {
     write_summary_json(out, &truth.drawn);
     out.push_str(",\"off_us\":");
     write_summary_json(out, &truth.off);
+    out.push_str(",\"wait_us\":");
+    write_summary_json(out, &truth.wait);
     out.push('}');
+}
+
+fn write_pool_json(out: &mut String, p: &PoolTruth) {
+    out.push_str("{\"name\":");
+    write_json_string(out, &p.name);
+    let queue = p.queue.map_or("null".to_owned(), |q| q.to_string());
+    let _ = write!(
+        out,
+        ",\"capacity\":{},\"queue\":{queue},\"served\":{},\"shed\":{},\"in_service\":{},\"queued\":{},\"in_service_max\":{},\"queued_max\":{}}}",
+        p.capacity, p.served, p.shed, p.in_service, p.queued, p.in_service_max, p.queued_max
+    );
 }
 
 fn write_summary_json(out: &mut String, s: &Summary) {
@@ -546,6 +692,16 @@ fn total_line(truth: &RouteTruth, delayed: bool) -> String {
     line
 }
 
+/// The exit summary's line of a pool, e.g. `pool db: capacity 8, queue 100: served 10234, shed
+/// 12, in service max 8, queued max 100`.
+fn pool_line(p: &PoolTruth) -> String {
+    let queue = p.queue.map_or("unbounded".to_owned(), |q| q.to_string());
+    format!(
+        "pool {}: capacity {}, queue {queue}: served {}, shed {}, in service max {}, queued max {}",
+        p.name, p.capacity, p.served, p.shed, p.in_service_max, p.queued_max
+    )
+}
+
 /// Microseconds shown in the unit that keeps them short, to about 4 significant digits: `850ns`,
 /// `12.34µs`, `10.02ms`, `1.2s`.
 fn human_duration(us: f64) -> String {
@@ -580,6 +736,7 @@ mod tests {
             name: name.into(),
             outcomes: outcomes.iter().map(|o| o.to_string()).collect(),
             expected,
+            pooled: false,
         }
     }
 
@@ -778,7 +935,7 @@ mod tests {
         );
         assert_eq!(
             page.lines().filter(|l| !l.starts_with('#')).count(),
-            1 + 2 * (COARSE_STEPS as usize + 3)
+            1 + 3 * (COARSE_STEPS as usize + 3) // held, drawn and wait
         );
     }
 

@@ -6,7 +6,9 @@
 //!   bytes;
 //! - [`http2`]: HTTP/2 with the `h2` crate (tokio), answers as frames;
 //! - `http3` (Linux): HTTP/3 over QUIC with quinn and h3, on threads of its own, with a guard on its
-//!   request streams' frames.
+//!   request streams' frames;
+//! - [`held`]: how a stream (HTTP/2, HTTP/3) waits out its answer's ticket — a pool's queue, then
+//!   its service — the same for both.
 //!
 //! Every protocol asks the same [`crate::catalog`] what to send for a request, and writes the answer in
 //! its own framing. Nothing here does socket I/O for HTTP/1.1 (the runtime does); HTTP/2 and HTTP/3
@@ -23,6 +25,7 @@ pub const MAX_HEADERS: usize = 100;
 pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 pub mod detect;
+pub mod held;
 pub mod http1;
 pub mod http2;
 #[cfg(target_os = "linux")]

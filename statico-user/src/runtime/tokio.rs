@@ -38,6 +38,7 @@ use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
 use crate::catalog::response::DateClock;
+use crate::catalog::route::pool::Fate;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::{FileAt, Next, MAX_SLICES};
@@ -248,6 +249,8 @@ enum Wake {
     Writable,
     Closed,
     Timer,
+    /// A pool decided the fate of the request the connection has queued.
+    Pool,
 }
 
 /// Serves one connection until it closes, on HTTP/1.1 and, if it switches, on HTTP/2.
@@ -346,7 +349,7 @@ async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> O
             Wake::Data(n) => layer.receive(&mut conn, &w.scratch.borrow()[..n], now, env),
             Wake::Writable => {}
             Wake::Closed => layer.peer_closed(&mut conn, env),
-            Wake::Timer => layer.on_deadline(&mut conn, now, env),
+            Wake::Timer | Wake::Pool => layer.on_deadline(&mut conn, now, env),
         });
     }
 }
@@ -414,7 +417,9 @@ struct Timers<'a> {
 }
 
 /// Waits for what the connection waits for: the socket writable (unsent output), bytes (while it
-/// wants input; read into the worker's scratch, borrowed only inside each poll), or its deadline.
+/// wants input, and while it holds an answer — so that a client that leaves is noticed at once; read
+/// into the worker's scratch, borrowed only inside each poll), a pool's decision on its queued
+/// request, or its deadline.
 async fn wait(
     w: &Worker,
     stream: &mut TcpStream,
@@ -426,7 +431,12 @@ async fn wait(
         if !layer.output(conn).is_empty() && stream.poll_write_ready(cx).is_ready() {
             return Poll::Ready(Wake::Writable);
         }
-        if layer.wants_input(conn) {
+        if let Some(ticket) = conn.waiting_ticket() {
+            if !matches!(ticket.register(cx.waker()), Fate::Waiting { .. }) {
+                return Poll::Ready(Wake::Pool);
+            }
+        }
+        if layer.wants_input(conn) || (conn.holds_answer() && !layer.pauses_input(conn)) {
             let mut scratch = w.scratch.borrow_mut();
             let mut buf = ReadBuf::new(&mut scratch);
             match Pin::new(&mut *stream).poll_read(cx, &mut buf) {

@@ -11,15 +11,12 @@
 //! [`RATE`] requests/s).
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{free_port, oha_at_rate, wait_port, OhaRun};
+use super::measure::{free_port, http_get, oha_at_rate, wait_port, OhaRun};
 use super::report::RunInfo;
 use super::servers::start_statico;
 
@@ -267,27 +264,6 @@ fn oha_row(name: &str, oha: &OhaRun) -> String {
             String::new()
         }
     )
-}
-
-/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.1, `Connection: close`), if the answer is 200.
-fn http_get(port: u16, path: &str) -> Result<String> {
-    let mut c =
-        TcpStream::connect(("127.0.0.1", port)).context("connect to statico's --metrics")?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    c.read_to_string(&mut answer)?;
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!(
-            "GET {path} on port {port}: {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    Ok(body.to_string())
 }
 
 #[cfg(test)]

@@ -165,6 +165,21 @@ pub fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// The time every thread of process `pid` has spent runnable but waiting for a CPU (the second field
+/// of /proc/PID/task/TID/schedstat), in ns: how much other work on its CPUs held it back.
+pub fn run_queue_ns(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("schedstat")).unwrap_or_default();
+        total += stat
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
+
 /// Runs `work` and returns what it returned with the CPU time (µs) process `pid` used meanwhile.
 pub fn server_cpu_us<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
     let before = cpu_ticks(pid)?;
@@ -411,6 +426,10 @@ pub struct OhaRun {
     /// Latency percentiles over every answer, in ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Mean latency over every answer, in ms.
+    pub mean_ms: f64,
+    /// Requests in flight at the deadline, which oha aborts (not failures).
+    pub aborted: u64,
 }
 
 impl OhaRun {
@@ -437,6 +456,7 @@ pub fn parse_oha(json: &str) -> Result<OhaRun> {
         seconds: doc["summary"]["total"].as_f64().unwrap_or(0.0),
         p50_ms: ms("p50"),
         p99_ms: ms("p99"),
+        mean_ms: doc["summary"]["average"].as_f64().unwrap_or(0.0) * 1e3,
         ..OhaRun::default()
     };
     for (status, n) in doc["statusCodeDistribution"]
@@ -451,11 +471,34 @@ pub fn parse_oha(json: &str) -> Result<OhaRun> {
         }
     }
     for (error, n) in doc["errorDistribution"].as_object().into_iter().flatten() {
-        if !error.contains("deadline") {
+        if error.contains("deadline") {
+            run.aborted += count(n);
+        } else {
             run.failures.push((error.clone(), count(n)));
         }
     }
     Ok(run)
+}
+
+/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.1, `Connection: close`), if the answer is 200.
+pub fn http_get(port: u16, path: &str) -> Result<String> {
+    let mut c =
+        TcpStream::connect(("127.0.0.1", port)).context("connect to statico's --metrics")?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    c.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!(
+            "GET {path} on port {port}: {}",
+            head.lines().next().unwrap_or("")
+        );
+    }
+    Ok(body.to_string())
 }
 
 /// RSS with `n` idle keep-alive connections, each having made one request.
@@ -554,6 +597,15 @@ mod tests {
     }
 
     #[test]
+    fn a_process_has_a_run_queue_delay() {
+        let me = std::process::id();
+        let before = run_queue_ns(me).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(run_queue_ns(me).unwrap() >= before);
+        assert!(run_queue_ns(u32::MAX).is_err());
+    }
+
+    #[test]
     fn wrk_and_h2load_reports_parse() {
         let wrk = "  Latency Distribution\n     50%  250.00us\n     99%    1.20ms\n  1000 requests in 2.00s, 1 MB read\n  Socket errors: connect 0, read 2, write 0, timeout 1\nRequests/sec:    500.00\n";
         let r = parse_wrk(wrk);
@@ -569,7 +621,7 @@ mod tests {
             "statusCodeDistribution":{"200":10000},
             "errorDistribution":{"aborted due to deadline":800}}"#;
         let run = parse_oha(json).unwrap();
-        assert_eq!((run.ok, run.seconds), (10000, 2.004));
+        assert_eq!((run.ok, run.seconds, run.aborted), (10000, 2.004, 800));
         run.check("u").unwrap();
         let json = r#"{"summary":{"total":2.0},"statusCodeDistribution":{"200":5,"503":2},
             "errorDistribution":{"connection refused":3}}"#;

@@ -3,24 +3,27 @@
 //!
 //! ```text
 //! mod (flags, dispatch)
-//!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes   one file per mode
-//!       │                                            routes ─ accuracy (its ground-truth check)
+//!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
+//!       │                                 one file per mode; routes ─ accuracy (its ground-truth check),
+//!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
 //!       │            fortio for routes)
-//!       ├─ report   (table, results.json, chart)               ─┐ both on measure,
+//!       ├─ report   (table, results.json, bar and line charts)  ─┐ both on measure,
 //!       ├─ servers  (statico, nginx, caddy, fortio, peers, the  │ not on each other
 //!       │            TLS certificate; one guard)               ─┘
-//!       └─ measure  (scenarios, wrk/h2load/oha, CPU ticks, RSS, ports, Stat, interleave)
+//!       └─ measure  (scenarios, wrk/h2load/oha, CPU ticks, RSS, ports, Stat, interleave, GET)
 //! ```
 //!
 //! A report names servers by `report::Started` (name, command), so it is written and tested without
 //! running one.
 
 mod accuracy;
+mod capacity;
 mod http2;
 mod http3;
 mod measure;
 mod profile;
+mod queueing;
 mod ratio;
 mod report;
 mod routes;
@@ -84,6 +87,11 @@ pub struct BenchArgs {
     /// then the ground truth of a lognormal delay route under oha at a fixed rate
     #[arg(long)]
     pub routes: bool,
+    /// Instead: a pool (`capacity=8 delay=exp:10ms`, unbounded queue) under oha at fixed rates from
+    /// 10% to 150% of its capacity: throughput, client and queue-wait percentiles against the queueing
+    /// model (a simulation of the same run, and M/M/c), and where the latency turns up
+    #[arg(long)]
+    pub capacity: bool,
     /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
     #[arg(long, value_name = "DIR")]
     pub redraw: Option<PathBuf>,
@@ -106,6 +114,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.routes {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", routes::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
+    if args.capacity {
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", capacity::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
     let single = args.http2 || args.http3 || args.profile || args.tls || args.site;

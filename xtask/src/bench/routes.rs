@@ -63,7 +63,7 @@ pub struct RouteScenario {
     pub nginx_fail_percent: Option<u8>,
 }
 
-pub const SCENARIOS: [RouteScenario; 4] = [
+pub const SCENARIOS: [RouteScenario; 5] = [
     RouteScenario {
         group: "1k c50",
         connections: 50,
@@ -89,6 +89,16 @@ pub const SCENARIOS: [RouteScenario; 4] = [
         fortio: "size=1024&delay=10ms",
         nginx_fail_percent: None,
     },
+    // The same held route in a pool that never queues (capacity above the connections): what
+    // taking a ticket and a server costs.
+    RouteScenario {
+        group: "1k delay 10ms pool c1000",
+        connections: 1000,
+        route: "/echo size=1k delay=10ms capacity=100000",
+        legacy: &["-d", "10ms"],
+        fortio: "size=1024&delay=10ms",
+        nginx_fail_percent: None,
+    },
     RouteScenario {
         group: "1k 503:10% c50",
         connections: 50,
@@ -99,9 +109,14 @@ pub const SCENARIOS: [RouteScenario; 4] = [
     },
 ];
 
-/// The scenario without a delay, and the one with, whose CPU per request [`TARGET_DELAY`] compares.
+/// The scenario without a delay, and the one with, whose CPU per request [`TARGET_DELAY`] compares;
+/// and the delayed one in a pool, which [`TARGET_POOL`] compares with the delayed one.
 const BASE: usize = 1;
 const DELAYED: usize = 2;
+const POOLED: usize = 3;
+/// The target: a pooled route's server CPU per request at most this times the same held
+/// route's without a pool, at the same load.
+const TARGET_POOL: f64 = 1.2;
 
 /// What statico is asked to serve.
 #[derive(Clone, Copy, Debug)]
@@ -365,6 +380,11 @@ fn scenario_json(sc: &RouteScenario, servers: &[ServerUnderTest], rows: &[Vec<Ro
 /// Per statico, the ratio of its CPU per request in `DELAYED` to that in `BASE`, from
 /// (scenario, server, CPU median) triples.
 pub fn delay_ratios(medians: &[(&str, String, f64)]) -> Vec<(String, f64)> {
+    ratios_between(medians, DELAYED, BASE)
+}
+
+/// Each statico's CPU per request in scenario `over` divided by its own in scenario `base`.
+fn ratios_between(medians: &[(&str, String, f64)], over: usize, base: usize) -> Vec<(String, f64)> {
     let of = |group: &str, server: &str| {
         medians
             .iter()
@@ -373,9 +393,9 @@ pub fn delay_ratios(medians: &[(&str, String, f64)]) -> Vec<(String, f64)> {
     };
     medians
         .iter()
-        .filter(|(g, s, _)| *g == SCENARIOS[DELAYED].group && s.starts_with("statico"))
+        .filter(|(g, s, _)| *g == SCENARIOS[over].group && s.starts_with("statico"))
         .filter_map(|(_, s, delayed)| {
-            let base = of(SCENARIOS[BASE].group, s).filter(|b| *b > 0.0)?;
+            let base = of(SCENARIOS[base].group, s).filter(|b| *b > 0.0)?;
             Some((s.clone(), delayed / base))
         })
         .collect()
@@ -429,6 +449,21 @@ fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
     doc.push(
         json!({ "scenario": SCENARIOS[DELAYED].group, "target": TARGET_DELAY,
                      "vs": SCENARIOS[BASE].group, "ratios": delay }),
+    );
+    let pooled = ratios_between(medians, POOLED, DELAYED);
+    let said: Vec<String> = (pooled.iter())
+        .map(|(n, x)| format!("{n} {}", verdict(*x, TARGET_POOL)))
+        .collect();
+    let _ = writeln!(
+        report.text,
+        "  pooled route: statico CPU/request in '{}' <= {TARGET_POOL:.1}x in '{}': {}",
+        SCENARIOS[POOLED].group,
+        SCENARIOS[DELAYED].group,
+        said.join(", ")
+    );
+    doc.push(
+        json!({ "scenario": SCENARIOS[POOLED].group, "target": TARGET_POOL,
+                     "vs": SCENARIOS[DELAYED].group, "ratios": pooled }),
     );
     Value::Array(doc)
 }

@@ -23,7 +23,7 @@ const Z99: f64 = 2.326_347_874_0;
 
 /// The forms [`Dist::parse`] accepts, for the "unknown distribution" error.
 const FORMS: &str = "10ms, uniform:LOW:HIGH, exp:MEAN, normal:MEAN:SD, lognormal:P50:P99, \
-                     pareto:SCALE:SHAPE, pct:P=D,...";
+                     pareto:SCALE:SHAPE, pct:P=D,..., inflight:BASE:PER";
 
 /// How long something takes: one fixed value or a random draw from a distribution.
 ///
@@ -50,6 +50,10 @@ pub enum Dist {
     /// `pct:50=5ms,90=20ms,99=100ms,100=1s`. The points always start at percentile 0 (an
     /// implicit `0=0` is added when the spec does not give one) and end at 100.
     Pct(Vec<(f64, Duration)>),
+    /// Load-dependent (Nighthawk's linear model, done exactly): BASE + PER × the route's requests
+    /// in flight when it is drawn, itself included, across every worker and protocol:
+    /// `inflight:1ms:500us`. Drawn when the request is held ([`super::load`]), not here.
+    InFlight { base: Duration, per: Duration },
 }
 
 impl Dist {
@@ -73,6 +77,13 @@ impl Dist {
             "lognormal" => parse_lognormal(s, rest),
             "pareto" => parse_pareto(s, rest),
             "pct" => parse_pct(s, rest),
+            "inflight" => {
+                const FORM: &str = "inflight:BASE:PER";
+                let [base, per] = fields(s, rest, FORM)?;
+                let base = field_duration(s, FORM, "base", base)?;
+                let per = field_duration(s, FORM, "per", per)?;
+                Ok(Dist::InFlight { base, per })
+            }
             _ if !s.contains(':') && s.starts_with(|c: char| c.is_ascii_digit() || c == '-') => {
                 parse_duration(s).map(Dist::Fixed)
             }
@@ -110,6 +121,15 @@ impl Dist {
                 secs(scale.as_secs_f64() * (e / shape).exp())
             }
             Dist::Pct(points) => interpolate(points, rng.random::<f64>()),
+            Dist::InFlight { base, .. } => *base,
+        }
+    }
+
+    /// For `inflight:BASE:PER`: BASE and PER (the draw needs the count in flight).
+    pub fn in_flight(&self) -> Option<(Duration, Duration)> {
+        match self {
+            Dist::InFlight { base, per } => Some((*base, *per)),
+            _ => None,
         }
     }
 
@@ -134,6 +154,8 @@ impl Dist {
                 secs(scale.as_secs_f64() * (1.0 - p).powf(-1.0 / shape))
             }
             Dist::Pct(points) => interpolate(points, p),
+            // From one in flight to a hundred: where the buckets are fine.
+            Dist::InFlight { base, per } => *base + per.mul_f64(1.0 + 99.0 * p),
         }
     }
 
@@ -145,7 +167,7 @@ impl Dist {
             Dist::Uniform { high, .. } => Some(*high),
             Dist::Pct(points) => points.last().map(|&(_, d)| d),
             Dist::Exp { .. } | Dist::Normal { .. } | Dist::LogNormal { .. } => None,
-            Dist::Pareto { .. } => None,
+            Dist::Pareto { .. } | Dist::InFlight { .. } => None,
         }
     }
 }
@@ -161,6 +183,7 @@ impl fmt::Display for Dist {
             Dist::Normal { mean, sd } => write!(f, "normal:{}:{}", d(mean), d(sd)),
             Dist::LogNormal { p50, p99 } => write!(f, "lognormal:{}:{}", d(p50), d(p99)),
             Dist::Pareto { scale, shape } => write!(f, "pareto:{}:{shape}", d(scale)),
+            Dist::InFlight { base, per } => write!(f, "inflight:{}:{}", d(base), d(per)),
             Dist::Pct(points) => {
                 f.write_str("pct:")?;
                 for (i, (p, v)) in points.iter().enumerate() {
@@ -762,7 +785,7 @@ mod tests {
         assert_eq!(
             parse_err("gamma:1"),
             "\"gamma:1\": unknown distribution; expected one of 10ms, uniform:LOW:HIGH, exp:MEAN, \
-             normal:MEAN:SD, lognormal:P50:P99, pareto:SCALE:SHAPE, pct:P=D,..."
+             normal:MEAN:SD, lognormal:P50:P99, pareto:SCALE:SHAPE, pct:P=D,..., inflight:BASE:PER"
         );
         assert!(parse_err("fast").contains("unknown distribution"));
         assert_eq!(

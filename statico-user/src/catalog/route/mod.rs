@@ -14,6 +14,9 @@
 
 pub mod dist;
 pub mod fortio;
+pub mod load;
+pub mod pool;
+pub mod pool_spec;
 pub mod spec;
 
 use std::sync::Arc;
@@ -27,10 +30,13 @@ use super::hold::{Hold, TruthKey};
 use super::request::Request;
 use super::response::{Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
-use super::stream::StreamAnswer;
-use crate::observe::truth::{GroundTruth, RouteInfo};
+use super::stream::{Admission, StreamAnswer};
+use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use dist::Dist;
-use spec::{BodySpec, Fault, PathMatch, RouteSpec};
+use load::{Loads, RouteLoad, Ticket};
+use pool::{Pool, Shed};
+use pool_spec::PoolSpec;
+use spec::{BodySpec, Fault, PathMatch, RoutePool, RouteSpec};
 
 /// The routes, built: shared by every worker, each of which holds a copy of the heads with its live
 /// `Date` ([`Routes::set_date`]); bodies and the ground truth are shared.
@@ -38,6 +44,8 @@ use spec::{BodySpec, Fault, PathMatch, RouteSpec};
 pub struct Routes {
     routes: Vec<Route>,
     truth: Arc<GroundTruth>,
+    /// What the routes share while they answer: in-flight counts and pools.
+    loads: Arc<Loads>,
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +61,10 @@ struct Route {
     delay: Option<Dist>,
     body_delay: Option<Dist>,
     rate: u64,
+    /// Its pool sheds with a status: that answer's index in `answers`.
+    shed_answer: Option<u8>,
+    /// Its requests are counted or pooled while held ([`Loads`]).
+    loaded: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -95,23 +107,104 @@ impl Routes {
     /// builds the HTTP/2 and HTTP/3 answers too; `recorders` is how many threads record truth.
     pub fn build(
         specs: &[RouteSpec],
+        pools: &[(PoolSpec, String)],
         base: &ResponseSpec,
         streams: bool,
         recorders: usize,
     ) -> Result<Routes> {
         check_limits(specs)?;
+        let (pools, pool_of) = resolve_pools(specs, pools)?;
         let generated = generated_body(specs);
         let mut routes = Vec::with_capacity(specs.len());
-        for spec in specs {
-            let route = Route::build(spec, base, streams, &generated)
+        for (spec, pool) in specs.iter().zip(&pool_of) {
+            let shed = pool.map(|i| pools[i].shed);
+            let route = Route::build(spec, base, streams, &generated, shed)
                 .with_context(|| format!("--route {}", spec.name))?;
             routes.push(route);
         }
-        let info = specs.iter().map(route_info).collect();
+        let info = specs
+            .iter()
+            .zip(&pool_of)
+            .map(|(s, p)| route_info(s, p.is_some()))
+            .collect();
+        let loads = specs
+            .iter()
+            .zip(&pool_of)
+            .map(|(s, p)| route_load(s, *p))
+            .collect();
+        let gauges = pools
+            .iter()
+            .map(|p| p.clone() as Arc<dyn PoolGauge>)
+            .collect();
         Ok(Routes {
             routes,
-            truth: Arc::new(GroundTruth::new(info, recorders)),
+            truth: Arc::new(GroundTruth::new(info, recorders).with_pools(gauges)),
+            loads: Arc::new(Loads::new(loads, pools)),
         })
+    }
+
+    /// The pools, for the ground truth and the metrics.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        self.loads.pools()
+    }
+
+    /// The ticket of a held answer whose request is complete at `now` (none for an answer that is
+    /// not held and has no load model, or one written uncounted).
+    pub fn admit(
+        &self,
+        choice: &RouteChoice,
+        recorder: &super::Recorder,
+        now: std::time::Instant,
+    ) -> Option<Ticket> {
+        let key = choice.hold.truth?;
+        let route = &self.routes[usize::from(choice.route)];
+        if route.loaded {
+            return Some(
+                self.loads
+                    .admit(key, choice.hold.delay, recorder.clone(), now),
+            );
+        }
+        if !choice.hold.paces() {
+            return None;
+        }
+        let mut ticket = Ticket::new(recorder.clone(), key, choice.hold.delay, now);
+        ticket.set_gone(route.gone_outcome());
+        Some(ticket)
+    }
+
+    /// The answer a shed request gets instead of `choice`: the pool's status, or its fault.
+    pub fn shed_choice(&self, choice: &RouteChoice, shed: Shed) -> RouteChoice {
+        let route = &self.routes[usize::from(choice.route)];
+        let hold = Hold {
+            fault: match shed {
+                Shed::Status(_) => None,
+                Shed::Reset => Some(Fault::Reset),
+                Shed::Close => Some(Fault::Close),
+            },
+            truth: None,
+            ..Hold::default()
+        };
+        RouteChoice {
+            route: choice.route,
+            answer: route.shed_answer.unwrap_or(choice.answer),
+            hold,
+        }
+    }
+
+    /// Whether `choice`'s route may be shed with a status after its request has waited (its
+    /// shed answer is then written behind its answer, for the connection to pick).
+    pub fn sheds_late(&self, choice: &RouteChoice) -> bool {
+        let route = &self.routes[usize::from(choice.route)];
+        route.shed_answer.is_some()
+            && self
+                .loads
+                .pool_of(choice.route)
+                .is_some_and(|p| p.queue_timeout.is_some())
+    }
+
+    /// The shared load state, which stream answers carry to take their tickets.
+    pub fn loads(&self) -> &Arc<Loads> {
+        &self.loads
     }
 
     /// The ground truth every answer is recorded in.
@@ -122,7 +215,11 @@ impl Routes {
     /// Whether some answer may be held (a delay, a paced body, a fault).
     pub fn paces(&self) -> bool {
         self.routes.iter().any(|r| {
-            r.delay.is_some() || r.body_delay.is_some() || r.rate > 0 || !r.fault_cuts.is_empty()
+            r.delay.is_some()
+                || r.body_delay.is_some()
+                || r.rate > 0
+                || !r.fault_cuts.is_empty()
+                || r.loaded
         })
     }
 
@@ -161,6 +258,17 @@ impl Routes {
         let mut answer = (self.answer(choice).stream.clone())
             .expect("--http2 and --http3 build the routes' stream answers");
         answer.hold = choice.hold;
+        let route = &self.routes[usize::from(choice.route)];
+        if route.loaded || choice.hold.paces() {
+            let shed = route
+                .shed_answer
+                .and_then(|i| route.answers[usize::from(i)].stream.clone());
+            answer.admission = Some(Box::new(Admission {
+                loads: route.loaded.then(|| self.loads.clone()),
+                gone: route.gone_outcome(),
+                shed,
+            }));
+        }
         answer
     }
 
@@ -185,6 +293,7 @@ impl Route {
         base: &ResponseSpec,
         streams: bool,
         generated: &Bytes,
+        shed: Option<Shed>,
     ) -> Result<Route> {
         let body = match &spec.body {
             BodySpec::Empty => Bytes::new(),
@@ -192,9 +301,16 @@ impl Route {
             BodySpec::Size(n) => generated.slice(..*n as usize),
         };
         let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
-        let answers = statuses
+        let mut answers = statuses
             .map(|status| Answer::build(status, spec, base, &body, streams))
             .collect::<Result<Vec<_>>>()?;
+        let shed_answer = match shed {
+            Some(Shed::Status(status)) => {
+                answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            _ => None,
+        };
         Ok(Route {
             methods: spec.methods.iter().map(|m| m.as_bytes().into()).collect(),
             path: spec.path.clone(),
@@ -207,7 +323,15 @@ impl Route {
             delay: spec.delay.clone(),
             body_delay: spec.body_delay.clone(),
             rate: spec.rate.unwrap_or(0),
+            loaded: shed.is_some() || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some()),
+            shed_answer,
         })
+    }
+
+    /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]).
+    fn gone_outcome(&self) -> u8 {
+        let statuses = self.answers.len() - usize::from(self.shed_answer.is_some());
+        (statuses + self.fault_cuts.len()) as u8
     }
 
     /// Whether this route answers `method` on `path` (GET routes answer HEAD too).
@@ -240,9 +364,10 @@ impl Route {
                     .map(|(_, f)| *f)
             }
         };
+        let statuses = self.answers.len() - usize::from(self.shed_answer.is_some());
         let outcome = match fault {
             Some(f) => {
-                self.answers.len()
+                statuses
                     + self
                         .fault_cuts
                         .iter()
@@ -315,7 +440,7 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
         anyhow::bail!("{} routes: at most {MAX_ROUTES}", specs.len());
     }
     for spec in specs {
-        let outcomes = 1 + spec.status_mix.len() + spec.faults.len();
+        let outcomes = 1 + spec.status_mix.len() + spec.faults.len() + 2; // and gone, shed
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
                 "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
@@ -411,20 +536,94 @@ pub fn describe(spec: &RouteSpec) -> String {
     if let Some(rate) = spec.rate {
         s.push_str(&format!(", body at {rate} B/s"));
     }
+    match &spec.pool {
+        Some(RoutePool::Named { name, .. }) => s.push_str(&format!(", served by pool {name}")),
+        Some(RoutePool::Own(pool)) => s.push_str(&format!(", served by its pool: {pool}")),
+        None => {}
+    }
     s
 }
 
-/// What the ground truth knows of a route: its name, outcomes and delay range.
-fn route_info(spec: &RouteSpec) -> RouteInfo {
+/// What the ground truth knows of a route: its name, outcomes (its statuses, its faults, `gone`,
+/// and `shed` when it is pooled) and delay range.
+fn route_info(spec: &RouteSpec, pooled: bool) -> RouteInfo {
     let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
     let mut outcomes: Vec<String> = statuses.map(|s| s.to_string()).collect();
     outcomes.extend(spec.faults.iter().map(|(f, _)| f.name().to_string()));
+    outcomes.push("gone".into());
+    if pooled {
+        outcomes.push("shed".into());
+    }
     RouteInfo {
         name: spec.name.clone(),
         outcomes,
+        pooled,
         expected: spec
             .delay
             .as_ref()
             .map(|d| (d.quantile(0.001), d.quantile(0.9999))),
     }
+}
+
+/// A route's shared load state: its in-flight model, its pool, its `gone` and `shed` outcomes.
+fn route_load(spec: &RouteSpec, pool: Option<usize>) -> RouteLoad {
+    let gone = 1 + spec.status_mix.len() + spec.faults.len();
+    RouteLoad::new(
+        spec.delay.as_ref().and_then(Dist::in_flight),
+        pool,
+        gone as u8,
+        pool.map(|_| (gone + 1) as u8),
+    )
+}
+
+/// Checks the pools when there are no routes at all: each is defined once, and (there being no
+/// route) unused, which is refused like any pool no route is served by.
+pub fn check_pools_alone(defined: &[(PoolSpec, String)]) -> Result<()> {
+    resolve_pools(&[], defined).map(|_| ())
+}
+
+/// The pools, and each route's pool among them (an index).
+type Resolved = (Vec<Arc<Pool>>, Vec<Option<usize>>);
+
+/// The pools: those defined apart (`--pool`, `[[pool]]`), then each route's own; and each route's
+/// pool among them. A pool defined twice or a route naming no defined pool is the user's error.
+fn resolve_pools(specs: &[RouteSpec], defined: &[(PoolSpec, String)]) -> Result<Resolved> {
+    let mut pools: Vec<Arc<Pool>> = Vec::new();
+    for (i, (pool, at)) in defined.iter().enumerate() {
+        if let Some((_, first)) = defined[..i].iter().find(|(p, _)| p.name == pool.name) {
+            anyhow::bail!(
+                "{at}: pool {:?} is defined twice (first at {first})",
+                pool.name
+            );
+        }
+        pools.push(Arc::new(Pool::new(pool)));
+    }
+    let mut pool_of = Vec::with_capacity(specs.len());
+    for spec in specs {
+        pool_of.push(match &spec.pool {
+            None => None,
+            Some(RoutePool::Named { name, at }) => match defined.iter().position(|(p, _)| &p.name == name) {
+                Some(i) => Some(i),
+                None => anyhow::bail!("{at}: pool={name}: no --pool or [[pool]] is named {name:?} (a route's own pool cannot be shared); define it with --pool '{name} capacity=C' or a [[pool]] table"),
+            },
+            Some(RoutePool::Own(pool)) => {
+                if let Some(same) = pools.iter().find(|p| p.name == pool.name) {
+                    anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
+                }
+                pools.push(Arc::new(Pool::new(pool)));
+                Some(pools.len() - 1)
+            }
+        });
+    }
+    if let Some((pool, at)) = (defined.iter().enumerate())
+        .find(|(i, _)| !pool_of.contains(&Some(*i)))
+        .map(|(_, p)| p)
+    {
+        anyhow::bail!(
+            "{at}: no route is served by pool {:?}; give a route pool={}",
+            pool.name,
+            pool.name
+        );
+    }
+    Ok((pools, pool_of))
 }

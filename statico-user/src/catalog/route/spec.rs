@@ -30,6 +30,7 @@ use serde::Deserialize;
 use toml::{Spanned, Value};
 
 use super::dist::{parse_percent, parse_size, Dist};
+use super::pool_spec::{PoolKeys, PoolSpec};
 
 /// What a route's path matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,6 +152,19 @@ pub struct RouteSpec {
     pub faults: Vec<(Fault, f64)>,
     /// Pace the body at this many bytes per second.
     pub rate: Option<u64>,
+    /// The pool the route's requests are served by, if any.
+    pub pool: Option<RoutePool>,
+}
+
+/// A route's pool: one defined apart (`pool=NAME`), or its own (the pool keys on the route).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoutePool {
+    /// `pool=NAME`, and where it was written (for the error if no pool has that name).
+    Named {
+        name: String,
+        at: String,
+    },
+    Own(PoolSpec),
 }
 
 impl RouteSpec {
@@ -168,6 +182,7 @@ impl RouteSpec {
             body_delay: None,
             faults: Vec::new(),
             rate: None,
+            pool: None,
         }
     }
 }
@@ -212,12 +227,15 @@ impl Key {
 }
 
 /// The known keys, for the unknown-key error.
-const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate";
+const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, pool, capacity, queue, queue-timeout, shed";
 
 /// A route being filled in key by key: checks repeats and exclusions, then the key's parser.
 struct Builder<'a> {
     route: RouteSpec,
     seen: Vec<Key>,
+    /// `pool=NAME`, or the keys of the route's own pool.
+    pool_name: Option<String>,
+    pool_keys: PoolKeys,
     /// Where `body=@FILE` paths are relative to: the TOML file's directory, or the working
     /// directory for the flag.
     base_dir: Option<&'a Path>,
@@ -226,6 +244,15 @@ struct Builder<'a> {
 impl Builder<'_> {
     /// Sets `key` (as written) to `value`. Errors start with the key and the bad value.
     fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        if key == "pool" {
+            if self.pool_name.replace(value.to_owned()).is_some() {
+                return Err("pool given twice".into());
+            }
+            return Ok(());
+        }
+        if PoolKeys::is_key(key) {
+            return self.pool_keys.set(key, value);
+        }
         let Some(key) = Key::ALL.into_iter().find(|k| k.name() == key) else {
             return Err(format!("unknown key {key:?}; expected one of {KEY_LIST}"));
         };
@@ -245,6 +272,20 @@ impl Builder<'_> {
             .map_err(|e| format!("{} {e}", key.name()))
     }
 
+    /// The route, once every key is in: its pool named or its own (not both). `at` says where
+    /// the route was written, for a `pool=NAME` no pool turns out to have.
+    fn finish(mut self, at: String) -> Result<RouteSpec, String> {
+        self.route.pool = match (self.pool_name, self.pool_keys.any()) {
+            (Some(_), true) => {
+                return Err("pool=NAME and the pool keys (capacity, queue, queue-timeout, shed) can't both be given: the keys make the route a pool of its own".into())
+            }
+            (Some(name), false) => Some(RoutePool::Named { name, at }),
+            (None, true) => Some(RoutePool::Own(self.pool_keys.finish(&self.route.name)?)),
+            (None, false) => None,
+        };
+        Ok(self.route)
+    }
+
     /// Parses `value` for `key` into the route.
     fn apply(&mut self, key: Key, value: &str) -> Result<(), String> {
         let route = &mut self.route;
@@ -254,7 +295,12 @@ impl Builder<'_> {
             Key::Size => route.body = BodySpec::Size(parse_size(value)?),
             Key::Header => route.headers.push(parse_header(value)?),
             Key::Delay => route.delay = Some(Dist::parse(value)?),
-            Key::BodyDelay => route.body_delay = Some(Dist::parse(value)?),
+            Key::BodyDelay => match Dist::parse(value)? {
+                d if d.in_flight().is_some() => {
+                    return Err(format!("{value:?}: inflight:BASE:PER is a model of delay= only (the time before the answer)"))
+                }
+                d => route.body_delay = Some(d),
+            },
             Key::Fault => route.faults = parse_faults(value)?,
             Key::Rate => route.rate = Some(parse_rate(value)?),
         }
@@ -291,6 +337,8 @@ pub fn parse_spec(s: &str) -> Result<RouteSpec, String> {
     let mut builder = Builder {
         route: RouteSpec::new(name, methods, path),
         seen: Vec::new(),
+        pool_name: None,
+        pool_keys: PoolKeys::default(),
         base_dir: None,
     };
     for token in tokens {
@@ -299,7 +347,7 @@ pub fn parse_spec(s: &str) -> Result<RouteSpec, String> {
             .ok_or_else(|| format!("{token:?} is not key=value; the keys are {KEY_LIST}"))?;
         builder.set(key, value)?;
     }
-    Ok(builder.route)
+    builder.finish(format!("--route {s:?}"))
 }
 
 /// A route's default label: `GET,HEAD /api/*`, or the path alone when any method goes.
@@ -476,6 +524,28 @@ fn parse_rate(value: &str) -> Result<u64, String> {
 struct RoutesFile {
     #[serde(default)]
     route: Vec<Spanned<TomlRoute>>,
+    #[serde(default)]
+    pool: Vec<Spanned<TomlPool>>,
+}
+
+/// One `[[pool]]` table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlPool {
+    name: Option<Spanned<Value>>,
+    capacity: Option<Spanned<Value>>,
+    queue: Option<Spanned<Value>>,
+    #[serde(rename = "queue-timeout")]
+    queue_timeout: Option<Spanned<Value>>,
+    shed: Option<Spanned<Value>>,
+}
+
+/// What a `--routes` file defines: its routes, and its pools with the place each is written
+/// (`FILE:LINE`, for the error of a pool defined twice).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoutesDoc {
+    pub routes: Vec<RouteSpec>,
+    pub pools: Vec<(PoolSpec, String)>,
 }
 
 /// One `[[route]]` table as written, each value with its place in the file for errors.
@@ -494,6 +564,12 @@ struct TomlRoute {
     body_delay: Option<Spanned<Value>>,
     fault: Option<Spanned<Value>>,
     rate: Option<Spanned<Value>>,
+    pool: Option<Spanned<Value>>,
+    capacity: Option<Spanned<Value>>,
+    queue: Option<Spanned<Value>>,
+    #[serde(rename = "queue-timeout")]
+    queue_timeout: Option<Spanned<Value>>,
+    shed: Option<Spanned<Value>>,
 }
 
 /// An error at a place in the TOML text.
@@ -501,15 +577,20 @@ type Located = (Range<usize>, String);
 
 /// Parses a `--routes` TOML file (see the module documentation). Errors name the file and the
 /// line: `routes.toml:7: delay "…": …`.
-pub fn parse_file(path: &Path) -> Result<Vec<RouteSpec>, String> {
+pub fn parse_file(path: &Path) -> Result<RoutesDoc, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    parse_toml(&text, path)
+    parse_toml_doc(&text, path)
 }
 
 /// [`parse_file`] for text already read from `path` (which names it in errors and is where
 /// relative `body = "@FILE"` paths start).
 pub fn parse_toml(text: &str, path: &Path) -> Result<Vec<RouteSpec>, String> {
+    parse_toml_doc(text, path).map(|doc| doc.routes)
+}
+
+/// [`parse_toml`], with the file's `[[pool]]` tables.
+pub fn parse_toml_doc(text: &str, path: &Path) -> Result<RoutesDoc, String> {
     let at = |span: Option<Range<usize>>| match span {
         Some(span) => format!("{}:{}", path.display(), line_of(text, span.start)),
         None => path.display().to_string(),
@@ -525,12 +606,50 @@ pub fn parse_toml(text: &str, path: &Path) -> Result<Vec<RouteSpec>, String> {
         ));
     }
     let base_dir = path.parent();
-    file.route
+    let routes = file
+        .route
         .iter()
         .map(|route| {
-            toml_route(route, base_dir).map_err(|(span, e)| format!("{}: {e}", at(Some(span))))
+            let place = at(Some(route.span()));
+            toml_route(route, base_dir, place)
+                .map_err(|(span, e)| format!("{}: {e}", at(Some(span))))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let pools = file
+        .pool
+        .iter()
+        .map(|pool| {
+            let spec = toml_pool(pool).map_err(|(span, e)| format!("{}: {e}", at(Some(span))))?;
+            Ok((spec, at(Some(pool.span()))))
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(RoutesDoc { routes, pools })
+}
+
+/// One `[[pool]]` table as a pool, through the flag's key parsers.
+fn toml_pool(table: &Spanned<TomlPool>) -> Result<PoolSpec, Located> {
+    let pool = table.get_ref();
+    let Some(name) = &pool.name else {
+        return Err((
+            table.span(),
+            "the pool has no name; expected name = \"NAME\"".into(),
+        ));
+    };
+    let name = one_text("name", name)?;
+    let mut keys = PoolKeys::default();
+    let keyed = [
+        ("capacity", &pool.capacity),
+        ("queue", &pool.queue),
+        ("queue-timeout", &pool.queue_timeout),
+        ("shed", &pool.shed),
+    ];
+    for (key, value) in keyed {
+        if let Some(value) = value {
+            let text = one_text(key, value)?;
+            keys.set(key, &text).map_err(|e| (value.span(), e))?;
+        }
+    }
+    keys.finish(&name).map_err(|e| (table.span(), e))
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -540,7 +659,11 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// One `[[route]]` table as a route, through the same key parsers as the flag.
-fn toml_route(table: &Spanned<TomlRoute>, base_dir: Option<&Path>) -> Result<RouteSpec, Located> {
+fn toml_route(
+    table: &Spanned<TomlRoute>,
+    base_dir: Option<&Path>,
+    place: String,
+) -> Result<RouteSpec, Located> {
     let route = table.get_ref();
     let Some(path_value) = &route.path else {
         return Err((
@@ -566,6 +689,8 @@ fn toml_route(table: &Spanned<TomlRoute>, base_dir: Option<&Path>) -> Result<Rou
     let mut builder = Builder {
         route: RouteSpec::new(name, methods, path),
         seen: Vec::new(),
+        pool_name: None,
+        pool_keys: PoolKeys::default(),
         base_dir,
     };
     let keyed = [
@@ -591,7 +716,20 @@ fn toml_route(table: &Spanned<TomlRoute>, base_dir: Option<&Path>) -> Result<Rou
                 .map_err(|e| (value.span(), e))?;
         }
     }
-    Ok(builder.route)
+    let pooled = [
+        ("pool", &route.pool),
+        ("capacity", &route.capacity),
+        ("queue", &route.queue),
+        ("queue-timeout", &route.queue_timeout),
+        ("shed", &route.shed),
+    ];
+    for (key, value) in pooled {
+        if let Some(value) = value {
+            let text = one_text(key, value)?;
+            builder.set(key, &text).map_err(|e| (value.span(), e))?;
+        }
+    }
+    builder.finish(place).map_err(|e| (table.span(), e))
 }
 
 /// A value written as a string or an integer, as text for the key's parser.
@@ -781,7 +919,7 @@ mod tests {
     fn key_errors() {
         assert_eq!(
             spec_err("/ colour=red"),
-            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate"
+            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, pool, capacity, queue, queue-timeout, shed"
         );
         assert!(spec_err("/ status").contains("\"status\" is not key=value"));
         assert_eq!(spec_err("/ status=200 status=404"), "status given twice");
@@ -818,7 +956,7 @@ rate = "1m"
         std::fs::write(dir.join("body.txt"), "api body").unwrap();
         let file = dir.join("routes.toml");
         std::fs::write(&file, ROUTES).unwrap();
-        let routes = parse_file(&file).unwrap();
+        let routes = parse_file(&file).unwrap().routes;
         assert_eq!(routes.len(), 3);
         assert_eq!(
             routes[0],

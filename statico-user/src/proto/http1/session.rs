@@ -16,7 +16,7 @@ use crate::proto::http1::parser::{ErrorStatus, Event, Limits, Parser, RequestInf
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// What one [`Session::process`] call did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Batch {
     /// Input bytes consumed; the caller keeps the rest.
     pub consumed: usize,
@@ -32,6 +32,10 @@ pub struct Batch {
     /// held apart from its head), and how that response is delivered.
     pub body_at: Option<usize>,
     pub hold: crate::catalog::Hold,
+    /// With [`Pace::OneByOne`], a route's held answer: its ticket (its fate in a pool, its truth),
+    /// and where its shed answer starts in `out` when it may be shed after waiting.
+    pub ticket: Option<crate::catalog::route::load::Ticket>,
+    pub shed_at: Option<usize>,
     /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
     /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with
     /// the bytes after `consumed`. The request itself is answered on HTTP/2 stream 1.
@@ -170,6 +174,7 @@ impl Session {
                     }
                     let written = catalog.write(choice, framing, info.head_only, out);
                     (batch.body_at, batch.hold) = (written.body_at, written.hold);
+                    (batch.ticket, batch.shed_at) = (written.ticket, written.shed_at);
                     if !info.keep_alive || written.close {
                         batch.close = true;
                         return batch;

@@ -32,6 +32,7 @@ use super::detect::{UpgradeRequest, PREFACE};
 use crate::catalog::hold::{Delivery, Step};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
+use crate::proto::held;
 use statico_common::Counter;
 
 /// Settings for the HTTP/2 server.
@@ -141,6 +142,11 @@ async fn answer(
     }
     counters.add(Counter::Requests, 1);
     let arrived = std::time::Instant::now();
+    // A client that resets the stream while its answer is held or queued has gone.
+    let gone = std::future::poll_fn(|cx| respond.poll_reset(cx).map(|_| ()));
+    let Some((response, mut ticket)) = held::admitted(response, arrived, gone).await else {
+        return Ended::Done;
+    };
     let (status, hold, recorder) = (response.status, response.hold, response.recorder.clone());
     let (head, data) = response.into_parts();
     let mut head = Some(head);
@@ -148,11 +154,14 @@ async fn answer(
     for step in Delivery::new(hold, data.len(), head_only) {
         match step {
             Step::Wait(d) => crate::kernel::timer::sleep(d).await,
-            Step::Record(key) => {
-                if let Some(r) = &recorder {
-                    r.record(key, hold.delay, arrived.elapsed());
+            Step::Record(key) => match ticket.take() {
+                Some(ticket) => ticket.finish(std::time::Instant::now()),
+                None => {
+                    if let Some(r) = &recorder {
+                        r.record(key, hold.delay, arrived.elapsed());
+                    }
                 }
-            }
+            },
             Step::Head { end } => {
                 let Ok(s) = respond.send_response(head.take().expect("one head"), end) else {
                     return Ended::Done;

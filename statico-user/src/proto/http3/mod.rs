@@ -67,6 +67,7 @@ use statico_common::{Counter, QUIC_CID_LEN};
 use crate::catalog::hold::{Delivery, Step};
 use crate::catalog::response::DateClock;
 use crate::observe::meter::Counters;
+use crate::proto::held;
 use crate::shutdown;
 use guard::{Guarded, GuardedBidi};
 
@@ -609,6 +610,11 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
     }
     let arrived = std::time::Instant::now();
     let response = thread.answer(&head);
+    // The connection's end drops this task, and with it a held answer's ticket (counted gone).
+    let gone = std::future::pending::<()>();
+    let Some((response, mut ticket)) = held::admitted(response, arrived, gone).await else {
+        return Ended::Done;
+    };
     if options.verbose > 0 {
         println!("↪ response (HTTP/3): {}", response.status);
     }
@@ -623,8 +629,13 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
                 Ok(())
             }
             Step::Record(key) => {
-                if let Some(r) = &recorder {
-                    r.record(key, hold.delay, arrived.elapsed());
+                match ticket.take() {
+                    Some(ticket) => ticket.finish(std::time::Instant::now()),
+                    None => {
+                        if let Some(r) = &recorder {
+                            r.record(key, hold.delay, arrived.elapsed());
+                        }
+                    }
                 }
                 Ok(())
             }

@@ -28,6 +28,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+use std::thread::ThreadId;
 use std::time::Instant;
 
 use statico_common::Counter;
@@ -37,19 +38,39 @@ use crate::observe::meter::WorkerCounters;
 use crate::proto::detect::UpgradeRequest;
 use crate::proto::http2::{self, pipe::PipeIo, H2Settings};
 
-/// Tokens of the connections to poll, in the order they were woken.
-#[derive(Debug, Default)]
-pub struct ReadyList(Mutex<Vec<u64>>);
+use super::wake::Mailbox;
+
+/// Tokens of the connections to poll, in the order they were woken; a wake from another thread (a
+/// pool that decided a queued stream's fate) goes through the worker's [`Mailbox`] instead, whose
+/// eventfd ends the ring's wait.
+#[derive(Debug)]
+pub struct ReadyList {
+    tokens: Mutex<Vec<u64>>,
+    ring_thread: ThreadId,
+    mailbox: Arc<Mailbox>,
+}
 
 impl ReadyList {
+    /// The list of the worker running on this thread.
+    pub fn new(mailbox: Arc<Mailbox>) -> ReadyList {
+        ReadyList {
+            tokens: Mutex::default(),
+            ring_thread: std::thread::current().id(),
+            mailbox,
+        }
+    }
+
     /// Takes the queued tokens, leaving `into`'s memory to the list for next time.
     pub fn take(&self, into: &mut Vec<u64>) {
         into.clear();
-        std::mem::swap(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()), into);
+        std::mem::swap(
+            &mut *self.tokens.lock().unwrap_or_else(|p| p.into_inner()),
+            into,
+        );
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.lock().map_or(true, |l| l.is_empty())
+        self.tokens.lock().map_or(true, |l| l.is_empty())
     }
 }
 
@@ -66,8 +87,11 @@ impl Wake for ConnWake {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        if std::thread::current().id() != self.ready.ring_thread {
+            return self.ready.mailbox.wake(self.token);
+        }
         if !self.queued.swap(true, Ordering::AcqRel) {
-            let mut list = self.ready.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut list = self.ready.tokens.lock().unwrap_or_else(|p| p.into_inner());
             list.push(self.token);
         }
     }

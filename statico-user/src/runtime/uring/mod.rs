@@ -16,7 +16,9 @@
 //! - a ring **timeout** every [`TICK`] that patches the `Date`, expires deadlines (idle, header, send,
 //!   linger), notices shutdown and retries a failed accept; a per-connection timeout only for the
 //!   `--delay` / `--body-delay` waits, which must be on time;
-//! - **shutdown** (write side, before a lingering close) and **shutdown + close** (linked) to end one.
+//! - **shutdown** (write side, before a lingering close) and **shutdown + close** (linked) to end one;
+//! - one **read** of the worker's eventfd, always posted: a pool on another thread that decides a
+//!   queued request's fate wakes its connection through it ([`wake`]).
 //!
 //! A connection that switches to HTTP/2 keeps its receive and its sends; its bytes then go through the
 //! shared HTTP/2 server, a future polled on this thread ([`h2`]). Its sleeps are the worker's
@@ -32,6 +34,7 @@ mod buffers;
 mod h2;
 mod ring;
 mod slots;
+mod wake;
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::{IntoRawFd, RawFd};
@@ -44,6 +47,7 @@ use statico_common::Counter;
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
 use crate::catalog::response::DateClock;
+use crate::catalog::route::pool::Fate;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::MAX_SLICES;
@@ -120,6 +124,8 @@ struct Conn<'a> {
     recv: Recv,
     /// The pacing deadline a timeout is armed for.
     timer: Option<Instant>,
+    /// The queued request whose ticket has this connection's waker ([`wake`]), by its id.
+    registered: Option<u64>,
     /// After the switch to HTTP/2: the connection's HTTP/2 server (`state` and `layer` are then unused).
     h2: Option<Box<h2::H2Conn<'a>>>,
 }
@@ -228,6 +234,10 @@ struct Worker<'a> {
     /// The time of the completions being handled.
     now: Instant,
     cqes: Vec<(u64, i32, u32)>,
+    /// Connections woken from other threads, and the eventfd read's buffer (boxed: the kernel
+    /// writes it; kept, or leaked, like the receive buffers).
+    mailbox: std::sync::Arc<wake::Mailbox>,
+    wake_buf: Box<u64>,
 }
 
 /// Runs one worker until shutdown. `ready` receives the outcome of start-up.
@@ -266,6 +276,8 @@ impl<'a> Worker<'a> {
             .submitter()
             .register_files_sparse(opts.direct_files)
             .is_ok();
+        let mailbox = wake::Mailbox::new()
+            .map_err(|e| format!("worker {id}: cannot create an eventfd: {e}"))?;
         let mut w = Worker {
             ring: Ring::new(ring),
             bufs,
@@ -283,7 +295,7 @@ impl<'a> Worker<'a> {
             accept_errors: AcceptErrors::new(id),
             conns: Slots::new(),
             h2: H2Worker {
-                ready: Arc::default(),
+                ready: Arc::new(h2::ReadyList::new(mailbox.clone())),
                 polling: Vec::new(),
                 deadlines: crate::kernel::deadlines::install(),
                 draining: Rc::default(),
@@ -295,9 +307,12 @@ impl<'a> Worker<'a> {
             clock: DateClock::default(),
             now: Instant::now(),
             cqes: Vec::with_capacity(1024),
+            mailbox,
+            wake_buf: Box::new(0),
         };
         w.arm_accept();
         w.arm_tick();
+        w.arm_wake();
         Ok(w)
     }
 
@@ -351,6 +366,7 @@ impl<'a> Worker<'a> {
                 Some(Op::Send) => self.on_send(data, slot, gen, res),
                 Some(Op::Tick) => self.on_tick(),
                 Some(Op::Timer) => self.on_timer(slot, gen),
+                Some(Op::Wake) => self.on_wake(),
                 Some(Op::Close) | Some(Op::Cancel) | None => {}
             }
         }
@@ -418,6 +434,7 @@ impl<'a> Worker<'a> {
             gather: None,
             recv: Recv::Off,
             timer: None,
+            registered: None,
             h2: None,
         });
         if self.timespecs.len() < self.conns.capacity() {
@@ -503,6 +520,27 @@ impl<'a> Worker<'a> {
             .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
         drop(catalog);
         self.drive(slot);
+    }
+
+    /// Connections woken from another thread (a pool decided their queued request): each asks its
+    /// ticket what next; an HTTP/2 one is polled.
+    fn on_wake(&mut self) {
+        self.arm_wake();
+        for woken in self.mailbox.take() {
+            let (_, slot, gen) = untoken(woken);
+            let Some(c) = self.conns.get_mut(slot, gen) else {
+                continue;
+            };
+            if let Some(h) = &c.h2 {
+                h.nudge(); // polled after this batch
+                continue;
+            }
+            let catalog = self.shared.catalog.borrow();
+            c.layer
+                .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
+            drop(catalog);
+            self.drive(slot);
+        }
     }
 
     /// Every [`TICK`]: `Date`, expired deadlines, idle connections while draining, a failed accept.
@@ -613,6 +651,41 @@ impl<'a> Worker<'a> {
         }
         self.steer_recv(slot);
         self.arm_timer(slot);
+        self.register_waker(slot);
+    }
+
+    /// A connection whose request waits in a pool's queue gives the pool its waker, once per
+    /// request; if the pool decided meanwhile, it is woken at once.
+    fn register_waker(&mut self, slot: usize) {
+        let Some(c) = self.conns.at(slot) else {
+            return;
+        };
+        let Some(ticket) = c.state.waiting_ticket() else {
+            c.registered = None;
+            return;
+        };
+        if c.registered == Some(ticket.id()) {
+            return;
+        }
+        c.registered = Some(ticket.id());
+        let token = token(Op::Wake, slot, c.gen);
+        if !matches!(
+            ticket.register(&self.mailbox.waker(token)),
+            Fate::Waiting { .. }
+        ) {
+            self.mailbox.wake(token);
+        }
+    }
+
+    /// Posts the read of the eventfd that other threads write to wake this worker.
+    fn arm_wake(&mut self) {
+        let buf: *mut u64 = &mut *self.wake_buf;
+        let e = opcode::Read::new(types::Fd(self.mailbox.fd()), buf.cast(), 8)
+            .build()
+            .user_data(token(Op::Wake, 0, 0));
+        // SAFETY: the buffer is boxed and lives as long as the worker; `finish` leaks it if the
+        // kernel does not confirm this read's cancellation.
+        unsafe { self.ring.push(e) };
     }
 
     /// The connection speaks HTTP/2 from now on: its server starts (and is polled after this batch).
@@ -846,6 +919,7 @@ impl<'a> Worker<'a> {
         if self.ring.inflight > 0 || !self.bufs.unregister(&self.ring.ring) {
             // The kernel may still use the buffers: never free them.
             std::mem::forget(std::mem::take(&mut self.orphans));
+            std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
             std::mem::forget(self.bufs);
         }
     }

@@ -39,6 +39,8 @@ pub enum Op {
     Tick = 5,
     Timer = 6,
     Cancel = 7,
+    /// A read of the worker's eventfd: connections woken from another thread ([`super::wake`]).
+    Wake = 8,
 }
 
 impl Op {
@@ -51,6 +53,7 @@ impl Op {
             5 => Op::Tick,
             6 => Op::Timer,
             7 => Op::Cancel,
+            8 => Op::Wake,
             _ => return None,
         })
     }

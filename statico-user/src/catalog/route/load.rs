@@ -1,0 +1,282 @@
+//! The state a route shares between workers while it answers: how many of its requests are in
+//! flight (for `delay=inflight:BASE:PER`), and its [`Pool`]. And the [`Ticket`] every held route
+//! answer carries from the moment its request is complete to the moment it is answered — or its
+//! client goes away.
+//!
+//! A ticket is the one place where a held answer's fate is read (served now, waiting in a pool's
+//! queue, shed) and where its ground truth is recorded: [`Ticket::finish`] when it is answered
+//! (outcome, wait, service, held), and on drop, if it never was, as outcome `gone` (its client left,
+//! or the connection ended) — so no runtime or protocol records, or forgets, a departure on its own.
+//! Dropping it also gives back what it held: its in-flight count, its place in a queue, or (at the
+//! end of its service) its server.
+//!
+//! A route without a load model and without a hold never makes a ticket: its hot path is unchanged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use super::pool::{Fate, Pool, Shed, Slot};
+use crate::catalog::hold::{Recorder, TruthKey};
+
+/// Every route's shared load state, and the pools (shared as `Arc<Loads>` by every worker).
+#[derive(Debug, Default)]
+pub struct Loads {
+    routes: Vec<RouteLoad>,
+    pools: Vec<Arc<Pool>>,
+}
+
+/// One route's load model and its extra outcomes.
+#[derive(Debug, Default)]
+pub struct RouteLoad {
+    /// `inflight:BASE:PER`: its parameters.
+    pub in_flight: Option<(Duration, Duration)>,
+    /// Its requests in flight now (held or queued), across every thread.
+    count: AtomicU64,
+    /// Its pool, an index into [`Loads::pools`].
+    pub pool: Option<usize>,
+    /// The outcome numbers of `gone` and (pooled) `shed`.
+    pub gone: u8,
+    pub shed: Option<u8>,
+}
+
+impl RouteLoad {
+    pub fn new(
+        in_flight: Option<(Duration, Duration)>,
+        pool: Option<usize>,
+        gone: u8,
+        shed: Option<u8>,
+    ) -> RouteLoad {
+        RouteLoad {
+            in_flight,
+            count: AtomicU64::new(0),
+            pool,
+            gone,
+            shed,
+        }
+    }
+}
+
+impl Loads {
+    pub fn new(routes: Vec<RouteLoad>, pools: Vec<Arc<Pool>>) -> Loads {
+        Loads { routes, pools }
+    }
+
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// Route `route`'s pool, if it has one.
+    pub fn pool_of(&self, route: u16) -> Option<&Arc<Pool>> {
+        let i = self.routes.get(usize::from(route))?.pool?;
+        self.pools.get(i)
+    }
+
+    /// Whether route `route` needs its state consulted (a pool or an in-flight delay).
+    pub fn loaded(&self, route: u16) -> bool {
+        self.routes
+            .get(usize::from(route))
+            .is_some_and(|r| r.pool.is_some() || r.in_flight.is_some())
+    }
+
+    /// The ticket of a request of `key.route` complete at `now`, whose service (the drawn delay)
+    /// is `drawn` unless the route's delay depends on the load: counted in flight, then admitted
+    /// to the route's pool (served, queued or shed).
+    pub fn admit(
+        self: &Arc<Self>,
+        key: TruthKey,
+        drawn: Duration,
+        recorder: Recorder,
+        now: Instant,
+    ) -> Ticket {
+        let mut ticket = Ticket::new(recorder, key, drawn, now);
+        let Some(route) = self.routes.get(usize::from(key.route)) else {
+            return ticket;
+        };
+        let n = route.count.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some((base, per)) = route.in_flight {
+            let extra = per.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
+            ticket.service = (base + extra).min(super::LONGEST_HOLD);
+        }
+        ticket.gone = route.gone;
+        ticket.shed = route.shed;
+        ticket.loads = Some(self.clone());
+        if let Some(pool) = route.pool.and_then(|i| self.pools.get(i)) {
+            ticket.slot = Some(pool.arrive(now, ticket.service));
+        }
+        ticket
+    }
+
+    fn left(&self, route: u16) {
+        if let Some(r) = self.routes.get(usize::from(route)) {
+            r.count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The next [`Ticket::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One held route answer's place: see the module doc.
+#[derive(Debug)]
+pub struct Ticket {
+    recorder: Recorder,
+    key: TruthKey,
+    arrived: Instant,
+    service: Duration,
+    /// Set when the route has a load model: where to give back the in-flight count.
+    loads: Option<Arc<Loads>>,
+    /// Its place in the route's pool.
+    slot: Option<Arc<Slot>>,
+    gone: u8,
+    shed: Option<u8>,
+    /// Recorded (and everything given back) already.
+    done: bool,
+    id: u64,
+}
+
+impl Ticket {
+    /// A ticket for a route with no load model: served at once, for `service`.
+    pub fn new(recorder: Recorder, key: TruthKey, service: Duration, now: Instant) -> Ticket {
+        Ticket {
+            recorder,
+            key,
+            arrived: now,
+            service,
+            loads: None,
+            slot: None,
+            gone: key.outcome,
+            shed: None,
+            done: false,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// The outcome a departure is counted as (set by [`Loads::admit`]; a route built without one
+    /// counts its drawn outcome).
+    pub fn set_gone(&mut self, gone: u8) {
+        self.gone = gone;
+    }
+
+    /// Its fate so far: a ticket outside a pool is served from its arrival.
+    pub fn fate(&self) -> Fate {
+        match &self.slot {
+            Some(slot) => slot.fate(),
+            None => Fate::Serving {
+                start: self.arrived,
+                due: self.arrived + self.service,
+            },
+        }
+    }
+
+    /// As [`Ticket::fate`], after letting the pool replay up to `now` (a waiter whose timeout has
+    /// come is shed by this).
+    pub fn fate_at(&self, now: Instant) -> Fate {
+        let fate = self.fate();
+        if let (Fate::Waiting { deadline: Some(d) }, Some(pool)) = (fate, self.pool()) {
+            if d <= now {
+                pool.advance(now);
+                return self.fate();
+            }
+        }
+        fate
+    }
+
+    /// Registers the waker to call when a waiting ticket's fate is decided; returns the fate now.
+    pub fn register(&self, waker: &Waker) -> Fate {
+        match &self.slot {
+            Some(slot) => slot.register(waker),
+            None => self.fate(),
+        }
+    }
+
+    /// How a shed ticket is answered (its pool's `shed=`).
+    pub fn shed_as(&self) -> Option<Shed> {
+        self.pool().map(|p| p.shed)
+    }
+
+    /// What tells this ticket from every other (for a runtime that registers a waker once per
+    /// queued request): a number never given twice in the process — not an address, which the
+    /// next ticket may reuse.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The service time drawn for it.
+    pub fn service(&self) -> Duration {
+        self.service
+    }
+
+    /// It was answered at `now` (or shed, if that is its fate): records its truth, and hands its
+    /// server on to the next waiter.
+    pub fn finish(mut self, now: Instant) {
+        let fate = self.fate();
+        let held = now.saturating_duration_since(self.arrived);
+        let pooled = self.slot.is_some();
+        match fate {
+            Fate::Shed { at } => {
+                let outcome = self.shed.unwrap_or(self.key.outcome);
+                self.record(outcome, None, Some(at - self.arrived), held);
+            }
+            Fate::Serving { start, .. } => {
+                let wait = pooled.then(|| start.saturating_duration_since(self.arrived));
+                self.record(self.key.outcome, Some(self.service), wait, held);
+                if let Some(pool) = self.pool() {
+                    pool.advance(now);
+                }
+            }
+            Fate::Waiting { .. } | Fate::Left => self.depart(now),
+        }
+        self.give_back();
+        self.done = true;
+    }
+
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        self.loads.as_ref()?.pool_of(self.key.route)
+    }
+
+    fn record(&self, outcome: u8, drawn: Option<Duration>, wait: Option<Duration>, held: Duration) {
+        let key = TruthKey {
+            route: self.key.route,
+            outcome,
+        };
+        self.recorder.record_sample(key, drawn, wait, held);
+    }
+
+    /// Its client left at `now`: counted `gone` with the time held and waited so far; it leaves
+    /// the queue, or keeps its server to the end of its service.
+    fn depart(&mut self, now: Instant) {
+        let held = now.saturating_duration_since(self.arrived);
+        let fate = self.fate();
+        let wait = self.slot.is_some().then(|| match fate {
+            Fate::Serving { start, .. } => start.min(now).saturating_duration_since(self.arrived),
+            Fate::Shed { at } => at.saturating_duration_since(self.arrived),
+            _ => held,
+        });
+        self.record(self.gone, None, wait, held);
+        if let (Some(pool), Some(slot)) = (self.pool(), &self.slot) {
+            match fate {
+                Fate::Waiting { .. } => pool.cancel(slot),
+                Fate::Serving { due, .. } if due > now => pool.abandon(due),
+                Fate::Serving { .. } => pool.advance(now),
+                _ => {}
+            }
+        }
+    }
+
+    fn give_back(&mut self) {
+        if let Some(loads) = &self.loads {
+            loads.left(self.key.route);
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.done {
+            self.depart(Instant::now());
+            self.give_back();
+        }
+    }
+}
