@@ -28,7 +28,6 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::ThreadId;
 use std::time::Instant;
 
 use statico_common::Counter;
@@ -46,18 +45,28 @@ use super::wake::Mailbox;
 #[derive(Debug)]
 pub struct ReadyList {
     tokens: Mutex<Vec<u64>>,
-    ring_thread: ThreadId,
     mailbox: Arc<Mailbox>,
+}
+
+thread_local! {
+    /// The [`ReadyList`] of the worker on this thread (its address), to tell its wakes from others'.
+    static RING_LIST: Cell<usize> = const { Cell::new(0) };
 }
 
 impl ReadyList {
     /// The list of the worker running on this thread.
-    pub fn new(mailbox: Arc<Mailbox>) -> ReadyList {
-        ReadyList {
+    pub fn new(mailbox: Arc<Mailbox>) -> Arc<ReadyList> {
+        let list = Arc::new(ReadyList {
             tokens: Mutex::default(),
-            ring_thread: std::thread::current().id(),
             mailbox,
-        }
+        });
+        RING_LIST.with(|r| r.set(Arc::as_ptr(&list) as usize));
+        list
+    }
+
+    /// Whether this is the ring thread of the list's worker.
+    fn on_ring(&self) -> bool {
+        RING_LIST.with(|r| r.get() == std::ptr::from_ref(self) as usize)
     }
 
     /// Takes the queued tokens, leaving `into`'s memory to the list for next time.
@@ -87,7 +96,8 @@ impl Wake for ConnWake {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if std::thread::current().id() != self.ready.ring_thread {
+        // From elsewhere, always through the mailbox: a flag read there could be stale.
+        if !self.ready.on_ring() {
             return self.ready.mailbox.wake(self.token);
         }
         if !self.queued.swap(true, Ordering::AcqRel) {

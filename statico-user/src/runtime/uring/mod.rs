@@ -295,7 +295,7 @@ impl<'a> Worker<'a> {
             accept_errors: AcceptErrors::new(id),
             conns: Slots::new(),
             h2: H2Worker {
-                ready: Arc::new(h2::ReadyList::new(mailbox.clone())),
+                ready: h2::ReadyList::new(mailbox.clone()),
                 polling: Vec::new(),
                 deadlines: crate::kernel::deadlines::install(),
                 draining: Rc::default(),
