@@ -16,8 +16,10 @@
 //! deadlines. So the ring stays the only thing the thread waits in.
 //!
 //! The executor is a ready list. Each connection has one [`Waker`] (an `Arc` with its ring token and a
-//! queued flag, since `h2` requires `Send + Sync` wakers); waking it queues the token once, and the
-//! worker polls every queued connection after each batch of completions. A receive, the end of input,
+//! queued flag, since `h2` requires `Send + Sync` wakers); waking it on the ring thread queues the
+//! token once, and the worker polls every queued connection after each batch of completions. A wake
+//! from another thread (a pool that decided a queued stream's fate) goes through the worker's
+//! [`Mailbox`], whose eventfd ends the ring's wait. A receive, the end of input,
 //! and a send that frees a full outbox queue the connection the same way, so a batch with several
 //! receives for one connection polls it once.
 
