@@ -24,7 +24,7 @@ pub struct StreamAnswer {
     /// Where a route's answer records its ground truth.
     pub recorder: Option<super::hold::Recorder>,
     /// A route's held answer: how it takes its ticket when its request is complete.
-    pub admission: Option<Box<Admission>>,
+    pub admission: Option<std::sync::Arc<Admission>>,
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
@@ -153,7 +153,11 @@ impl StreamAnswer {
     pub fn shed(self, how: Option<Shed>) -> StreamAnswer {
         let fault = match how {
             Some(Shed::Status(_)) => {
-                if let Some(shed) = self.admission.and_then(|a| a.shed) {
+                if let Some(mut shed) = self.admission.as_ref().and_then(|a| a.shed.clone()) {
+                    // Built once at start-up: this second's Date is the answer's.
+                    if let Some(date) = self.headers.get(http::header::DATE) {
+                        shed.headers.insert(http::header::DATE, date.clone());
+                    }
                     return shed;
                 }
                 Fault::Reset

@@ -65,6 +65,8 @@ struct Route {
     shed_answer: Option<u8>,
     /// Its requests are counted or pooled while held ([`Loads`]).
     loaded: bool,
+    /// What its held stream answers take their tickets with (made once, shared).
+    admission: Option<Arc<Admission>>,
 }
 
 #[derive(Clone, Debug)]
@@ -136,10 +138,14 @@ impl Routes {
             .iter()
             .map(|p| p.clone() as Arc<dyn PoolGauge>)
             .collect();
+        let loads = Arc::new(Loads::new(loads, pools));
+        for route in &mut routes {
+            route.admission = Some(Arc::new(route.admission_with(&loads)));
+        }
         Ok(Routes {
             routes,
             truth: Arc::new(GroundTruth::new(info, recorders).with_pools(gauges)),
-            loads: Arc::new(Loads::new(loads, pools)),
+            loads,
         })
     }
 
@@ -260,14 +266,7 @@ impl Routes {
         answer.hold = choice.hold;
         let route = &self.routes[usize::from(choice.route)];
         if route.loaded || choice.hold.paces() {
-            let shed = route
-                .shed_answer
-                .and_then(|i| route.answers[usize::from(i)].stream.clone());
-            answer.admission = Some(Box::new(Admission {
-                loads: route.loaded.then(|| self.loads.clone()),
-                gone: route.gone_outcome(),
-                shed,
-            }));
+            answer.admission = route.admission.clone();
         }
         answer
     }
@@ -324,8 +323,19 @@ impl Route {
             body_delay: spec.body_delay.clone(),
             rate: spec.rate.unwrap_or(0),
             loaded: shed.is_some() || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some()),
+            admission: None,
             shed_answer,
         })
+    }
+
+    /// How its held stream answers take their tickets: through `loads` if it has a load model.
+    fn admission_with(&self, loads: &Arc<Loads>) -> Admission {
+        let shed = (self.shed_answer).and_then(|i| self.answers[usize::from(i)].stream.clone());
+        Admission {
+            loads: self.loaded.then(|| loads.clone()),
+            gone: self.gone_outcome(),
+            shed,
+        }
     }
 
     /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]).

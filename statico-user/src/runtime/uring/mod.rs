@@ -14,8 +14,9 @@
 //!   static site's shared bodies go out from where they are stored); responses produced meanwhile
 //!   queue behind it inside the connection and go out together with the next send;
 //! - a ring **timeout** every [`TICK`] that patches the `Date`, expires deadlines (idle, header, send,
-//!   linger), notices shutdown and retries a failed accept; a per-connection timeout only for the
-//!   `--delay` / `--body-delay` waits, which must be on time;
+//!   linger), notices shutdown and retries a failed accept; and one for the earliest of the pacing
+//!   deadlines (held answers, paced bodies, queue timeouts), which must be on time: every connection
+//!   due within the same 25 µs quantum is released by one expiry ([`deadlines`]);
 //! - **shutdown** (write side, before a lingering close) and **shutdown + close** (linked) to end one;
 //! - one **read** of the worker's eventfd, always posted: a pool on another thread that decides a
 //!   queued request's fate wakes its connection through it ([`wake`]).
@@ -26,11 +27,12 @@
 //!
 //! Memory the kernel reads or writes: receive buffers (see [`buffers`]); a connection's output, frozen
 //! by [`Connection::send_started`] until the send completes — if the connection closes first, it is
-//! kept as an orphan until then; timespecs, one boxed per slot for the worker's life. At exit every
+//! kept as an orphan until then; the timeouts' timespecs, boxed for the worker's life. At exit every
 //! operation is cancelled and reaped before that memory is freed, and it is leaked if the kernel does
 //! not confirm in time.
 
 mod buffers;
+mod deadlines;
 mod h2;
 mod ring;
 mod slots;
@@ -221,10 +223,6 @@ struct Worker<'a> {
     accept_errors: AcceptErrors,
     conns: Slots<Conn<'a>>,
     h2: H2Worker,
-    /// One timespec per slot for the pacing timeouts, boxed so it never moves, kept for the worker's
-    /// life (the kernel copies it when the SQE is submitted, which may be after the connection closed).
-    #[allow(clippy::vec_box)] // boxed: a timespec must not move when the Vec grows
-    timespecs: Vec<Box<types::Timespec>>,
     tick: Box<types::Timespec>,
     /// Connections closed while a send was in flight, kept until its completion (the kernel may still
     /// read their output), by the send's token.
@@ -234,6 +232,11 @@ struct Worker<'a> {
     /// The time of the completions being handled.
     now: Instant,
     cqes: Vec<(u64, i32, u32)>,
+    /// The connections' pacing deadlines behind one timeout, its timespec (read by the kernel when
+    /// the timeout is submitted), and the deadlines found due when it fires.
+    deadlines: deadlines::Deadlines,
+    pace_ts: Box<types::Timespec>,
+    due: Vec<deadlines::Due>,
     /// Connections woken from other threads, and the eventfd read's buffer (boxed: the kernel
     /// writes it; kept, or leaked, like the receive buffers).
     mailbox: std::sync::Arc<wake::Mailbox>,
@@ -300,7 +303,6 @@ impl<'a> Worker<'a> {
                 deadlines: crate::kernel::deadlines::install(),
                 draining: Rc::default(),
             },
-            timespecs: Vec::new(),
             tick: Box::new(types::Timespec::from(TICK)),
             orphans: Vec::new(),
             draining: None,
@@ -309,6 +311,9 @@ impl<'a> Worker<'a> {
             cqes: Vec::with_capacity(1024),
             mailbox,
             wake_buf: Box::new(0),
+            deadlines: deadlines::Deadlines::new(Instant::now()),
+            pace_ts: Box::new(types::Timespec::new()),
+            due: Vec::new(),
         };
         w.arm_accept();
         w.arm_tick();
@@ -365,7 +370,7 @@ impl<'a> Worker<'a> {
                 Some(Op::Recv) => self.on_recv(slot, gen, res, flags),
                 Some(Op::Send) => self.on_send(data, slot, gen, res),
                 Some(Op::Tick) => self.on_tick(),
-                Some(Op::Timer) => self.on_timer(slot, gen),
+                Some(Op::Timer) => self.on_timer(),
                 Some(Op::Wake) => self.on_wake(),
                 Some(Op::Close) | Some(Op::Cancel) | None => {}
             }
@@ -437,9 +442,6 @@ impl<'a> Worker<'a> {
             registered: None,
             h2: None,
         });
-        if self.timespecs.len() < self.conns.capacity() {
-            self.timespecs.push(Box::new(types::Timespec::new()));
-        }
         self.drive(slot);
         if !self.accepting && self.draining.is_none() {
             self.arm_accept();
@@ -509,17 +511,28 @@ impl<'a> Worker<'a> {
         self.drive(slot);
     }
 
-    /// A pacing timeout fired.
-    fn on_timer(&mut self, slot: usize, gen: u32) {
-        let Some(c) = self.conns.get_mut(slot, gen) else {
-            return;
-        };
-        c.timer = None;
-        let catalog = self.shared.catalog.borrow();
-        c.layer
-            .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
-        drop(catalog);
-        self.drive(slot);
+    /// The pacing timeout fired: every connection whose deadline has come goes on.
+    fn on_timer(&mut self) {
+        let mut due = std::mem::take(&mut self.due);
+        if let Some(expiry) = self.deadlines.fired(self.now, &mut due) {
+            self.arm_pacing(expiry);
+        }
+        for &(at, slot, gen) in &due {
+            let Some(c) = self.conns.get_mut(slot, gen) else {
+                continue;
+            };
+            if c.timer != Some(at) {
+                continue; // the connection's deadline moved since
+            }
+            c.timer = None;
+            let catalog = self.shared.catalog.borrow();
+            c.layer
+                .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
+            drop(catalog);
+            self.drive(slot);
+        }
+        due.clear();
+        self.due = due;
     }
 
     /// Connections woken from another thread (a pool decided their queued request): each asks its
@@ -787,15 +800,22 @@ impl<'a> Worker<'a> {
             return;
         }
         c.timer = Some(at);
-        let ts = &mut self.timespecs[slot];
-        // Absolute on CLOCK_MONOTONIC (`Instant`'s clock): a wait relative to the batch's `now`
-        // would start late by however long the batch has taken so far.
-        **ts = monotonic(at);
-        let e = opcode::Timeout::new(&**ts as *const types::Timespec)
+        if let Some(expiry) = self.deadlines.add(at, slot, c.gen) {
+            self.arm_pacing(expiry);
+        }
+    }
+
+    /// The pacing timeout, at `expiry`: absolute on CLOCK_MONOTONIC (`Instant`'s clock), as a wait
+    /// relative to the batch's `now` would start late by however long the batch has taken so far.
+    fn arm_pacing(&mut self, expiry: Instant) {
+        *self.pace_ts = monotonic(expiry);
+        let e = opcode::Timeout::new(&*self.pace_ts as *const types::Timespec)
             .flags(types::TimeoutFlags::ABS)
             .build()
-            .user_data(token(Op::Timer, slot, c.gen));
-        // SAFETY: the timespec is boxed and kept for the worker's life (`timespecs`).
+            .user_data(token(Op::Timer, 0, 0));
+        // SAFETY: the timespec is boxed and kept for the worker's life; the kernel reads it when the
+        // timeout is submitted. Two armed in one batch both read the later-written (earlier)
+        // expiry: the first then fires early, finds nothing due, and changes nothing.
         unsafe { self.ring.push(e) };
     }
 
