@@ -178,8 +178,8 @@ pub struct Cli {
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Runtime that moves the bytes: auto (io-uring where the kernel and the flags allow it, else
-    /// tokio; the start-up line says why), tokio (alias tokio-local) or io-uring (Linux; aliases
+    /// Runtime that moves the bytes: auto (io-uring where the kernel allows it, else tokio; the
+    /// start-up line says why), tokio (alias tokio-local) or io-uring (Linux; aliases
     /// tokio-uring, monoio, glommio map to statico's own io_uring loop)
     #[arg(long, default_value = "auto", value_parser = PossibleValuesParser::new(RuntimeChoice::NAMES).map(|s| RuntimeChoice::from_name(&s)))]
     pub runtime: RuntimeChoice,
@@ -200,7 +200,7 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SteeringKind::Auto)]
     pub steering: SteeringKind,
 
-    /// Also serve cleartext HTTP/2 on the same port (prior knowledge and `Upgrade: h2c`; tokio runtime)
+    /// Also serve cleartext HTTP/2 on the same port (prior knowledge and `Upgrade: h2c`; `h2` by ALPN over TLS)
     #[arg(long)]
     pub http2: bool,
 

@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use anyhow::{bail, Result};
 
 use crate::cli::Cli;
-use crate::runtime::RuntimeKind;
 
 /// Everything a start needs, decided from the flags.
 #[derive(Clone, Debug)]
@@ -110,7 +109,6 @@ fn runtime(cli: &Cli) -> crate::runtime::Plan {
         alias: choice.alias,
         uring_entries: cli.uring_entries,
         uring_sqpoll: cli.uring_sqpoll,
-        http2: cli.http2,
         shutdown_timeout: cli.shutdown_timeout,
     }
 }
@@ -169,14 +167,10 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
     }
 }
 
-/// `--http2`: its settings; refused on io_uring, which serves HTTP/1.1 only (`auto` picks tokio).
+/// `--http2`: its settings (both runtimes serve it).
 fn http2(cli: &Cli) -> Result<Option<crate::proto::http2::H2Settings>> {
     if !cli.http2 {
         return Ok(None);
-    }
-    let runtime = cli.runtime_choice();
-    if !runtime.auto && runtime.kind != RuntimeKind::Tokio {
-        bail!("--http2 is served by the tokio runtime only (io_uring serves HTTP/1.1); use --runtime tokio with --http2");
     }
     Ok(Some(crate::proto::http2::H2Settings {
         max_concurrent_streams: cli.max_concurrent_streams,

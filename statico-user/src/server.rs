@@ -199,10 +199,27 @@ fn announce(
         env!("CARGO_PKG_VERSION"),
         if plan.https() { "https" } else { "http" },
         if workers == 1 { "" } else { "s" },
-        if plan.http2.is_some() { ", HTTP/1.1 and h2c" } else { "" },
+        protocols(plan),
         if pinned.is_empty() { "none".to_string() } else { pinned.join(",") },
         plan.h3_note(local_addr),
     );
+}
+
+/// Which runtime serves which protocol, for the start-up line: HTTP/1.1 and HTTP/2 on the workers'
+/// runtime (under TLS, HTTP/2 by ALPN), HTTP/3 on its own tokio threads (its note follows the line).
+fn protocols(plan: &Plan) -> String {
+    let runtime = plan.runtime.kind.name();
+    let h3 = if plan.http3.is_some() {
+        "; HTTP/3 on tokio (quinn)"
+    } else {
+        ""
+    };
+    match (plan.http2.is_some(), plan.https()) {
+        (false, _) if h3.is_empty() => String::new(), // HTTP/1.1 only: the runtime says it all
+        (false, _) => format!(", HTTP/1.1 on {runtime}{h3}"),
+        (true, false) => format!(", HTTP/1.1 and h2c on {runtime}{h3}"),
+        (true, true) => format!(", HTTP/1.1 and h2 on {runtime}{h3}"),
+    }
 }
 
 /// Runs the meter and the metrics page until SIGINT or SIGTERM; returns the signal's name. SIGHUP

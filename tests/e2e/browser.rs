@@ -1,7 +1,7 @@
 //! A real browser: Debian's Chromium, driven over WebDriver by chromedriver, loads a small realistic
 //! site (`tests/browser-site/`: HTML, CSS, an image, an ES module importing another, a JSON fetch and
 //! a WebAssembly module instantiated with `instantiateStreaming`) and Debian's Python documentation
-//! (where installed) from statico over HTTP/1.1 (plain and TLS), HTTP/2 (TLS + ALPN, tokio runtime)
+//! (where installed) from statico over HTTP/1.1 (plain and TLS), HTTP/2 (TLS + ALPN)
 //! and HTTP/3 (QUIC), and checks what the browser itself reports: every sub-resource loaded with 200,
 //! the protocol (`nextHopProtocol`: `http/1.1`, `h2`, `h3`), a reload revalidating the page with 304, a
 //! `Range` fetch answered 206, the 404 page, and an SPA deep link (`--spa-fallback`) running the
@@ -25,7 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use statico_tests::{runtime, scratch_dir, Server};
+use statico_tests::{scratch_dir, Server};
 
 /// Debian's Chromium (a wrapper script that execs the browser).
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -50,7 +50,7 @@ enum Protocol {
     Http1,
     /// HTTP/1.1 over TLS (ALPN http/1.1).
     Https1,
-    /// HTTP/2 over TLS (ALPN h2), served by the tokio runtime.
+    /// HTTP/2 over TLS (ALPN h2).
     H2,
     /// HTTP/3 over QUIC, which the browser is told to use from the first request.
     H3,
@@ -62,7 +62,7 @@ impl Protocol {
         match self {
             Protocol::Http1 => &[],
             Protocol::Https1 => &["--tls-self-signed"],
-            Protocol::H2 => &["--tls-self-signed", "--http2", "--runtime", "tokio"],
+            Protocol::H2 => &["--tls-self-signed", "--http2"],
             Protocol::H3 => &["--tls-self-signed", "--http3"],
         }
     }
@@ -89,11 +89,6 @@ fn skip_reason(protocol: Protocol) -> Option<String> {
     }
     if protocol.tls() && missing("certutil") {
         return Some("needs certutil (libnss3-tools; cargo xtask setup)".into());
-    }
-    if protocol == Protocol::H2 && runtime() != "tokio" {
-        return Some(
-            "HTTP/2 is served by the tokio runtime (run with STATICO_TEST_RUNTIME=tokio)".into(),
-        );
     }
     None
 }

@@ -1,6 +1,7 @@
 //! `--http2`: cleartext HTTP/2 next to HTTP/1.1 on one port, checked with h2spec (every case), curl (prior
 //! knowledge and the `Upgrade: h2c` handshake) and the `h2` crate's client (many concurrent streams,
-//! SETTINGS, GOAWAY at shutdown). HTTP/2 is served by the tokio runtime, so these tests ask for it.
+//! SETTINGS, GOAWAY at shutdown). Both runtimes serve HTTP/2: these run on the suite's
+//! (`STATICO_TEST_RUNTIME`).
 
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use statico_tests::{get, run_client, Reader, Server};
 
 fn start(extra: &[&str]) -> Server {
-    Server::start(&[&["--http2", "--runtime", "tokio"], extra].concat())
+    Server::start(&[&["--http2"], extra].concat())
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -193,26 +194,20 @@ fn sigterm_sends_goaway_and_finishes_in_flight_streams() {
 }
 
 #[test]
-fn http2_with_io_uring_is_refused_with_the_reason() {
-    let (code, err) = statico_tests::run_to_exit(&[
-        "--http2",
-        "--runtime",
-        "io-uring",
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "0",
-    ]);
-    assert_eq!(code, Some(2), "{err}");
+fn http2_is_served_by_io_uring_too_and_the_start_up_line_says_so() {
+    let s = Server::start(&["--http2", "--runtime", "io-uring", "-b", "on the ring"]);
     assert!(
-        err.contains("--http2") && err.contains("--runtime tokio"),
-        "{err}"
+        s.stderr().contains("HTTP/1.1 and h2c on io-uring"),
+        "{}",
+        s.stderr()
     );
+    let (ok, out, err) = run_client("curl", &["-sS", "--http2-prior-knowledge", &s.url("/")]);
+    assert!(ok && out == "on the ring", "{err}");
 }
 
 #[test]
 fn without_http2_the_preface_is_a_bad_http1_request() {
-    let s = Server::start(&["--runtime", "tokio"]);
+    let s = Server::start(&[]);
     let mut r = Reader::new(s.connect());
     r.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
     let resp = r.response(false);
@@ -377,7 +372,7 @@ fn each_connection_specific_header_alone_leaves_http2_working() {
 #[test]
 fn connection_and_transfer_encoding_cannot_be_given_with_or_without_http2() {
     for header in ["Connection: close", "Transfer-Encoding: chunked"] {
-        for http2 in [&["--http2", "--runtime", "tokio"][..], &[][..]] {
+        for http2 in [&["--http2"][..], &[][..]] {
             let args = [&["-a", "127.0.0.1", "-p", "0", "-H", header][..], http2].concat();
             let (code, err) = statico_tests::run_to_exit(&args);
             let name = header.split(':').next().unwrap();

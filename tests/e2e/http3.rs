@@ -193,8 +193,8 @@ fn https_responses_advertise_h3_with_alt_svc_only_with_http3() {
     let want = format!("alt-svc: h3=\":{}\"", s.addr.port());
     assert!(head.contains(&want), "{head}");
     drop(s);
-    // HTTP/2 (ALPN h2, tokio runtime) carries it too.
-    let h2 = start(&dir, &["-b", "ok", "--http2", "--runtime", "tokio"]);
+    // HTTP/2 (ALPN h2) carries it too.
+    let h2 = start(&dir, &["-b", "ok", "--http2"]);
     let url = format!("https://127.0.0.1:{}/", h2.addr.port());
     let (ok, out, err) = run_client("curl", &["-sk", "--http2", "-D-", "-o/dev/null", &url]);
     assert!(ok, "curl: {err}");

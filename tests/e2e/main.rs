@@ -10,6 +10,7 @@ mod errors;
 mod hostile_clients;
 mod http11;
 mod http2;
+mod http2_hostile;
 #[cfg(target_os = "linux")]
 mod http3;
 #[cfg(target_os = "linux")]

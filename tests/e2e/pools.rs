@@ -12,8 +12,7 @@
 //! the server can only be late, never early; upper bounds allow ~100 ms of scheduling noise, as the
 //! suite shares two cores with other tests and builds.
 //!
-//! HTTP/1.1 and HTTP/3 run on the runtime under test; HTTP/2 on it too where it serves `--http2`,
-//! else on tokio (said on stderr).
+//! HTTP/1.1, HTTP/2 and HTTP/3 run on the runtime under test.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -45,23 +44,11 @@ fn start(routes: &[&str], extra: &[&str]) -> Server {
     Server::start(&args(routes, extra))
 }
 
-/// statico with `--http2` as well, on the runtime under test where it serves HTTP/2, else on tokio.
+/// statico with `--http2` as well, on the runtime under test.
 fn start_h2(routes: &[&str], extra: &[&str]) -> Server {
     let mut all = args(routes, extra);
     all.push("--http2");
-    match Server::try_start(&all) {
-        Ok(s) => s,
-        Err(e) if statico_tests::runtime() != "tokio" => {
-            eprintln!(
-                "NOTE: --http2 refused on {} ({}); this test's HTTP/2 runs on tokio",
-                statico_tests::runtime(),
-                e.lines().last().unwrap_or_default()
-            );
-            all.extend_from_slice(&["--runtime", "tokio"]);
-            Server::start(&all)
-        }
-        Err(e) => panic!("statico did not start: {e}"),
-    }
+    Server::start(&all)
 }
 
 /// The body of a GET for `path` on the metrics listener.

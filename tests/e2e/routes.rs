@@ -572,12 +572,9 @@ fn bad_routes_files_exit_2_naming_the_file_and_line() {
 
 // ---- HTTP/2 ----
 
-/// statico with `routes` over cleartext HTTP/2 (tokio).
+/// statico with `routes` over cleartext HTTP/2.
 fn start_h2(routes: &[&str], extra: &[&str]) -> Server {
-    start(
-        routes,
-        &[&["--http2", "--runtime", "tokio"], extra].concat(),
-    )
+    start(routes, &[&["--http2"], extra].concat())
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {

@@ -302,7 +302,7 @@ fn the_manual_documents_every_flag_of_help() {
 
 #[test]
 fn runtime_auto_is_the_default_and_says_what_it_chose_and_why() {
-    // io-uring where the kernel allows it (this machine kind does), tokio for --http2.
+    // io-uring where the kernel allows it (this machine kind does), --http2 or not.
     let s = Server::start(&["--runtime", "auto"]);
     let line = s.stderr();
     assert!(
@@ -312,11 +312,12 @@ fn runtime_auto_is_the_default_and_says_what_it_chose_and_why() {
     );
     drop(s);
     let s = Server::start(&["--runtime", "auto", "--http2"]);
+    let line = s.stderr();
     assert!(
-        s.stderr()
-            .contains("runtime: tokio (auto: --http2 is served by tokio)"),
-        "{}",
-        s.stderr()
+        line.contains("runtime: io-uring")
+            && line.contains("(auto: the kernel has what io_uring needs)")
+            && line.contains("HTTP/1.1 and h2c on io-uring"),
+        "{line}"
     );
     // Without --runtime at all (the suite's Server adds one, so ask the binary directly).
     let out = std::process::Command::new(statico_tests::binary())

@@ -300,8 +300,7 @@ fn sessions_resume_with_tickets_and_not_with_tls_tickets_0() {
 #[test]
 fn http2_over_tls_by_alpn_passes_h2spec_and_curl() {
     let dir = scratch("h2");
-    // HTTP/2 is served by the tokio runtime.
-    let s = start(&dir, &["--http2", "--runtime", "tokio", "-b", "over h2"]);
+    let s = start(&dir, &["--http2", "-b", "over h2"]);
     let cacert = dir.join("cert.pem");
     let cacert = cacert.to_str().unwrap();
     let (ok, out, err) = run_client("curl", &["-sS", "-i", "--cacert", cacert, &https(&s, "/")]);
@@ -557,9 +556,7 @@ fn a_tls12_renegotiation_attempt_is_refused_and_the_server_goes_on() {
 #[test]
 fn testssl_finds_tls12_and_13_with_forward_secret_aead_only_and_no_known_vulnerability() {
     let dir = scratch("testssl");
-    // HTTP/2 (ALPN h2) is served by the tokio runtime.
-    let h2 = statico_tests::runtime() == "tokio";
-    let s = start(&dir, if h2 { &["--http2"][..] } else { &[] });
+    let s = start(&dir, &["--http2"]);
     // Protocols, cipher categories, forward secrecy, server preferences, vulnerabilities (~30 s).
     let target = s.addr.to_string();
     let (_, out, err) = run_client(
@@ -599,9 +596,5 @@ fn testssl_finds_tls12_and_13_with_forward_secret_aead_only_and_no_known_vulnera
         );
     }
     assert!(!out.contains("VULNERABLE"), "{out}");
-    let alpn = if h2 { "h2, http/1.1" } else { "http/1.1" };
-    assert!(
-        out.contains(&format!("ALPN/HTTP2 {alpn} (offered)")),
-        "{out}"
-    );
+    assert!(out.contains("ALPN/HTTP2 h2, http/1.1 (offered)"), "{out}");
 }

@@ -12,8 +12,8 @@
 //! Configuration: `--tls-cert`/`--tls-key` (PEM), or `--tls-self-signed` (ECDSA P-256, made at start-up,
 //! optionally saved with `--tls-self-signed-out`); TLS 1.3 and 1.2 (`--tls-min`), rustls's forward-secret
 //! AEAD suites with the aws-lc-rs provider in the server's order, AES-128-GCM first ([`provider`]), ALPN `http/1.1` (and `h2` first with `--http2`: the
-//! connection then recognises HTTP/2's preface as it does on a cleartext port, and the tokio runtime
-//! carries the session on as a stream for the `h2` crate).
+//! connection then recognises HTTP/2's preface as it does on a cleartext port, and the runtime carries
+//! the session on for the `h2` crate: tokio as a stream, io_uring between its ring and the HTTP/2 pipe).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -39,7 +39,7 @@ pub struct TlsOptions {
     pub min: String,
     /// The listen address, named in a self-signed certificate too.
     pub address: Option<std::net::IpAddr>,
-    /// `--http2`: ALPN offers `h2` first (tokio runtime).
+    /// `--http2`: ALPN offers `h2` first.
     pub h2: bool,
     /// `--tls-tickets`: TLS 1.3 tickets sent after each full handshake; 0 turns resumption off
     /// (tickets and TLS 1.2 session IDs alike).

@@ -4,12 +4,14 @@
 //! - [`steering`]: the listeners and the steering ladder, chosen once at start-up;
 //! - `bpf` (Linux, built with its BPF programs): the programs, their maps and pins, loaded with aya;
 //! - [`privilege`]: `--user` and dropping capabilities once start-up is done, on every build;
-//! - [`sys`]: the kernel version, the open-files limit, platform-dependent socket options.
+//! - [`sys`]: the kernel version, the open-files limit, platform-dependent socket options;
+//! - [`timer`]: precise sleeps for held answers, and [`deadlines`] for a thread with its own event loop.
 //!
 //! Nothing here knows HTTP; the workers' counters live in the BPF map when there is one.
 
 #[cfg(all(target_os = "linux", statico_bpf))]
 pub mod bpf;
+pub mod deadlines;
 pub mod privilege;
 pub mod steering;
 pub mod sys;

@@ -12,18 +12,17 @@
 //! and ignored at that deadline. The io_uring runtime needs none of this: its timeouts are the
 //! kernel's, to the nanosecond.
 //!
-//! On a thread without [`install`], and off Linux, [`sleep`] is tokio's.
+//! On a thread that runs its own loop (the io_uring worker), sleeps are entries of its
+//! [`deadlines`](super::deadlines), which the loop fires. On a thread with neither, and off Linux,
+//! [`sleep`] is tokio's. [`timeout`] and [`Coarse`] are for timeouts rather than held answers: tokio's
+//! wheel on tokio threads (no heap entry per stream), the loop's deadlines on the io_uring worker.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 /// Sleeps for `d`, precisely where [`install`] was called on this thread.
 pub async fn sleep(d: Duration) {
-    let now = Instant::now();
-    sleep_until(
-        now.checked_add(d)
-            .unwrap_or(now + Duration::from_secs(86_400 * 365)),
-    )
-    .await
+    sleep_until(far(Instant::now(), d)).await
 }
 
 /// Sleeps until `deadline`, precisely where [`install`] was called on this thread.
@@ -32,7 +31,83 @@ pub async fn sleep_until(deadline: Instant) {
     if let Some(timers) = precise::current() {
         return precise::Sleep::new(timers, deadline).await;
     }
+    if let Some(own) = super::deadlines::current() {
+        return super::deadlines::Sleep::new(own, deadline).await;
+    }
     tokio::time::sleep_until(deadline.into()).await
+}
+
+/// A timeout elapsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Elapsed;
+
+/// `f`, unless `d` passes first: tokio's timeout, or on a thread with its own loop, its deadlines (the
+/// clock is read and the deadline's entry made only if `f` has to wait).
+pub async fn timeout<F: Future>(d: Duration, f: F) -> Result<F::Output, Elapsed> {
+    let Some(own) = super::deadlines::current() else {
+        return tokio::time::timeout(d, f).await.map_err(|_| Elapsed);
+    };
+    let mut f = std::pin::pin!(f);
+    let mut sleep = None;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(v));
+        }
+        // From the first wait: `f` was not ready when called.
+        let s = sleep.get_or_insert_with(|| {
+            super::deadlines::Sleep::new(own.clone(), far(Instant::now(), d))
+        });
+        std::pin::Pin::new(s).poll(cx).map(|()| Err(Elapsed))
+    })
+    .await
+}
+
+/// `now + d`, or a year from now if that overflows.
+fn far(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or(now + Duration::from_secs(86_400 * 365))
+}
+
+/// A re-armable timeout-grade timer (an HTTP/2 connection's idle and grace timer): tokio's on tokio
+/// threads, the loop's deadlines on a thread with its own loop.
+#[derive(Debug)]
+pub enum Coarse {
+    Tokio(std::pin::Pin<Box<tokio::time::Sleep>>),
+    Own(super::deadlines::Sleep),
+}
+
+impl Coarse {
+    /// A timer that fires `d` from now.
+    pub fn after(d: Duration) -> Coarse {
+        let at = far(Instant::now(), d);
+        match super::deadlines::current() {
+            Some(own) => Coarse::Own(super::deadlines::Sleep::new(own, at)),
+            None => Coarse::Tokio(Box::pin(tokio::time::sleep_until(at.into()))),
+        }
+    }
+
+    /// Re-arms the timer to fire `d` from now.
+    pub fn reset(&mut self, d: Duration) {
+        let at = far(Instant::now(), d);
+        match self {
+            Coarse::Tokio(s) => s.as_mut().reset(at.into()),
+            Coarse::Own(s) => s.reset(at),
+        }
+    }
+}
+
+impl Future for Coarse {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        match self.get_mut() {
+            Coarse::Tokio(s) => s.as_mut().poll(cx),
+            Coarse::Own(s) => std::pin::Pin::new(s).poll(cx),
+        }
+    }
 }
 
 /// A sleep that can be re-armed and polled in place (a connection's pacing timer).

@@ -50,7 +50,7 @@ pub struct Settings {
     /// Timeouts, pacing and limits of every connection.
     pub policy: Policy,
     pub shutdown_timeout: Duration,
-    /// `--http2` (tokio runtime only).
+    /// `--http2` (both runtimes).
     pub h2: Option<crate::proto::http2::H2Settings>,
     /// `--tls-*`: every connection speaks TLS.
     pub tls: Option<crate::conn::layer::TlsConfig>,

@@ -24,8 +24,6 @@ pub struct Plan {
     pub alias: Option<&'static str>,
     pub uring_entries: u32,
     pub uring_sqpoll: Option<u32>,
-    /// `--http2` is served: only tokio serves it.
-    pub http2: bool,
     /// How long a drain after SIGINT/SIGTERM may take.
     pub shutdown_timeout: Duration,
 }
@@ -54,25 +52,21 @@ impl Plan {
     }
 }
 
-/// `--runtime auto` (the default): io-uring where the kernel has what it needs and the flags are
-/// served there (not `--http2`), else tokio. Returns why, for the start-up line (empty if not auto).
+/// `--runtime auto` (the default): io-uring where the kernel has what it needs (it serves every flag
+/// tokio does, `--http2` included), else tokio. Returns why, for the start-up line (empty if not auto).
 pub fn resolve(plan: &mut Plan, fd_limit: u64) -> String {
     if !plan.auto {
         return String::new();
     }
-    let (kind, why) = if plan.http2 {
-        (RuntimeKind::Tokio, "--http2 is served by tokio".to_string())
-    } else {
-        uring_works(plan.uring(fd_limit)).map_or_else(
-            |e| (RuntimeKind::Tokio, e),
-            |()| {
-                (
-                    RuntimeKind::IoUring,
-                    "the kernel has what io_uring needs".into(),
-                )
-            },
-        )
-    };
+    let (kind, why) = uring_works(plan.uring(fd_limit)).map_or_else(
+        |e| (RuntimeKind::Tokio, e),
+        |()| {
+            (
+                RuntimeKind::IoUring,
+                "the kernel has what io_uring needs".into(),
+            )
+        },
+    );
     plan.kind = kind;
     format!(" (auto: {why})")
 }

@@ -31,10 +31,10 @@ use std::time::SystemTime;
 
 use slab::Slab;
 use statico_common::Counter;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
-use tokio::time::{sleep, sleep_until, timeout, Instant, Sleep};
+use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
 use crate::catalog::response::DateClock;
@@ -454,32 +454,15 @@ async fn wait(
     .await
 }
 
-/// Hands a connection to the HTTP/2 server (`h2c`), after collecting, for an upgrade, the client's
-/// preface and first SETTINGS frame.
+/// Hands a connection to the HTTP/2 server (`h2c`, or h2 after ALPN), which drains by itself with
+/// GOAWAY when the worker does.
 async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     w: &Worker,
-    mut stream: T,
-    mut read: Vec<u8>,
+    stream: T,
+    read: Vec<u8>,
     upgrade: Option<UpgradeRequest>,
 ) {
     let Some(h2) = w.settings.h2 else { return };
-    let prefix = match upgrade {
-        None => read,
-        Some(up) => loop {
-            match http2::upgraded_prefix(&read, &up) {
-                Some(Ok(prefix)) => break prefix,
-                Some(Err(())) => return,
-                None if read.len() > 64 * 1024 => return,
-                None => {
-                    let mut chunk = vec![0u8; 16 * 1024];
-                    match timeout(w.settings.policy.header_timeout, stream.read(&mut chunk)).await {
-                        Ok(Ok(n)) if n > 0 => read.extend_from_slice(&chunk[..n]),
-                        _ => return,
-                    }
-                }
-            }
-        },
-    };
     let drain = async {
         let notified = w.h2_drain.notified();
         tokio::pin!(notified);
@@ -494,13 +477,9 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
         catalog.stream_answer(request)
     };
     let counters = w.counters();
-    http2::serve(
-        http2::Rewind::new(prefix, stream, counters),
-        h2,
-        &response,
-        counters,
-        w.settings.policy.verbose,
-        drain,
+    let verbose = w.settings.policy.verbose;
+    http2::serve_switched(
+        stream, read, upgrade, h2, &response, counters, verbose, drain,
     )
     .await;
 }

@@ -288,23 +288,21 @@ pub fn parse_wrk(text: &str) -> Round {
     r
 }
 
-/// One h2load round (`-c 50 -m 16`, one thread) against the server `pid` at `url`: (req/s, server
-/// CPU µs per request).
-pub fn h2load_round(pid: u32, url: &str, client_cpus: &str, duration: u64) -> Result<(f64, f64)> {
+/// One h2load round (`-c CONNS -m STREAMS`, one thread) against the server `pid` at `url`: (req/s,
+/// server CPU µs per request).
+pub fn h2load_round(
+    pid: u32,
+    url: &str,
+    client_cpus: &str,
+    duration: u64,
+    conns: u32,
+    streams: u32,
+) -> Result<(f64, f64)> {
     let mut cmd = Command::new("taskset");
-    cmd.args([
-        "-c",
-        client_cpus,
-        "h2load",
-        "-c",
-        "50",
-        "-m",
-        "16",
-        "-t",
-        "1",
-    ])
-    .args(["-D", &duration.to_string()])
-    .arg(url);
+    cmd.args(["-c", client_cpus, "h2load", "-t", "1"])
+        .args(["-c", &conns.to_string(), "-m", &streams.to_string()])
+        .args(["-D", &duration.to_string()])
+        .arg(url);
     let (out, cpu_us) = server_cpu_us(pid, || {
         cmd.output()
             .context("run h2load (cargo xtask setup installs nghttp2-client)")

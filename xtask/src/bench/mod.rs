@@ -63,7 +63,7 @@ pub struct BenchArgs {
     /// Instead: compare the steering rungs on new connections (needs root for the ebpf rung)
     #[arg(long)]
     pub steering: bool,
-    /// Instead: statico --http2 against nginx http2 with h2load (-c 50 -m 16)
+    /// Instead: statico --http2 (both runtimes) against nginx http2 with h2load (-c 50 and -c 256, -m 10)
     #[arg(long)]
     pub http2: bool,
     /// Instead: statico --http3 (both runtimes) against Caddy with HTTP/3, with oha (-c 50 -p 16):

@@ -8,7 +8,7 @@
 //!   and with a rustls client pinned to the client CPUs, full and resumed (TLS 1.3 tickets; s_time's
 //!   `-reuse` does not resume TLS 1.3): server CPU per connection;
 //! - RSS with 10 000 idle TLS keep-alive connections (1 000 with `--quick`; a rustls client holds them);
-//! - HTTP/2 over TLS with h2load `-c 50 -m 16` (statico on tokio with `--http2`, nginx `http2 on`).
+//! - HTTP/2 over TLS with h2load `-c 50 -m 16` (statico on both runtimes with `--http2`, nginx `http2 on`).
 //!
 //! `report.txt` holds the tables, `chart.svg` each statico's server CPU relative to nginx's.
 //!
@@ -83,7 +83,7 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
     drop(servers);
     let h2 = start_h2_servers(root, &dir, run.server_cpus, &cert)?;
     let rows = interleave(&h2, run.rounds, |s| {
-        h2load_round(s.pid(), &s.url(), run.client_cpus, run.duration)
+        h2load_round(s.pid(), &s.url(), run.client_cpus, run.duration, 50, 16)
     })?;
     let title = "HTTP/2 over TLS (h2load -c 50 -m 16)";
     report.table("h2 -m 16", title, "req/s", "µs CPU/req", &h2, &rows);
@@ -255,22 +255,25 @@ fn start_servers(root: &Path, dir: &Path, cpus: &str, cert: &Cert) -> Result<Vec
     Ok(servers)
 }
 
-/// statico `--http2` over HTTPS (tokio), and nginx with TLS (HTTP/2 by ALPN).
+/// statico `--http2` over HTTPS on each runtime, and nginx with TLS (HTTP/2 by ALPN).
 fn start_h2_servers(
     root: &Path,
     dir: &Path,
     cpus: &str,
     cert: &Cert,
 ) -> Result<Vec<ServerUnderTest>> {
-    let args: Vec<&str> = ["--http2"]
-        .into_iter()
-        .chain(statico_args("tokio"))
-        .chain(cert.statico_args())
-        .collect();
-    Ok(vec![
-        start_statico(root, "statico --http2", Some(cpus), &args)?,
-        start_nginx(dir, cpus, cert.nginx())?,
-    ])
+    let mut servers = Vec::new();
+    for runtime in ["io-uring", "tokio"] {
+        let args: Vec<&str> = ["--http2"]
+            .into_iter()
+            .chain(statico_args(runtime))
+            .chain(cert.statico_args())
+            .collect();
+        let name = format!("statico-{runtime} --http2");
+        servers.push(start_statico(root, &name, Some(cpus), &args)?);
+    }
+    servers.push(start_nginx(dir, cpus, cert.nginx())?);
+    Ok(servers)
 }
 
 fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Result<(f64, f64)> {

@@ -1,5 +1,8 @@
-//! `--http2`: cleartext HTTP/2 on the same port as HTTP/1.1, served by the `h2` crate on the tokio
-//! runtime.
+//! `--http2`: cleartext HTTP/2 on the same port as HTTP/1.1 (and HTTP/2 by ALPN over TLS), served by
+//! the `h2` crate on both runtimes: the protocol is written once here, over any `AsyncRead +
+//! AsyncWrite` — a tokio socket, or the io_uring worker's in-memory [`pipe`] — and its timers are
+//! [`crate::kernel::timer`]'s, which work on either runtime's thread. [`switch`] is where a connection
+//! that leaves HTTP/1.1 enters.
 //!
 //! A connection speaks HTTP/2 if its first bytes are the client connection preface (prior knowledge),
 //! or if an HTTP/1.1 request asks for `Upgrade: h2c` (then statico answers `101 Switching Protocols`
@@ -19,6 +22,11 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+pub mod pipe;
+mod switch;
+
+pub use switch::serve_switched;
 
 use super::detect::{UpgradeRequest, PREFACE};
 use crate::catalog::hold::{Delivery, Step};
@@ -58,7 +66,7 @@ pub async fn serve<T>(
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_concurrent_streams)
         .handshake::<_, Bytes>(io);
-    let mut conn = match tokio::time::timeout(settings.header_timeout, handshake).await {
+    let mut conn = match crate::kernel::timer::timeout(settings.header_timeout, handshake).await {
         Ok(Ok(c)) => c,
         Ok(Err(_)) => return,
         Err(_) => return counters.add(Counter::Timeouts, 1),
@@ -67,26 +75,25 @@ pub async fn serve<T>(
     let mut draining = false;
     let mut streams = futures_util::stream::FuturesUnordered::new();
     // One timer: the idle timeout while no stream is open, then, after GOAWAY, the grace period.
-    let timer = tokio::time::sleep(settings.idle_timeout);
-    tokio::pin!(timer);
+    let mut timer = crate::kernel::timer::Coarse::after(settings.idle_timeout);
     loop {
         tokio::select! {
             biased;
             () = &mut drain, if !draining => {
                 draining = true;
                 conn.graceful_shutdown();
-                timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
+                timer.reset(GOAWAY_GRACE);
             }
             Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
                 if ended == Ended::CloseConnection && !draining {
                     // A route's `close` fault: GOAWAY now, and the connection ends with it.
                     draining = true;
                     conn.abrupt_shutdown(h2::Reason::NO_ERROR);
-                    timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
+                    timer.reset(GOAWAY_GRACE);
                 }
                 if streams.is_empty() {
                     let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
-                    timer.as_mut().reset(tokio::time::Instant::now() + wait);
+                    timer.reset(wait);
                 }
             }
             () = &mut timer, if streams.is_empty() => {
@@ -96,7 +103,7 @@ pub async fn serve<T>(
                 draining = true;
                 counters.add(Counter::Timeouts, 1);
                 conn.graceful_shutdown();
-                timer.as_mut().reset(tokio::time::Instant::now() + GOAWAY_GRACE);
+                timer.reset(GOAWAY_GRACE);
             }
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
@@ -179,7 +186,7 @@ async fn answer(
             },
             Step::Close => return Ended::CloseConnection,
             Step::Stall => {
-                tokio::time::sleep(settings.idle_timeout).await;
+                crate::kernel::timer::Coarse::after(settings.idle_timeout).await;
                 counters.add(Counter::Timeouts, 1);
                 respond.send_reset(h2::Reason::CANCEL);
             }
@@ -199,7 +206,8 @@ async fn read_body(
 ) -> bool {
     let mut received: u64 = 0;
     loop {
-        let chunk = match tokio::time::timeout(settings.header_timeout, body.data()).await {
+        let chunk = match crate::kernel::timer::timeout(settings.header_timeout, body.data()).await
+        {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return true,
             Err(_) => {
@@ -244,7 +252,7 @@ async fn refuse_body(
     }
     let mut discarded = 0u64;
     while discarded <= DISCARD_MAX {
-        match tokio::time::timeout(settings.header_timeout, body.data()).await {
+        match crate::kernel::timer::timeout(settings.header_timeout, body.data()).await {
             Ok(Some(Ok(data))) => {
                 discarded += data.len() as u64;
                 let _ = body.flow_control().release_capacity(data.len());

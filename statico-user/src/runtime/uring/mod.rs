@@ -21,6 +21,10 @@
 //! - one **read** of the worker's eventfd, always posted: a pool on another thread that decides a
 //!   queued request's fate wakes its connection through it ([`wake`]).
 //!
+//! A connection that switches to HTTP/2 keeps its receive and its sends; its bytes then go through the
+//! shared HTTP/2 server, a future polled on this thread ([`h2`]). Its sleeps are the worker's
+//! [`deadlines`](crate::kernel::deadlines): the `io_uring_enter` wait is bounded by the earliest one.
+//!
 //! Memory the kernel reads or writes: receive buffers (see [`buffers`]); a connection's output, frozen
 //! by [`Connection::send_started`] until the send completes — if the connection closes first, it is
 //! kept as an orphan until then; the timeouts' timespecs, boxed for the worker's life. At exit every
@@ -29,12 +33,15 @@
 
 mod buffers;
 mod deadlines;
+mod h2;
 mod ring;
 mod slots;
 mod wake;
 
+use std::cell::{Cell, RefCell};
 use std::os::fd::{IntoRawFd, RawFd};
-use std::sync::mpsc;
+use std::rc::Rc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
 use io_uring::{cqueue, opcode, squeue, types};
@@ -106,7 +113,7 @@ enum Recv {
 }
 
 /// One connection: its descriptor, its policy state, and what the ring is doing for it.
-struct Conn {
+struct Conn<'a> {
     fd: RawFd,
     gen: u32,
     state: Connection,
@@ -121,6 +128,20 @@ struct Conn {
     timer: Option<Instant>,
     /// The queued request whose ticket has this connection's waker ([`wake`]), by its id.
     registered: Option<u64>,
+    /// After the switch to HTTP/2: the connection's HTTP/2 server (`state` and `layer` are then unused).
+    h2: Option<Box<h2::H2Conn<'a>>>,
+}
+
+impl Conn<'_> {
+    /// Whether to receive, and whether to stop a receive in progress (see [`Worker::steer_recv`]).
+    fn wants_input(&self) -> (bool, bool) {
+        if let Some(h) = &self.h2 {
+            let wants = h.wants_input();
+            return (wants, !wants);
+        }
+        let wants = self.layer.wants_input(&self.state);
+        (wants, !wants && self.layer.pauses_input(&self.state))
+    }
 }
 
 /// A `sendmsg`'s header and slices: the output's chunks (own bytes and shared bodies) in one send.
@@ -153,24 +174,42 @@ impl Gather {
 struct Shared<'a> {
     settings: &'a Settings,
     /// This worker's copy of the catalog, its `Date` patched by the tick, its site replaced when a
-    /// rebuild is swapped in.
-    catalog: crate::catalog::Local,
+    /// rebuild is swapped in; shared with the HTTP/2 connections' futures, which borrow it only while
+    /// they are polled.
+    catalog: Rc<RefCell<crate::catalog::Local>>,
     counters: &'a WorkerCounters,
 }
 
 impl Shared<'_> {
-    fn env(&self) -> Env<'_> {
+    fn env<'s>(&'s self, catalog: &'s crate::catalog::Local) -> Env<'s> {
         Env {
             policy: &self.settings.policy,
-            catalog: self.catalog.view(),
+            catalog: catalog.view(),
             counters: self.counters,
         }
     }
 }
 
+/// What the worker keeps for its HTTP/2 connections' futures (see [`h2`]).
+struct H2Worker {
+    /// The connections to poll.
+    ready: Arc<h2::ReadyList>,
+    /// The tokens being polled (the list's memory, reused).
+    polling: Vec<u64>,
+    /// This thread's sleeps, which bound the ring's wait.
+    deadlines: Rc<crate::kernel::deadlines::Deadlines>,
+    /// Set at shutdown: every HTTP/2 connection sends GOAWAY and finishes its streams.
+    draining: Rc<Cell<bool>>,
+}
+
 /// What a send in flight reads, kept after its connection closed until the send completes.
 #[allow(dead_code)] // held, never read: only dropped
-struct Orphan(Connection, Layer, Option<Box<Gather>>);
+struct Orphan<'a>(
+    Connection,
+    Layer,
+    Option<Box<Gather>>,
+    Option<Box<h2::H2Conn<'a>>>,
+);
 
 /// The worker's whole state.
 struct Worker<'a> {
@@ -182,11 +221,12 @@ struct Worker<'a> {
     fixed: bool,
     accepting: bool,
     accept_errors: AcceptErrors,
-    conns: Slots<Conn>,
+    conns: Slots<Conn<'a>>,
+    h2: H2Worker,
     tick: Box<types::Timespec>,
     /// Connections closed while a send was in flight, kept until its completion (the kernel may still
     /// read their output), by the send's token.
-    orphans: Vec<(u64, Orphan)>,
+    orphans: Vec<(u64, Orphan<'a>)>,
     draining: Option<Instant>,
     clock: DateClock,
     /// The time of the completions being handled.
@@ -246,7 +286,10 @@ impl<'a> Worker<'a> {
             bufs,
             shared: Shared {
                 settings,
-                catalog: crate::catalog::Local::for_worker(&settings.catalog, id),
+                catalog: Rc::new(RefCell::new(crate::catalog::Local::for_worker(
+                    &settings.catalog,
+                    id,
+                ))),
                 counters: counters.worker(id),
             },
             listener: listener.into_raw_fd(),
@@ -254,6 +297,12 @@ impl<'a> Worker<'a> {
             accepting: false,
             accept_errors: AcceptErrors::new(id),
             conns: Slots::new(),
+            h2: H2Worker {
+                ready: h2::ReadyList::new(mailbox.clone()),
+                polling: Vec::new(),
+                deadlines: crate::kernel::deadlines::install(),
+                draining: Rc::default(),
+            },
             tick: Box::new(types::Timespec::from(TICK)),
             orphans: Vec::new(),
             draining: None,
@@ -285,7 +334,13 @@ impl<'a> Worker<'a> {
                     return;
                 }
             }
-            if let Err(e) = self.ring.submit_and_wait() {
+            // Futures to poll: do not wait. Sleeps: wait no longer than the earliest.
+            let wait = match self.h2.ready.is_empty() {
+                false => Some(Duration::ZERO),
+                true => (self.h2.deadlines.earliest())
+                    .map(|at| at.saturating_duration_since(Instant::now())),
+            };
+            if let Err(e) = self.ring.submit_and_wait_at_most(wait) {
                 eprintln!("statico: worker {id}: io_uring_enter failed: {e}");
                 return;
             }
@@ -304,7 +359,7 @@ impl<'a> Worker<'a> {
                 .map(|c| (c.user_data(), c.result(), c.flags())),
         );
         self.now = Instant::now();
-        self.shared.catalog.refresh();
+        self.shared.catalog.borrow_mut().refresh();
         for &(data, res, flags) in &cqes {
             if !cqueue::more(flags) {
                 self.ring.inflight = self.ring.inflight.saturating_sub(1);
@@ -321,6 +376,31 @@ impl<'a> Worker<'a> {
             }
         }
         self.cqes = cqes;
+        self.run_h2();
+    }
+
+    /// Fires the sleeps that are due, then polls every HTTP/2 connection that was woken (a few rounds,
+    /// for those woken by another's poll; the rest are polled after a wait of zero).
+    fn run_h2(&mut self) {
+        self.h2.deadlines.fire(Instant::now());
+        let mut polling = std::mem::take(&mut self.h2.polling);
+        for _ in 0..4 {
+            self.h2.ready.take(&mut polling);
+            if polling.is_empty() {
+                break;
+            }
+            for &t in &polling {
+                let (_, slot, gen) = untoken(t);
+                let Some(c) = self.conns.get_mut(slot, gen) else {
+                    continue;
+                };
+                if let Some(h) = c.h2.as_mut() {
+                    h.poll(self.now);
+                    self.drive(slot);
+                }
+            }
+        }
+        self.h2.polling = polling;
     }
 
     fn on_accept(&mut self, res: i32, flags: u32) {
@@ -360,6 +440,7 @@ impl<'a> Worker<'a> {
             recv: Recv::Off,
             timer: None,
             registered: None,
+            h2: None,
         });
         self.drive(slot);
         if !self.accepting && self.draining.is_none() {
@@ -373,17 +454,27 @@ impl<'a> Worker<'a> {
             if !cqueue::more(flags) {
                 c.recv = Recv::Off;
             }
-            let env = self.shared.env();
-            match res {
-                n if n > 0 => {
-                    let bid = bid.expect("a receive with data names its buffer");
-                    let data = self.bufs.bytes(bid, n as usize);
-                    c.layer.receive(&mut c.state, data, self.now, env);
+            if let Some(h) = c.h2.as_mut() {
+                match res {
+                    n if n > 0 => h.received(self.bufs.bytes(bid.expect("a buffer"), n as usize)),
+                    0 => h.input_ended(false),
+                    r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
+                    _ => h.input_ended(true),
                 }
-                0 => c.layer.peer_closed(&mut c.state, env),
-                // Every buffer was in use for a moment (re-armed below), or we cancelled it.
-                r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
-                _ => c.layer.peer_closed(&mut c.state, env),
+            } else {
+                let catalog = self.shared.catalog.borrow();
+                let env = self.shared.env(&catalog);
+                match res {
+                    n if n > 0 => {
+                        let bid = bid.expect("a receive with data names its buffer");
+                        let data = self.bufs.bytes(bid, n as usize);
+                        c.layer.receive(&mut c.state, data, self.now, env);
+                    }
+                    0 => c.layer.peer_closed(&mut c.state, env),
+                    // Every buffer was in use for a moment (re-armed below), or we cancelled it.
+                    r if -r == libc::ENOBUFS || -r == libc::ECANCELED => {}
+                    _ => c.layer.peer_closed(&mut c.state, env),
+                }
             }
         }
         if let Some(bid) = bid {
@@ -403,11 +494,20 @@ impl<'a> Worker<'a> {
             return;
         };
         c.sending = false;
-        let env = self.shared.env();
+        if let Some(h) = c.h2.as_mut() {
+            match usize::try_from(res) {
+                Ok(n) => h.sent(n),
+                Err(_) => h.send_failed(),
+            }
+            return self.drive(slot);
+        }
+        let catalog = self.shared.catalog.borrow();
+        let env = self.shared.env(&catalog);
         match usize::try_from(res) {
             Ok(n) => c.layer.sent(&mut c.state, n, self.now, env),
             Err(_) => c.layer.peer_closed(&mut c.state, env),
         }
+        drop(catalog);
         self.drive(slot);
     }
 
@@ -425,8 +525,10 @@ impl<'a> Worker<'a> {
                 continue; // the connection's deadline moved since
             }
             c.timer = None;
-            let env = self.shared.env();
-            c.layer.on_deadline(&mut c.state, self.now, env);
+            let catalog = self.shared.catalog.borrow();
+            c.layer
+                .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
+            drop(catalog);
             self.drive(slot);
         }
         due.clear();
@@ -434,7 +536,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Connections woken from another thread (a pool decided their queued request): each asks its
-    /// ticket what next.
+    /// ticket what next; an HTTP/2 one is polled.
     fn on_wake(&mut self) {
         self.arm_wake();
         for woken in self.mailbox.take() {
@@ -442,8 +544,14 @@ impl<'a> Worker<'a> {
             let Some(c) = self.conns.get_mut(slot, gen) else {
                 continue;
             };
-            let env = self.shared.env();
-            c.layer.on_deadline(&mut c.state, self.now, env);
+            if let Some(h) = &c.h2 {
+                h.nudge(); // polled after this batch
+                continue;
+            }
+            let catalog = self.shared.catalog.borrow();
+            c.layer
+                .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
+            drop(catalog);
             self.drive(slot);
         }
     }
@@ -451,14 +559,14 @@ impl<'a> Worker<'a> {
     /// Every [`TICK`]: `Date`, expired deadlines, idle connections while draining, a failed accept.
     fn on_tick(&mut self) {
         if let Some(date) = self.clock.tick(SystemTime::now()) {
-            self.shared.catalog.set_date(&date);
+            self.shared.catalog.borrow_mut().set_date(&date);
         }
         for slot in 0..self.conns.capacity() {
             let draining = self.draining.is_some();
             let Some(c) = self.conns.at(slot) else {
                 continue;
             };
-            if draining && c.state.is_idle() {
+            if draining && c.h2.is_none() && c.state.is_idle() {
                 self.close(slot);
                 continue;
             }
@@ -470,10 +578,20 @@ impl<'a> Worker<'a> {
                 // SAFETY: a cancel points at no memory.
                 unsafe { self.ring.push(e) };
             }
+            if let Some(h) = &c.h2 {
+                // HTTP/2 keeps its own time. Once its server has ended (after its own grace, if the
+                // client stalled), what it left unsent gets a tick, as tokio drops its socket.
+                if h.ended.is_some_and(|t| self.now.duration_since(t) >= TICK) {
+                    self.close(slot);
+                }
+                continue;
+            }
             let (at, timer) = c.layer.deadline(&c.state);
             if self.now >= at && !timer.is_pacing() {
-                let env = self.shared.env();
-                c.layer.on_deadline(&mut c.state, self.now, env);
+                let catalog = self.shared.catalog.borrow();
+                c.layer
+                    .on_deadline(&mut c.state, self.now, self.shared.env(&catalog));
+                drop(catalog);
                 self.drive(slot);
             }
         }
@@ -495,6 +613,9 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
+        if c.h2.is_some() {
+            return self.drive_h2(slot);
+        }
         if !c.sending {
             let mut slices = [std::io::IoSlice::new(&[]); MAX_SLICES];
             let e = match c.layer.output_slices(&c.state, &mut slices) {
@@ -537,8 +658,8 @@ impl<'a> Worker<'a> {
                 // SAFETY: a shutdown points at no memory.
                 unsafe { self.ring.push(e) };
             }
-            // The io_uring runtime serves no HTTP/2 (`--http2` is refused with it).
-            Status::Close | Status::Upgrade => return self.close(slot),
+            Status::Close => return self.close(slot),
+            Status::Upgrade => return self.switch_to_h2(slot),
             Status::Reset => return self.close_as(slot, Closing::Reset),
         }
         self.steer_recv(slot);
@@ -580,6 +701,68 @@ impl<'a> Worker<'a> {
         unsafe { self.ring.push(e) };
     }
 
+    /// The connection speaks HTTP/2 from now on: its server starts (and is polled after this batch).
+    fn switch_to_h2(&mut self, slot: usize) {
+        let settings = self.shared.settings;
+        let (Some(c), Some(h2)) = (self.conns.at(slot), settings.h2) else {
+            return self.close(slot);
+        };
+        let state = std::mem::replace(&mut c.state, Connection::new(&settings.policy, self.now));
+        let layer = std::mem::replace(&mut c.layer, Layer::Plain);
+        let (read, upgrade) = state.into_h2();
+        let tls = layer.into_tls();
+        let lent = h2::Lent {
+            settings: h2,
+            verbose: settings.policy.verbose,
+            counters: self.shared.counters,
+        };
+        let switch = h2::Switch { read, upgrade, tls };
+        let (catalog, draining) = (self.shared.catalog.clone(), self.h2.draining.clone());
+        let token = token(Op::Recv, slot, c.gen);
+        c.h2 = Some(h2::H2Conn::start(
+            lent,
+            catalog,
+            draining,
+            switch,
+            token,
+            &self.h2.ready,
+        ));
+        self.drive(slot);
+    }
+
+    /// An HTTP/2 connection: one send at a time of what its future wrote; the close once the future
+    /// has ended and everything is out.
+    fn drive_h2(&mut self, slot: usize) {
+        let Some(c) = self.conns.at(slot) else {
+            return;
+        };
+        let Some(h) = c.h2.as_mut() else {
+            return;
+        };
+        if !c.sending {
+            let out = h.output();
+            if !out.is_empty() {
+                let e = on_fd!(self.fixed, c.fd, |fd| opcode::Send::new(
+                    fd,
+                    out.as_ptr(),
+                    out.len() as u32
+                )
+                .flags(libc::MSG_NOSIGNAL)
+                .build())
+                .user_data(token(Op::Send, slot, c.gen));
+                c.sending = true;
+                // SAFETY: `out` is the connection's send buffer, which `output` does not refill and
+                // nothing else writes until `sent` or `send_failed` reports this send's completion; if
+                // the connection closes first, `close` keeps it in `orphans` until then.
+                unsafe { self.ring.push(e) };
+            }
+        }
+        if h.finished() {
+            return self.close(slot);
+        }
+        self.steer_recv(slot);
+    }
+
     /// Arms the multishot receive when the connection wants input; cancels it when the connection
     /// would have to keep what arrives (output backed up, a paced response in progress). Input after a
     /// closing response is discarded, so that receive is left to end with the close.
@@ -587,8 +770,7 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        let wants = c.layer.wants_input(&c.state);
-        let pause = !wants && c.layer.pauses_input(&c.state);
+        let (wants, pause) = c.wants_input();
         let e = match (wants, pause, c.recv) {
             (true, _, Recv::Off) => {
                 c.recv = Recv::On;
@@ -668,9 +850,13 @@ impl<'a> Worker<'a> {
         // SAFETY: a cancel points at no memory.
         unsafe { self.ring.push(e) };
         // Idle connections close now; busy ones when their response is out (checked by the tick).
+        // HTTP/2 ones send GOAWAY, finish their streams and end by themselves.
+        self.h2.draining.set(true);
         for slot in 0..self.conns.capacity() {
-            if self.conns.at(slot).is_some_and(|c| c.state.is_idle()) {
-                self.close(slot);
+            match self.conns.at(slot) {
+                Some(Conn { h2: Some(h), .. }) => h.nudge(),
+                Some(c) if c.state.is_idle() => self.close(slot),
+                _ => {}
             }
         }
     }
@@ -687,7 +873,7 @@ impl<'a> Worker<'a> {
             return;
         };
         if c.sending {
-            let orphan = Orphan(c.state, c.layer, c.gather);
+            let orphan = Orphan(c.state, c.layer, c.gather, c.h2);
             self.orphans.push((token(Op::Send, slot, gen), orphan));
         }
         // Hard links: the close runs even if a step before it fails (a peer that already reset).

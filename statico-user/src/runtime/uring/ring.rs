@@ -228,6 +228,30 @@ impl Ring {
         }
     }
 
+    /// Submits everything queued and waits for a completion, but no longer than `wait` (the earliest
+    /// of the worker's deadlines; zero when there is work already). EINTR, EBUSY and ETIME (the wait is
+    /// over) are not errors.
+    pub fn submit_and_wait_at_most(&mut self, wait: Option<std::time::Duration>) -> io::Result<()> {
+        let Some(wait) = wait else {
+            return self.submit_and_wait();
+        };
+        self.flush_backlog()?;
+        let ts = types::Timespec::from(wait);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EBUSY | libc::ETIME)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Submits everything queued and waits up to `wait` for a completion (at exit).
     pub fn submit_and_wait_for(&mut self, wait: std::time::Duration) {
         let _ = self.flush_backlog();
