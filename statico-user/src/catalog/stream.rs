@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::hold::{Fault, Hold};
+use super::hold::{Fault, Hold, Recorder, TruthKey};
 use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
 use super::route::load::{Loads, Ticket};
 use super::route::pool::Shed;
@@ -35,6 +35,24 @@ pub struct Admission {
     pub loads: Option<std::sync::Arc<Loads>>,
     pub gone: u8,
     pub shed: Option<StreamAnswer>,
+}
+
+impl Admission {
+    /// The ticket of a request whose answer `key` (held for `drawn`) is complete at `now`: through
+    /// the route's load state if it has one, else served at once — for HTTP/1.1 and the streams
+    /// alike.
+    pub fn ticket(
+        &self,
+        key: TruthKey,
+        drawn: std::time::Duration,
+        recorder: Recorder,
+        now: std::time::Instant,
+    ) -> Ticket {
+        match &self.loads {
+            Some(loads) => loads.admit(key, drawn, self.gone, recorder, now),
+            None => Ticket::new(recorder, key, drawn, self.gone, now),
+        }
+    }
 }
 
 /// Whether a header field is connection-specific, which HTTP/2 forbids in a message (RFC 9113 §8.2.2;
@@ -134,19 +152,8 @@ impl StreamAnswer {
     /// The ticket of a route's held answer whose request is complete at `now` (none for an answer
     /// that is not held): served, queued or shed by its route's pool (see [`Ticket`]).
     pub fn admit(&self, now: std::time::Instant) -> Option<Ticket> {
-        let (admission, key, recorder) = (
-            self.admission.as_ref()?,
-            self.hold.truth?,
-            self.recorder.clone()?,
-        );
-        Some(match &admission.loads {
-            Some(loads) => loads.admit(key, self.hold.delay, recorder, now),
-            None => {
-                let mut ticket = Ticket::new(recorder, key, self.hold.delay, now);
-                ticket.set_gone(admission.gone);
-                ticket
-            }
-        })
+        let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
+        Some(admission.ticket(key, self.hold.delay, self.recorder.clone()?, now))
     }
 
     /// What a shed request gets instead: the pool's status (with the route's fields), or its fault.

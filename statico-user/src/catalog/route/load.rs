@@ -36,8 +36,7 @@ pub struct RouteLoad {
     count: AtomicU64,
     /// Its pool, an index into [`Loads::pools`].
     pub pool: Option<usize>,
-    /// The outcome numbers of `gone` and (pooled) `shed`.
-    pub gone: u8,
+    /// The outcome number of `shed` (a pooled route's).
     pub shed: Option<u8>,
 }
 
@@ -45,14 +44,12 @@ impl RouteLoad {
     pub fn new(
         in_flight: Option<(Duration, Duration)>,
         pool: Option<usize>,
-        gone: u8,
         shed: Option<u8>,
     ) -> RouteLoad {
         RouteLoad {
             in_flight,
             count: AtomicU64::new(0),
             pool,
-            gone,
             shed,
         }
     }
@@ -63,34 +60,24 @@ impl Loads {
         Loads { routes, pools }
     }
 
-    pub fn pools(&self) -> &[Arc<Pool>] {
-        &self.pools
-    }
-
     /// Route `route`'s pool, if it has one.
     pub fn pool_of(&self, route: u16) -> Option<&Arc<Pool>> {
         let i = self.routes.get(usize::from(route))?.pool?;
         self.pools.get(i)
     }
 
-    /// Whether route `route` needs its state consulted (a pool or an in-flight delay).
-    pub fn loaded(&self, route: u16) -> bool {
-        self.routes
-            .get(usize::from(route))
-            .is_some_and(|r| r.pool.is_some() || r.in_flight.is_some())
-    }
-
     /// The ticket of a request of `key.route` complete at `now`, whose service (the drawn delay)
     /// is `drawn` unless the route's delay depends on the load: counted in flight, then admitted
-    /// to the route's pool (served, queued or shed).
+    /// to the route's pool (served, queued or shed); a departure counts as outcome `gone`.
     pub fn admit(
         self: &Arc<Self>,
         key: TruthKey,
         drawn: Duration,
+        gone: u8,
         recorder: Recorder,
         now: Instant,
     ) -> Ticket {
-        let mut ticket = Ticket::new(recorder, key, drawn, now);
+        let mut ticket = Ticket::new(recorder, key, drawn, gone, now);
         let Some(route) = self.routes.get(usize::from(key.route)) else {
             return ticket;
         };
@@ -99,7 +86,6 @@ impl Loads {
             let extra = per.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
             ticket.service = (base + extra).min(super::LONGEST_HOLD);
         }
-        ticket.gone = route.gone;
         ticket.shed = route.shed;
         ticket.loads = Some(self.clone());
         if let Some(pool) = route.pool.and_then(|i| self.pools.get(i)) {
@@ -137,8 +123,15 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A ticket for a route with no load model: served at once, for `service`.
-    pub fn new(recorder: Recorder, key: TruthKey, service: Duration, now: Instant) -> Ticket {
+    /// A ticket for a route with no load model: served at once, for `service`; a departure counts
+    /// as outcome `gone`.
+    pub fn new(
+        recorder: Recorder,
+        key: TruthKey,
+        service: Duration,
+        gone: u8,
+        now: Instant,
+    ) -> Ticket {
         Ticket {
             recorder,
             key,
@@ -146,17 +139,11 @@ impl Ticket {
             service,
             loads: None,
             slot: None,
-            gone: key.outcome,
+            gone,
             shed: None,
             done: false,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
-    }
-
-    /// The outcome a departure is counted as (set by [`Loads::admit`]; a route built without one
-    /// counts its drawn outcome).
-    pub fn set_gone(&mut self, gone: u8) {
-        self.gone = gone;
     }
 
     /// Its fate so far: a ticket outside a pool is served from its arrival.
@@ -201,11 +188,6 @@ impl Ticket {
     /// next ticket may reuse.
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// The service time drawn for it.
-    pub fn service(&self) -> Duration {
-        self.service
     }
 
     /// It was answered at `now` (or shed, if that is its fate): records its truth, and hands its

@@ -129,10 +129,8 @@ impl Routes {
             .zip(&pool_of)
             .map(|(s, p)| route_info(s, p.is_some()))
             .collect();
-        let loads = specs
-            .iter()
-            .zip(&pool_of)
-            .map(|(s, p)| route_load(s, *p))
+        let loads = (specs.iter().zip(&routes).zip(&pool_of))
+            .map(|((spec, route), pool)| route_load(spec, route, *pool))
             .collect();
         let gauges = pools
             .iter()
@@ -149,11 +147,6 @@ impl Routes {
         })
     }
 
-    /// The pools, for the ground truth and the metrics.
-    pub fn pools(&self) -> &[Arc<Pool>] {
-        self.loads.pools()
-    }
-
     /// The ticket of a held answer whose request is complete at `now` (none for an answer that is
     /// not held and has no load model, or one written uncounted).
     pub fn admit(
@@ -164,18 +157,11 @@ impl Routes {
     ) -> Option<Ticket> {
         let key = choice.hold.truth?;
         let route = &self.routes[usize::from(choice.route)];
-        if route.loaded {
-            return Some(
-                self.loads
-                    .admit(key, choice.hold.delay, recorder.clone(), now),
-            );
-        }
-        if !choice.hold.paces() {
+        if !route.loaded && !choice.hold.paces() {
             return None;
         }
-        let mut ticket = Ticket::new(recorder.clone(), key, choice.hold.delay, now);
-        ticket.set_gone(route.gone_outcome());
-        Some(ticket)
+        let admission = route.admission.as_ref()?;
+        Some(admission.ticket(key, choice.hold.delay, recorder.clone(), now))
     }
 
     /// The answer a shed request gets instead of `choice`: the pool's status, or its fault.
@@ -206,11 +192,6 @@ impl Routes {
                 .loads
                 .pool_of(choice.route)
                 .is_some_and(|p| p.queue_timeout.is_some())
-    }
-
-    /// The shared load state, which stream answers carry to take their tickets.
-    pub fn loads(&self) -> &Arc<Loads> {
-        &self.loads
     }
 
     /// The ground truth every answer is recorded in.
@@ -338,10 +319,15 @@ impl Route {
         }
     }
 
-    /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]).
+    /// How many statuses it draws from (its answers, less a pool's shed answer).
+    fn statuses(&self) -> usize {
+        self.answers.len() - usize::from(self.shed_answer.is_some())
+    }
+
+    /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]); a
+    /// pooled route's `shed` follows it.
     fn gone_outcome(&self) -> u8 {
-        let statuses = self.answers.len() - usize::from(self.shed_answer.is_some());
-        (statuses + self.fault_cuts.len()) as u8
+        (self.statuses() + self.fault_cuts.len()) as u8
     }
 
     /// Whether this route answers `method` on `path` (GET routes answer HEAD too).
@@ -374,10 +360,9 @@ impl Route {
                     .map(|(_, f)| *f)
             }
         };
-        let statuses = self.answers.len() - usize::from(self.shed_answer.is_some());
         let outcome = match fault {
             Some(f) => {
-                statuses
+                self.statuses()
                     + self
                         .fault_cuts
                         .iter()
@@ -575,14 +560,12 @@ fn route_info(spec: &RouteSpec, pooled: bool) -> RouteInfo {
     }
 }
 
-/// A route's shared load state: its in-flight model, its pool, its `gone` and `shed` outcomes.
-fn route_load(spec: &RouteSpec, pool: Option<usize>) -> RouteLoad {
-    let gone = 1 + spec.status_mix.len() + spec.faults.len();
+/// A route's shared load state: its in-flight model, its pool, its `shed` outcome (after `gone`).
+fn route_load(spec: &RouteSpec, route: &Route, pool: Option<usize>) -> RouteLoad {
     RouteLoad::new(
         spec.delay.as_ref().and_then(Dist::in_flight),
         pool,
-        gone as u8,
-        pool.map(|_| (gone + 1) as u8),
+        pool.map(|_| route.gone_outcome() + 1),
     )
 }
 

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use super::pool_spec::PoolSpec;
 pub use super::pool_spec::Shed;
+use crate::observe::truth::PoolGauge;
 pub use crate::observe::truth::PoolTruth;
 
 /// One pool, shared by every worker and protocol (`Arc<Pool>`).
@@ -173,12 +174,8 @@ impl Pool {
         orphan_clock().push(due, Arc::downgrade(self));
     }
 
-    /// The pool's figures now.
+    /// The pool's figures now (the ground truth reads them through [`PoolGauge`]).
     pub fn snapshot(&self) -> PoolTruth {
-        self.figures()
-    }
-
-    fn figures(&self) -> PoolTruth {
         let mut state = self.lock();
         let now = state.clock(Instant::now());
         self.publish(&mut state, now);
@@ -267,9 +264,9 @@ impl Pool {
     }
 }
 
-impl crate::observe::truth::PoolGauge for Pool {
+impl PoolGauge for Pool {
     fn figures(&self) -> PoolTruth {
-        Pool::figures(self)
+        self.snapshot()
     }
 }
 
@@ -281,10 +278,6 @@ impl Slot {
 
     pub fn arrived(&self) -> Instant {
         self.arrived
-    }
-
-    pub fn service(&self) -> Duration {
-        self.service
     }
 
     /// Registers the waker to call when a waiting request's fate is decided. Returns the fate now:
