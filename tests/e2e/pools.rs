@@ -51,20 +51,9 @@ fn start_h2(routes: &[&str], extra: &[&str]) -> Server {
     Server::start(&all)
 }
 
-/// The body of a GET for `path` on the metrics listener.
-fn scrape(s: &Server, path: &str) -> String {
-    let url = format!("http://{}{path}", s.metrics_addr());
-    ureq::get(&url)
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap()
-}
-
 /// `/ground-truth.json`, parsed.
 fn truth(s: &Server) -> Value {
-    let text = scrape(s, "/ground-truth.json");
+    let text = s.scrape("/ground-truth.json");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
@@ -128,7 +117,7 @@ fn counter(page: &str, name: &str) -> f64 {
 
 /// Whether each series of `want` has its value on `/metrics` now; else the page.
 fn gauges_match(s: &Server, want: &[(&str, f64)]) -> Result<(), String> {
-    let page = scrape(s, "/metrics");
+    let page = s.scrape("/metrics");
     match want.iter().all(|(name, v)| series(&page, name) == Some(*v)) {
         true => Ok(()),
         false => Err(page),
@@ -553,11 +542,11 @@ fn shed_ones(got: &[Got]) -> Vec<&Got> {
         .collect()
 }
 
-#[test]
-fn a_burst_past_capacity_and_queue_is_shed_at_once_with_503_and_the_routes_headers() {
-    let got = burst_past_the_queue(None);
+/// The burst past the queue with `shed` is shed with `status`, the route's header and no body.
+fn assert_shed_with_status(shed: Option<&str>, status: u16) {
+    let got = burst_past_the_queue(shed);
     for g in shed_ones(&got) {
-        assert_eq!(g.answer, Some(Answer::Status(503)), "{got:?}");
+        assert_eq!(g.answer, Some(Answer::Status(status)), "{got:?}");
         let head = g.head.to_ascii_lowercase();
         assert!(head.contains("\r\nx-pool: yes\r\n"), "{}", g.head);
         assert!(head.contains("\r\ncontent-length: 0\r\n"), "{}", g.head);
@@ -565,14 +554,13 @@ fn a_burst_past_capacity_and_queue_is_shed_at_once_with_503_and_the_routes_heade
 }
 
 #[test]
+fn a_burst_past_capacity_and_queue_is_shed_at_once_with_503_and_the_routes_headers() {
+    assert_shed_with_status(None, 503);
+}
+
+#[test]
 fn shed_429_answers_the_burst_past_the_queue_with_429() {
-    let got = burst_past_the_queue(Some("429"));
-    for g in shed_ones(&got) {
-        assert_eq!(g.answer, Some(Answer::Status(429)), "{got:?}");
-        let head = g.head.to_ascii_lowercase();
-        assert!(head.contains("\r\nx-pool: yes\r\n"), "{}", g.head);
-        assert!(head.contains("\r\ncontent-length: 0\r\n"), "{}", g.head);
-    }
+    assert_shed_with_status(Some("429"), 429);
 }
 
 #[test]
@@ -1107,7 +1095,7 @@ fn ground_truth_metrics_and_exit_lines_show_waits_services_holds_and_sheds() {
     assert_eq!(outcome(route(&t, "/q"), "shed"), 1, "{t}");
     assert_eq!(outcome(route(&t, "/q"), "gone"), 0, "{t}");
 
-    let after = scrape(&s, "/metrics");
+    let after = s.scrape("/metrics");
     for (name, want) in [
         ("statico_pool_in_service{pool=\"/p\"}", 0.0),
         ("statico_pool_queued{pool=\"/p\"}", 0.0),
@@ -1666,7 +1654,7 @@ fn fds(pid: u32) -> usize {
 
 /// Open connections by the counters (accepted − closed), and requests read.
 fn conns_and_requests(s: &Server) -> (f64, f64) {
-    let page = scrape(s, "/metrics");
+    let page = s.scrape("/metrics");
     (
         counter(&page, "statico_conns_accepted_total")
             - counter(&page, "statico_conns_closed_total"),

@@ -769,7 +769,7 @@ fn http2_ground_truth_counts_each_stream_once() {
             assert_eq!(h2_get(&client, path).await.status, Some(200));
         }
     });
-    let json = scrape(&s, "/ground-truth.json");
+    let json = s.scrape("/ground-truth.json");
     assert_eq!(number(route_truth(&json, "/plain"), "count"), 2.0, "{json}");
     let d = route_truth(&json, "/d");
     assert_eq!(number(d, "count"), 1.0, "{json}");
@@ -786,17 +786,6 @@ fn http2_echo_query_answers_from_the_query() {
 }
 
 // ---- Ground truth on --metrics ----
-
-/// The body of a GET for `path` on the metrics listener.
-fn scrape(s: &Server, path: &str) -> String {
-    let url = format!("http://{}{path}", s.metrics_addr());
-    ureq::get(&url)
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap()
-}
 
 /// The object of route `name` in `/ground-truth.json`, as text.
 fn route_truth<'a>(json: &'a str, name: &str) -> &'a str {
@@ -833,7 +822,7 @@ fn ground_truth_json_counts_the_statuses_the_client_saw() {
     let s = start(&["/mix status=503:20%"], &["--metrics", "127.0.0.1:0"]);
     let got = statuses(&s, "/mix", 500);
     let failed = got.iter().filter(|&&c| c == 503).count() as f64;
-    let json = scrape(&s, "/ground-truth.json");
+    let json = s.scrape("/ground-truth.json");
     let mix = route_truth(&json, "/mix");
     assert_eq!(number(mix, "count"), 500.0, "{mix}");
     assert_eq!(number_in(mix, "outcomes", "503"), failed, "{mix}");
@@ -854,7 +843,7 @@ fn ground_truth_json_counts_faults_and_the_delays_drawn_and_held() {
     for _ in 0..10 {
         timed_get(&mut c, "/d");
     }
-    let json = scrape(&s, "/ground-truth.json");
+    let json = s.scrape("/ground-truth.json");
     let gone = route_truth(&json, "/gone");
     assert_eq!(number_in(gone, "outcomes", "reset"), 3.0, "{gone}");
     let d = route_truth(&json, "/d");
@@ -878,7 +867,7 @@ fn ground_truth_counts_an_unheld_route_once_next_to_a_delayed_one() {
     let s = start(&["/plain", "/d delay=20ms"], &["--metrics", "127.0.0.1:0"]);
     let got = statuses(&s, "/plain", 10);
     assert!(got.iter().all(|&c| c == 200));
-    let json = scrape(&s, "/ground-truth.json");
+    let json = s.scrape("/ground-truth.json");
     let plain = route_truth(&json, "/plain");
     assert_eq!(number(plain, "count"), 10.0, "10 requests: {plain}");
 }
@@ -888,7 +877,7 @@ fn prometheus_route_counters_match_the_client() {
     let s = start(&["/mix status=503:20%"], &["--metrics", "127.0.0.1:0"]);
     let got = statuses(&s, "/mix", 300);
     let failed = got.iter().filter(|&&c| c == 503).count();
-    let page = scrape(&s, "/metrics");
+    let page = s.scrape("/metrics");
     for (outcome, n) in [("503", failed), ("200", 300 - failed)] {
         let line =
             format!("statico_route_requests_total{{route=\"/mix\",outcome=\"{outcome}\"}} {n}");

@@ -221,6 +221,17 @@ impl Server {
             .to_string()
     }
 
+    /// The body of a GET for `path` on the `--metrics` listener.
+    pub fn scrape(&self, path: &str) -> String {
+        let url = format!("http://{}{path}", self.metrics_addr());
+        ureq::get(&url)
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap()
+    }
+
     /// Waits until standard output contains `needle`, or fails.
     pub fn wait_stdout(&self, needle: &str) -> String {
         let start = Instant::now();

@@ -377,13 +377,8 @@ fn scenario_json(sc: &RouteScenario, servers: &[ServerUnderTest], rows: &[Vec<Ro
             "fortio_query": sc.fortio, "results": results })
 }
 
-/// Per statico, the ratio of its CPU per request in `DELAYED` to that in `BASE`, from
+/// Each statico's CPU per request in scenario `over` divided by its own in scenario `base`, from
 /// (scenario, server, CPU median) triples.
-pub fn delay_ratios(medians: &[(&str, String, f64)]) -> Vec<(String, f64)> {
-    ratios_between(medians, DELAYED, BASE)
-}
-
-/// Each statico's CPU per request in scenario `over` divided by its own in scenario `base`.
 fn ratios_between(medians: &[(&str, String, f64)], over: usize, base: usize) -> Vec<(String, f64)> {
     let of = |group: &str, server: &str| {
         medians
@@ -434,37 +429,23 @@ fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
         );
         doc.push(json!({ "scenario": sc.group, "target": TARGET_VS_FORTIO, "vs": "fortio", "ratios": ratios }));
     }
-    let delay = delay_ratios(medians);
-    let said: Vec<String> = delay
-        .iter()
-        .map(|(n, x)| format!("{n} {}", verdict(*x, TARGET_DELAY)))
-        .collect();
-    let _ = writeln!(
-        report.text,
-        "  delay route: statico CPU/request in '{}' <= {TARGET_DELAY:.1}x in '{}': {}",
-        SCENARIOS[DELAYED].group,
-        SCENARIOS[BASE].group,
-        said.join(", ")
-    );
-    doc.push(
-        json!({ "scenario": SCENARIOS[DELAYED].group, "target": TARGET_DELAY,
-                     "vs": SCENARIOS[BASE].group, "ratios": delay }),
-    );
-    let pooled = ratios_between(medians, POOLED, DELAYED);
-    let said: Vec<String> = (pooled.iter())
-        .map(|(n, x)| format!("{n} {}", verdict(*x, TARGET_POOL)))
-        .collect();
-    let _ = writeln!(
-        report.text,
-        "  pooled route: statico CPU/request in '{}' <= {TARGET_POOL:.1}x in '{}': {}",
-        SCENARIOS[POOLED].group,
-        SCENARIOS[DELAYED].group,
-        said.join(", ")
-    );
-    doc.push(
-        json!({ "scenario": SCENARIOS[POOLED].group, "target": TARGET_POOL,
-                     "vs": SCENARIOS[DELAYED].group, "ratios": pooled }),
-    );
+    let between = [
+        ("delay route", DELAYED, BASE, TARGET_DELAY),
+        ("pooled route", POOLED, DELAYED, TARGET_POOL),
+    ];
+    for (what, over, base, target) in between {
+        let ratios = ratios_between(medians, over, base);
+        let said: Vec<String> = (ratios.iter())
+            .map(|(n, x)| format!("{n} {}", verdict(*x, target)))
+            .collect();
+        let (over, base) = (SCENARIOS[over].group, SCENARIOS[base].group);
+        let _ = writeln!(
+            report.text,
+            "  {what}: statico CPU/request in '{over}' <= {target:.1}x in '{base}': {}",
+            said.join(", ")
+        );
+        doc.push(json!({ "scenario": over, "target": target, "vs": base, "ratios": ratios }));
+    }
     Value::Array(doc)
 }
 
@@ -483,7 +464,7 @@ mod tests {
             (delayed, "statico-io-uring".to_string(), 1.5),
             (delayed, "fortio".to_string(), 30.0),
         ];
-        let ratios = delay_ratios(&medians);
+        let ratios = ratios_between(&medians, DELAYED, BASE);
         assert_eq!(
             ratios,
             [
@@ -494,7 +475,7 @@ mod tests {
         assert_eq!(verdict(ratios[0].1, TARGET_DELAY), "1.25x (met)");
         assert_eq!(verdict(ratios[1].1, TARGET_DELAY), "1.50x (NOT met)");
         // A statico with no undelayed figure (or a zero one) has no ratio.
-        assert!(delay_ratios(&medians[3..]).is_empty());
+        assert!(ratios_between(&medians[3..], DELAYED, BASE).is_empty());
     }
 
     #[test]
