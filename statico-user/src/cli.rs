@@ -5,6 +5,7 @@
 //! `1m`), header syntax, and `-b @file`, which is read here, once.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -65,18 +66,42 @@ pub struct Cli {
     /// lognormal:P50:P99 · pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s ·
     /// inflight:BASE:PER (BASE + PER × this route's requests in flight, itself included)
     #[arg(long = "route", value_name = "SPEC", value_parser = parse_route)]
-    pub routes: Vec<crate::catalog::route::spec::RouteSpec>,
+    pub routes: Vec<Written<crate::catalog::route::spec::RouteSpec>>,
 
     /// A pool: 'NAME capacity=C [queue=Q] [queue-timeout=DUR] [shed=503|429|reset|close]' — C servers
     /// for the whole process that its routes' requests (pool=NAME) queue for, FIFO, each held for its
     /// drawn delay; past Q waiting (or after waiting DUR) a request is shed (default 503). Repeatable
     #[arg(long = "pool", value_name = "SPEC", value_parser = parse_pool)]
-    pub pools: Vec<crate::catalog::route::pool_spec::PoolSpec>,
+    pub pools: Vec<Written<crate::catalog::route::pool_spec::PoolSpec>>,
+
+    /// A phase: 'at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value…' — from AT after start-up,
+    /// for FOR (again every EVERY), the routes written with path PATH answer with these route keys
+    /// replacing their own (status, delay, fault, capacity, …). Repeatable; one route's phases may
+    /// not overlap. Ground truth is kept per phase
+    #[arg(long = "phase", value_name = "SPEC", value_parser = parse_phase)]
+    pub phases: Vec<String>,
+
+    /// A whole-server pause: 'at=DUR for=DUR [every=DUR]' — from AT after start-up, for FOR (again
+    /// every EVERY), nothing is answered; every request in flight or arriving is answered when it
+    /// ends (connections are still accepted). Repeatable
+    #[arg(long = "pause", value_name = "SPEC", value_parser = parse_pause)]
+    pub pauses: Vec<crate::catalog::schedule::Window>,
+
+    /// The control API on a listener of its own: GET/PUT /routes, POST /pause?for=DUR, POST /resume,
+    /// GET /ground-truth, POST /ground-truth/reset. Loopback only, unless --admin-token is given
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub admin: Option<SocketAddr>,
+
+    /// A file holding the bearer token every control API request must carry (Authorization:
+    /// Bearer TOKEN); required for --admin on an address other than loopback
+    #[arg(long, value_name = "FILE", requires = "admin")]
+    pub admin_token: Option<PathBuf>,
 
     /// Routes from a TOML file: one [[route]] table per route, with the keys of --route (path,
     /// methods, status, body, size, header, delay, body-delay, fault, rate, pool, capacity, queue,
     /// queue-timeout, shed, name), and [[pool]] tables (name, capacity, queue, queue-timeout, shed);
-    /// after the --route ones
+    /// after the --route ones; and [[phase]] tables (path, at, for, every, name, route keys).
+    /// SIGHUP reads it again
     #[arg(long = "routes", value_name = "FILE", value_parser = parse_routes_file)]
     pub routes_file: Option<RoutesFile>,
 
@@ -377,18 +402,53 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 /// Bytes, with an optional binary suffix: `4096`, `16k`, `16KiB`, `1m`, `1g`.
 /// `--routes FILE`: the routes it holds, read and checked while parsing the flags.
 #[derive(Clone, Debug)]
-pub struct RoutesFile(pub crate::catalog::route::spec::RoutesDoc);
-
-fn parse_route(s: &str) -> Result<crate::catalog::route::spec::RouteSpec, String> {
-    crate::catalog::route::spec::parse_spec(s)
+pub struct RoutesFile {
+    pub path: PathBuf,
+    pub table: crate::catalog::route::table::Table,
 }
 
-fn parse_pool(s: &str) -> Result<crate::catalog::route::pool_spec::PoolSpec, String> {
-    crate::catalog::route::pool_spec::parse_pool(s)
+pub use crate::catalog::route::table::Written;
+
+fn parse_route(s: &str) -> Result<Written<crate::catalog::route::spec::RouteSpec>, String> {
+    crate::catalog::route::spec::parse_spec(s).map(|value| Written {
+        text: s.to_owned(),
+        value,
+    })
+}
+
+fn parse_pool(s: &str) -> Result<Written<crate::catalog::route::pool_spec::PoolSpec>, String> {
+    crate::catalog::route::pool_spec::parse_pool(s).map(|value| Written {
+        text: s.to_owned(),
+        value,
+    })
+}
+
+/// `--phase`: checked now, numbered (for its default name) when all are in ([`Cli::flag_table`]).
+fn parse_phase(s: &str) -> Result<String, String> {
+    crate::catalog::route::phase_spec::parse_phase(s, 0).map(|_| s.to_owned())
+}
+
+fn parse_pause(s: &str) -> Result<crate::catalog::schedule::Window, String> {
+    let mut keys = crate::catalog::schedule::WindowKeys::default();
+    for token in s.split_whitespace() {
+        let known = match token.split_once('=') {
+            Some((key, value)) => keys.set(key, value)?,
+            None => false,
+        };
+        if !known {
+            return Err(format!(
+                "{token:?}: expected {}",
+                crate::catalog::schedule::WINDOW_KEYS
+            ));
+        }
+    }
+    keys.finish()
 }
 
 fn parse_routes_file(s: &str) -> Result<RoutesFile, String> {
-    crate::catalog::route::spec::parse_file(std::path::Path::new(s)).map(RoutesFile)
+    let path = PathBuf::from(s);
+    let table = crate::catalog::route::table::Table::of_file(&path)?;
+    Ok(RoutesFile { path, table })
 }
 
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -461,24 +521,33 @@ impl Cli {
     }
 
     /// `--root` and its companions, if a static site is served.
-    /// Every route, the --route ones first, then those of --routes FILE.
-    pub fn all_routes(&self) -> Vec<crate::catalog::route::spec::RouteSpec> {
-        let file = self.routes_file.iter().flat_map(|f| f.0.routes.iter());
-        self.routes.iter().chain(file).cloned().collect()
+    /// The routes table of the flags alone: `--pool`, `--route`, `--phase`.
+    pub fn flag_table(&self) -> crate::catalog::route::table::Table {
+        let phases: Vec<_> = (self.phases.iter().enumerate())
+            .filter_map(|(i, text)| {
+                let value = crate::catalog::route::phase_spec::parse_phase(text, i).ok()?;
+                Some(Written {
+                    text: text.clone(),
+                    value,
+                })
+            })
+            .collect();
+        crate::catalog::route::table::Table::of_flags(&self.pools, &self.routes, &phases)
     }
 
-    /// Every pool, the --pool ones first, then those of --routes FILE, each with where it was
-    /// written.
-    pub fn all_pools(&self) -> Vec<(crate::catalog::route::pool_spec::PoolSpec, String)> {
-        let flags = self
-            .pools
-            .iter()
-            .map(|p| (p.clone(), format!("--pool {:?}", p.name)));
-        let file = self
-            .routes_file
-            .iter()
-            .flat_map(|f| f.0.pools.iter().cloned());
-        flags.chain(file).collect()
+    /// The routes table at start-up: the flags', then `--routes FILE`'s.
+    pub fn table(&self) -> crate::catalog::route::table::Table {
+        let file = self.routes_file.iter().map(|f| f.table.clone());
+        file.fold(self.flag_table(), crate::catalog::route::table::Table::and)
+    }
+
+    /// Whether any route is given (flags or file).
+    pub fn has_routes(&self) -> bool {
+        !self.routes.is_empty()
+            || self
+                .routes_file
+                .as_ref()
+                .is_some_and(|f| !f.table.routes.is_empty())
     }
 
     pub fn site_options(&self) -> Option<crate::catalog::site::SiteOptions> {

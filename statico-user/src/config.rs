@@ -33,6 +33,11 @@ pub struct Plan {
     pub observe: Observe,
     /// `--user`: who the workers run as, once everything privileged is done.
     pub user: Option<String>,
+    /// `--admin`, `--admin-token`: the control API.
+    pub admin: Option<SocketAddr>,
+    pub admin_token: Option<std::path::PathBuf>,
+    /// What SIGHUP and the control API rebuild the routes from.
+    pub sources: crate::control::Sources,
 }
 
 /// HTTP/3's options (Linux builds; elsewhere `--http3` is refused while planning).
@@ -70,6 +75,12 @@ impl Plan {
                 metrics: cli.metrics,
             },
             user: cli.user.clone(),
+            admin: cli.admin,
+            admin_token: cli.admin_token.clone(),
+            sources: crate::control::Sources {
+                flags: cli.flag_table(),
+                file: cli.routes_file.as_ref().map(|f| f.path.clone()),
+            },
         })
     }
 
@@ -126,7 +137,10 @@ fn listen(cli: &Cli) -> crate::kernel::steering::Plan {
             send_buffer: buffer_size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
             // A body sent apart from its head must not wait for the head's acknowledgement.
-            nodelay: cli.tcp_nodelay || cli.body_delay.is_some() || !cli.all_routes().is_empty(),
+            nodelay: cli.tcp_nodelay
+                || cli.body_delay.is_some()
+                || cli.has_routes()
+                || cli.admin.is_some(),
         },
         xdp: cli.xdp.clone(),
     }
@@ -153,8 +167,10 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
                 .min(crate::catalog::route::LONGEST_HOLD),
             ..crate::catalog::Hold::default()
         },
-        routes: cli.all_routes(),
-        pools: cli.all_pools(),
+        table: cli.table(),
+        pauses: cli.pauses.clone(),
+        live: cli.admin.is_some() || cli.routes_file.is_some(),
+        pausable: cli.admin.is_some() || !cli.pauses.is_empty(),
         seed: cli.seed,
         echo: cli
             .echo_query

@@ -18,7 +18,8 @@
 //!
 //! Start-up reads top-down: [`cli`] parses and checks the flags, [`config`] turns them into a plan
 //! with one part per component, [`server`] starts the components in order and stops them, [`check`]
-//! is `--check`'s advice, [`shutdown`] the signals and draining. Imports point down that path: nothing
+//! is `--check`'s advice, [`control`] the `--admin` API that changes a running server,
+//! [`shutdown`] the signals and draining. Imports point down that path: nothing
 //! in a layer imports a layer above it.
 
 pub mod catalog;
@@ -26,6 +27,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod kernel;
 pub mod observe;
 pub mod proto;

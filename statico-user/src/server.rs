@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use crate::catalog::Catalog;
 use crate::cli::Cli;
 use crate::config::Plan;
+use crate::control;
 use crate::kernel::steering;
 use crate::observe::meter;
 use crate::observe::Watch;
@@ -60,7 +61,9 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         assist.steer_quic(http3::sockets(http3));
     }
     let (main_rt, signals) = signal_handlers().map_err(Machine)?;
+    let token = control::check(plan.admin, plan.admin_token.as_deref()).map_err(Usage)?;
     let metrics = crate::observe::metrics::listen(plan.observe.metrics).map_err(Machine)?; // before privileges drop
+    let admin = control::listen(plan.admin, token).map_err(Machine)?;
     let lines = [runtime_line, format!("{} ({why})", rung.name())];
     if plan.check {
         crate::check::report(&plan, local_addr, &lines);
@@ -89,22 +92,28 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     };
     let info = crate::observe::metrics::Info::new(plan.runtime.kind.name(), rung.name(), shown);
     let page = || crate::observe::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
-    let truth = settings.catalog.truth();
+    let catalog = settings.catalog.clone();
+    let truth_in_force = move || catalog.truth().expect("with routes");
+    let truth = settings
+        .catalog
+        .truth()
+        .is_some()
+        .then_some(&truth_in_force as &dyn Fn() -> Arc<crate::observe::truth::GroundTruth>);
     let watch = Watch {
         counters: &counters,
         kernel_detail: &kernel_detail,
         meter: plan.observe.meter,
         metrics: metrics.map(|l| (l, &page as &dyn Fn() -> String)),
-        truth: truth.as_deref(),
+        truth,
     };
-    let signal = wait_for_signal(&main_rt, signals, &plan, &settings, watch);
+    let signal = wait_for_signal(&main_rt, signals, &plan, &settings, watch, admin);
     eprintln!(
         "statico: {signal}: stopped accepting; finishing in-flight responses (up to {})",
         humantime::format_duration(plan.runtime.shutdown_timeout)
     );
     workers.stop();
     meter::print_totals(&counters, &cpus, &kernel_detail(), shown);
-    for line in truth.iter().flat_map(|t| t.totals()) {
+    for line in settings.catalog.truth().iter().flat_map(|t| t.totals()) {
         eprintln!("statico: {line}");
     }
     // Dropping the kernel state detaches the programs, clears the socket slots, removes the pins.
@@ -116,7 +125,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
 /// A route's `reset` fault on io_uring needs the ring's `setsockopt` (Linux 6.7) to set `SO_LINGER`
 /// on a direct descriptor: before that, the close that should reset sends FIN. Said, not refused.
 fn warn_of_resets_without_linger(plan: &Plan) {
-    let resets = (plan.catalog.routes.iter()).any(|r| {
+    let resets = (plan.catalog.table.routes.iter()).any(|r| {
         r.faults
             .iter()
             .any(|(f, _)| *f == crate::catalog::hold::Fault::Reset)
@@ -230,10 +239,18 @@ fn wait_for_signal(
     plan: &Plan,
     settings: &Settings,
     watch: Watch<'_>,
+    admin: Option<control::Admin>,
 ) -> &'static str {
     main_rt.block_on(async {
         let watch = watch.run();
         tokio::pin!(watch);
+        let admin = async {
+            match admin {
+                Some(admin) => control::serve(admin, &settings.catalog).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(admin);
         loop {
             tokio::select! {
                 sig = signals.recv() => match sig {
@@ -241,17 +258,20 @@ fn wait_for_signal(
                     shutdown::Signal::Reload => reload(plan, settings),
                 },
                 () = &mut watch => unreachable!("the meter runs until shutdown"),
+                () = &mut admin => unreachable!("the control API runs until shutdown"),
             }
         }
     })
 }
 
-/// SIGHUP: the site is rebuilt (with `--root`), the certificate reloaded (with `--tls-cert`).
+/// SIGHUP: the site is rebuilt (with `--root`), the certificate reloaded (with `--tls-cert`), the
+/// routes read again (with `--routes FILE`).
 fn reload(plan: &Plan, settings: &Settings) {
+    control::reload_routes(&settings.catalog, &plan.sources);
     if settings.catalog.rebuilds() {
         settings.catalog.rebuild(&plan.catalog);
     }
-    if settings.tls.is_some() || !settings.catalog.rebuilds() {
+    if settings.tls.is_some() || (!settings.catalog.rebuilds() && plan.sources.file.is_none()) {
         let what = crate::conn::layer::reload(settings.tls.as_ref(), plan.tls.as_ref());
         eprintln!("statico: SIGHUP: {what}");
     }

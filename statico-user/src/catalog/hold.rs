@@ -29,6 +29,8 @@ pub struct Hold {
 pub struct TruthKey {
     pub route: u16,
     pub outcome: u8,
+    /// The routes table it was drawn from: a record meant for another table's truth is dropped.
+    pub generation: u32,
 }
 
 /// How often a paced body (`rate=`) is released: one piece of a hundredth of the rate per tick.
@@ -78,6 +80,9 @@ impl Recorder {
 
     /// The answer of `key` was delivered `held` after its request ended, for a drawn `drawn`.
     pub fn record(&self, key: TruthKey, drawn: Duration, held: Duration) {
+        if key.generation != self.truth.generation() {
+            return;
+        }
         let (route, outcome) = (usize::from(key.route), usize::from(key.outcome));
         self.truth.record(self.slot, route, outcome, drawn, held);
     }
@@ -90,6 +95,9 @@ impl Recorder {
         wait: Option<Duration>,
         held: Duration,
     ) {
+        if key.generation != self.truth.generation() {
+            return;
+        }
         let (route, outcome) = (usize::from(key.route), usize::from(key.outcome));
         (self.truth).record_sample(self.slot, route, outcome, drawn, wait, held);
     }
@@ -186,10 +194,14 @@ impl Iterator for Delivery {
                     self.stage = 1;
                     (!self.hold.delay.is_zero()).then_some(Step::Wait(self.hold.delay))
                 }
-                1 => {
-                    self.stage = 2;
-                    self.hold.truth.map(Step::Record)
-                }
+                1 => match super::pause::wait_now() {
+                    // A whole-server pause holds the answer until it ends (asked again each slice).
+                    Some(wait) => Some(Step::Wait(wait)),
+                    None => {
+                        self.stage = 2;
+                        self.hold.truth.map(Step::Record)
+                    }
+                },
                 2 => {
                     self.stage = 3;
                     Some(match self.hold.fault {
@@ -250,6 +262,7 @@ mod tests {
     const KEY: TruthKey = TruthKey {
         route: 0,
         outcome: 0,
+        generation: 1,
     };
     const MS: Duration = Duration::from_millis(1);
 

@@ -26,9 +26,11 @@
 
 pub mod echo;
 pub mod hold;
+pub mod pause;
 pub mod request;
 pub mod response;
 pub mod route;
+pub mod schedule;
 pub mod sink;
 pub mod site;
 pub mod stream;
@@ -41,6 +43,8 @@ use anyhow::Result;
 pub use hold::{Hold, Recorder, TruthKey};
 pub use request::Request;
 use response::{ErrorStatus, Framing, Response, ResponseSpec, DATE_LEN};
+use route::live::LiveRoutes;
+use route::table::Table;
 use route::{Draw, RouteChoice, Routes};
 use sink::Sink;
 use site::{Site, SiteHandle, SiteOptions};
@@ -58,10 +62,15 @@ pub struct Plan {
     pub streams: bool,
     /// `-d` / `--body-delay`: how the default answer (the response, the site) is delivered.
     pub hold: Hold,
-    /// `--route` / `--routes`, in order (none: no routes).
-    pub routes: Vec<route::spec::RouteSpec>,
-    /// `--pool` and `[[pool]]`, each with where it was written.
-    pub pools: Vec<(route::pool_spec::PoolSpec, String)>,
+    /// `--pool`, `--route`, `--phase` and `--routes FILE`: the routes table at start-up.
+    pub table: Table,
+    /// `--pause`: the scheduled whole-server pauses.
+    pub pauses: Vec<schedule::Window>,
+    /// The routes may be replaced while statico runs (`--admin`, or `--routes FILE` re-read on
+    /// SIGHUP): the table is kept live even when it is empty.
+    pub live: bool,
+    /// Pauses are possible (`--pause`, `--admin`): every answer is then held until none is in force.
+    pub pausable: bool,
     /// `--seed`: the routes' draws repeat from run to run.
     pub seed: Option<u64>,
     /// `--echo-query`: Fortio's query arguments, within these limits.
@@ -81,12 +90,18 @@ pub struct Catalog {
     stream: Option<StreamAnswer>,
     kind: Kind,
     hold: Hold,
-    routes: Option<Routes>,
+    routes: Option<Arc<LiveRoutes>>,
     echo: Option<echo::Echo>,
     seed: Option<u64>,
     workers: usize,
-    /// Whether some answer is held: HTTP/1.1 then answers one request at a time.
+    /// Whether some answer other than a route's is held (a route's table says for its own):
+    /// HTTP/1.1 then answers one request at a time.
     paced: bool,
+    /// What a routes table is built with: every answer's `Server` and `-H` fields, whether stream
+    /// answers are needed, how many threads record ground truth.
+    base: ResponseSpec,
+    streams: bool,
+    recorders: usize,
 }
 
 /// The kinds of catalog (see the module doc).
@@ -143,8 +158,10 @@ impl Plan {
             site: None,
             streams: false,
             hold: Hold::default(),
-            routes: Vec::new(),
-            pools: Vec::new(),
+            table: Table::default(),
+            pauses: Vec::new(),
+            live: false,
+            pausable: false,
             seed: None,
             echo: None,
             workers: 1,
@@ -166,18 +183,20 @@ impl Catalog {
             None => Kind::One,
             Some(opts) => Kind::Site(Arc::new(SiteHandle::new(build_site(opts)?))),
         };
-        let routes = match plan.routes.is_empty() {
+        if plan.pausable {
+            pause::install(plan.pauses.clone());
+        }
+        let recorders = plan.workers * (1 + usize::from(plan.quic));
+        let routes = match plan.table.routes.is_empty() && !plan.live {
             true => {
-                route::check_pools_alone(&plan.pools)?;
+                route::check_pools_alone(&plan.table.pools)?;
                 None
             }
-            false => Some(Routes::build(
-                &plan.routes,
-                &plan.pools,
-                &plan.response,
-                plan.streams,
-                plan.workers * (1 + usize::from(plan.quic)),
-            )?),
+            false => {
+                let routes =
+                    Routes::build(&plan.table, &plan.response, plan.streams, recorders, None)?;
+                Some(Arc::new(LiveRoutes::new(routes)))
+            }
         };
         announce(plan);
         Ok(Catalog {
@@ -185,19 +204,49 @@ impl Catalog {
             stream,
             kind,
             hold: plan.hold,
-            paced: plan.hold.paces()
-                || routes.as_ref().is_some_and(Routes::paces)
-                || plan.echo.is_some(),
+            paced: plan.hold.paces() || plan.echo.is_some() || plan.pausable,
             routes,
             echo: (plan.echo.as_ref()).map(|l| echo::Echo::new(*l, &plan.response.headers)),
             seed: plan.seed,
             workers: plan.workers,
+            base: plan.response.clone(),
+            streams: plan.streams,
+            recorders,
         })
     }
 
-    /// The routes' ground truth (none without routes).
+    /// The routes' ground truth in force (none without routes).
     pub fn truth(&self) -> Option<Arc<crate::observe::truth::GroundTruth>> {
-        self.routes.as_ref().map(|r| r.truth().clone())
+        self.routes.as_ref().map(|r| r.load().truth().clone())
+    }
+
+    /// The routes table in force (none without routes).
+    pub fn routes(&self) -> Option<Arc<Routes>> {
+        self.routes.as_ref().map(|r| r.load())
+    }
+
+    /// `PUT /routes`, SIGHUP: builds `table` and puts it in force for the next requests (answers
+    /// already chosen keep theirs; pools with the same spec carry over). Returns the new table's
+    /// generation; an error (the user's) leaves the table in force as it is.
+    pub fn replace_routes(&self, table: &Table) -> Result<u32> {
+        let Some(live) = &self.routes else {
+            anyhow::bail!(
+                "the routes cannot be replaced: statico started without --admin or --routes FILE"
+            );
+        };
+        let new = live.replace(|current| {
+            Routes::build(
+                table,
+                &self.base,
+                self.streams,
+                self.recorders,
+                Some(current),
+            )
+        })?;
+        for (pool, _) in &table.pools {
+            eprintln!("statico: generation {}: pool {pool}", new.generation());
+        }
+        Ok(new.generation())
     }
 
     /// Whether the catalog can be rebuilt (SIGHUP): a site can, one response cannot.
@@ -227,11 +276,17 @@ impl Catalog {
 
 /// Says what the routes and `--echo-query` answer (the site says so itself).
 fn announce(plan: &Plan) {
-    for (pool, _) in &plan.pools {
+    for (pool, _) in &plan.table.pools {
         eprintln!("statico: pool {pool}");
     }
-    for (i, r) in plan.routes.iter().enumerate() {
+    for (i, r) in plan.table.routes.iter().enumerate() {
         eprintln!("statico: route {}: {}", i + 1, route::describe(r));
+    }
+    for phase in &plan.table.phases {
+        eprintln!("statico: phase {}", phase.describe());
+    }
+    for pause in &plan.pauses {
+        eprintln!("statico: pause {}", pause.describe());
     }
     if let Some(limits) = &plan.echo {
         eprintln!(
@@ -284,13 +339,21 @@ pub struct Local {
     date: [u8; DATE_LEN],
     site: Option<(Arc<SiteHandle>, Arc<Site>)>,
     hold: Hold,
+    /// Whether some answer may be held: the catalog's own, or the routes table's.
     paced: bool,
+    /// The routes table in force, and this thread's copy of it (its heads with this thread's
+    /// `Date`) with this thread's slot in its ground truth.
+    live: Option<Arc<LiveRoutes>>,
     routes: Option<Routes>,
+    recorder: Option<Recorder>,
+    /// The table before, kept for a request chosen from it and answered after a swap.
+    previous: Option<(Routes, Recorder)>,
     echo: Option<echo::Echo>,
     /// The routes' draws, this thread's own.
     draw: RefCell<Draw>,
-    /// This thread's slot in the routes' ground truth.
-    recorder: Option<Recorder>,
+    /// This thread's slot in the ground truth.
+    slot: usize,
+    catalog_paced: bool,
 }
 
 impl Local {
@@ -309,7 +372,7 @@ impl Local {
 
     /// Stream answers only, recording the ground truth in `slot`.
     fn for_streams(catalog: &Catalog, slot: usize) -> Local {
-        Local {
+        let mut local = Local {
             response: None,
             stream: catalog.stream.clone(),
             date: *catalog.response.date(),
@@ -319,11 +382,29 @@ impl Local {
             },
             hold: catalog.hold,
             paced: catalog.paced,
-            routes: catalog.routes.clone(),
+            live: catalog.routes.clone(),
+            routes: None,
+            recorder: None,
+            previous: None,
             echo: catalog.echo.clone(),
             draw: RefCell::new(route::generator(catalog.seed, slot)),
-            recorder: catalog.truth().map(|t| Recorder::new(t, slot)),
+            slot,
+            catalog_paced: catalog.paced,
+        };
+        if let Some(live) = catalog.routes.as_ref() {
+            local.take_routes(&live.load());
         }
+        local
+    }
+
+    /// Makes `routes` this thread's table (the one it held becomes the previous).
+    fn take_routes(&mut self, routes: &Routes) {
+        let mut mine = routes.clone();
+        mine.set_date(&self.date);
+        let recorder = Recorder::new(mine.truth().clone(), self.slot);
+        self.paced = self.catalog_paced || mine.paces();
+        let before = self.routes.replace(mine);
+        self.previous = before.zip(self.recorder.replace(recorder));
     }
 
     /// The second changed: every pre-built answer carries the new `Date`.
@@ -340,10 +421,17 @@ impl Local {
         }
     }
 
-    /// Takes the site in force if a rebuild was swapped in since (one relaxed load).
+    /// Takes the site and the routes table in force if either was swapped since (a relaxed load
+    /// each).
     pub fn refresh(&mut self) {
         if let Some((handle, mine)) = self.site.as_mut() {
             handle.refresh(mine);
+        }
+        if let (Some(live), Some(mine)) = (&self.live, &self.routes) {
+            if live.generation() != mine.generation() {
+                let routes = live.load();
+                self.take_routes(&routes);
+            }
         }
     }
 
@@ -356,6 +444,7 @@ impl Local {
                 .expect("a worker's catalog holds the HTTP/1.1 answers"),
             kinds: self.kinds(),
             recorder: self.recorder.as_ref(),
+            previous: self.previous.as_ref(),
             hold: self.hold,
             paced: self.paced,
             now: None,
@@ -452,6 +541,8 @@ pub struct View<'a> {
     response: &'a Response,
     kinds: Kinds<'a>,
     recorder: Option<&'a Recorder>,
+    /// The routes table before the one in force, with its recorder.
+    previous: Option<&'a (Routes, Recorder)>,
     hold: Hold,
     paced: bool,
     /// When the requests of this batch are complete (the runtime's clock): when a held answer's
@@ -484,8 +575,19 @@ impl<'a> View<'a> {
 
     /// Records the ground truth of an answer that was held (see [`Recorder::record`]).
     pub fn record(&self, key: TruthKey, drawn: std::time::Duration, held: std::time::Duration) {
-        if let Some(recorder) = self.recorder {
+        if let Some((_, recorder)) = self.routes_of(key.generation) {
             recorder.record(key, drawn, held);
+        }
+    }
+
+    /// The routes table numbered `generation` (the one in force, or the one before), with its
+    /// recorder.
+    fn routes_of(&self, generation: u32) -> Option<(&'a Routes, &'a Recorder)> {
+        match (self.kinds.routes, self.recorder) {
+            (Some(r), Some(rec)) if r.generation() == generation => Some((r, rec)),
+            _ => (self.previous)
+                .filter(|(r, _)| r.generation() == generation)
+                .map(|(r, rec)| (r, rec)),
         }
     }
 
@@ -507,9 +609,13 @@ impl<'a> View<'a> {
             hold,
             ..Written::default()
         };
-        match (choice, self.kinds.site, self.kinds.routes) {
-            (Choice::Route(choice), _, Some(routes)) => {
-                self.write_route(routes, choice, framing, head_only, out)
+        let routes = match &choice {
+            Choice::Route(c) => self.routes_of(c.generation),
+            _ => None,
+        };
+        match (choice, self.kinds.site, routes) {
+            (Choice::Route(choice), _, Some((routes, recorder))) => {
+                self.write_route(routes, recorder, choice, framing, head_only, out)
             }
             (Choice::Echo(c), _, _) => {
                 let echo = (self.kinds.echo).expect("an echo choice comes from --echo-query");
@@ -541,17 +647,18 @@ impl<'a> View<'a> {
     fn write_route(
         &self,
         routes: &Routes,
+        recorder: &Recorder,
         choice: RouteChoice,
         framing: Framing,
         head_only: bool,
         out: &mut impl Sink,
     ) -> Written {
-        let ticket = match (self.paced, self.recorder) {
-            (true, Some(recorder)) => {
+        let ticket = match self.paced {
+            true => {
                 let now = self.now.unwrap_or_else(std::time::Instant::now);
                 routes.admit(&choice, recorder, now)
             }
-            _ => None,
+            false => None,
         };
         let fate = ticket.as_ref().map(route::load::Ticket::fate);
         let shed = ticket.as_ref().and_then(route::load::Ticket::shed_as);
@@ -569,7 +676,7 @@ impl<'a> View<'a> {
             _ => None,
         };
         if let (Some(key), false) = (choice.hold.truth, self.paced) {
-            self.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
+            recorder.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
         }
         Written {
             body_at,

@@ -650,6 +650,12 @@ impl Connection {
     /// The held response's delay is over: its ground truth is recorded (its ticket finished), then
     /// it goes out — whole, or its head now and its body later — or its fault happens.
     fn release(&mut self, now: Instant, env: Env) {
+        // A whole-server pause holds every answer until it ends (asked again each slice).
+        if let (Some(wait), true) = (crate::catalog::pause::wait(now), self.held.is_some()) {
+            self.phase = Phase::Delaying;
+            self.until = now + wait;
+            return;
+        }
         let Some(mut held) = self.held.take() else {
             return;
         };
@@ -1095,7 +1101,10 @@ mod routes {
     impl World {
         fn new(routes: &[&str]) -> World {
             let plan = Plan {
-                routes: routes.iter().map(|r| parse_spec(r).unwrap()).collect(),
+                table: crate::catalog::route::table::Table {
+                    routes: routes.iter().map(|r| parse_spec(r).unwrap()).collect(),
+                    ..Default::default()
+                },
                 seed: Some(1),
                 ..Plan::of_response(super::tests::spec(b"default"))
             };

@@ -163,7 +163,7 @@ pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: 
 pub async fn serve(
     listener: tokio::net::TcpListener,
     page: &dyn Fn() -> String,
-    truth: Option<&crate::observe::truth::GroundTruth>,
+    truth: Option<crate::observe::truth::InForce<'_>>,
 ) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
@@ -175,12 +175,12 @@ pub async fn serve(
             Ok(Some(path)) if path == "/metrics" || path.starts_with("/metrics?") => {
                 let mut body = page();
                 if let Some(truth) = truth {
-                    truth.prometheus(&mut body);
+                    truth().prometheus(&mut body);
                 }
                 ok("text/plain; version=0.0.4; charset=utf-8", &body)
             }
             Ok(Some(path)) if truth.is_some() && path.split('?').next() == Some("/ground-truth.json") => {
-                ok("application/json", &truth.map(|t| t.json()).unwrap_or_default())
+                ok("application/json", &truth.map(|t| t().json()).unwrap_or_default())
             }
             Ok(Some(_)) => "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nmetrics are /metrics\n".into(),
             _ => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),

@@ -57,6 +57,8 @@ const COARSE_STEPS: u32 = 30;
 pub struct RouteInfo {
     /// How the route is shown, e.g. `GET /api/*`.
     pub name: String,
+    /// The phase it answers in (`base` outside any); none when its table has no phases.
+    pub phase: Option<String>,
     /// Every outcome the route can have, e.g. `["200", "503", "reset"]`; a record names one by index.
     pub outcomes: Vec<String>,
     /// The delay range the route states (e.g. its p0.1 .. p99.99), for choosing the Prometheus
@@ -90,6 +92,7 @@ pub trait PoolGauge: Send + Sync {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RouteTruth {
     pub name: String,
+    pub phase: Option<String>,
     /// Requests with any outcome (those only counted included).
     pub count: u64,
     /// Each outcome of [`RouteInfo::outcomes`], in that order, with its count.
@@ -168,6 +171,20 @@ impl Tally {
         }
     }
 
+    /// Takes away what `other` (an earlier state of the same tally) had counted.
+    fn subtract(&mut self, other: &Tally) {
+        for (mine, theirs) in self.outcomes.iter_mut().zip(&other.outcomes) {
+            *mine = mine.saturating_sub(*theirs);
+        }
+        // An earlier state is contained in a later one; were it not, the later one is kept whole.
+        let _ = self.drawn.subtract(&other.drawn);
+        let _ = self.held.subtract(&other.held);
+        let _ = self.off.subtract(&other.off);
+        if let (Some(mine), Some(theirs)) = (self.wait.as_mut(), other.wait.as_ref()) {
+            let _ = mine.subtract(theirs);
+        }
+    }
+
     fn add(&mut self, other: &Tally) {
         for (mine, theirs) in self.outcomes.iter_mut().zip(&other.outcomes) {
             *mine += theirs;
@@ -193,11 +210,28 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A route and its Prometheus bucket bounds.
+/// A route, its Prometheus labels and bucket bounds.
 struct Route {
     info: RouteInfo,
+    /// `route="GET /x"`, with `,phase="…"` when its table has phases.
+    labels: String,
     bounds_ns: Vec<u64>,
 }
+
+/// What counting since the start of a generation (or the last reset) subtracts, and when it began.
+struct Since {
+    /// Each route's merged tally at the last reset (none before any).
+    tallies: Option<Vec<Tally>>,
+    /// Each pool's served and shed at the last reset.
+    pools: Vec<(u64, u64)>,
+    began: std::time::SystemTime,
+}
+
+/// Where a reader finds the ground truth in force (the routes table in force has its own).
+pub type InForce<'a> = &'a dyn Fn() -> std::sync::Arc<GroundTruth>;
+
+/// How many pauses there have been, and how long they lasted in all.
+pub type PausesSoFar = fn() -> (u64, Duration);
 
 /// The ground truth of every route, one slot per (recorder, route). Shared as `Arc<GroundTruth>`.
 pub struct GroundTruth {
@@ -207,6 +241,10 @@ pub struct GroundTruth {
     /// allocated when it first records.
     slots: Vec<CacheLinePadded<Mutex<Option<Box<Tally>>>>>,
     pools: Vec<std::sync::Arc<dyn PoolGauge>>,
+    /// The routes table's number ([`GroundTruth::with_generation`]); records of another are dropped.
+    generation: u32,
+    since: Mutex<Since>,
+    pauses: Option<PausesSoFar>,
 }
 
 impl std::fmt::Debug for GroundTruth {
@@ -226,6 +264,7 @@ impl GroundTruth {
             .into_iter()
             .map(|info| Route {
                 bounds_ns: bucket_bounds_ns(info.expected),
+                labels: labels(&info),
                 info,
             })
             .collect();
@@ -234,7 +273,48 @@ impl GroundTruth {
             recorders,
             slots,
             pools: Vec::new(),
+            generation: 1,
+            since: Mutex::new(Since {
+                tallies: None,
+                pools: Vec::new(),
+                began: std::time::SystemTime::now(),
+            }),
+            pauses: None,
         }
+    }
+
+    /// The same, for routes table number `generation`.
+    pub fn with_generation(self, generation: u32) -> GroundTruth {
+        GroundTruth { generation, ..self }
+    }
+
+    /// The same, reporting the server's pauses from `pauses`.
+    pub fn with_pauses(self, pauses: PausesSoFar) -> GroundTruth {
+        GroundTruth {
+            pauses: Some(pauses),
+            ..self
+        }
+    }
+
+    /// The routes table this truth counts for.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// `POST /ground-truth/reset`: what [`GroundTruth::json`] says now; from now on, counts and
+    /// histograms start from zero (what was counted so far is subtracted when read).
+    pub fn reset(&self) -> String {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let snapshot = self.json_with(&since);
+        let raw: Vec<Tally> = (0..self.routes.len()).map(|i| self.merged_raw(i)).collect();
+        since.pools = self
+            .pools_raw()
+            .iter()
+            .map(|p| (p.served, p.shed))
+            .collect();
+        since.tallies = Some(raw);
+        since.began = std::time::SystemTime::now();
+        snapshot
     }
 
     /// The same, with the pools whose figures it reports.
@@ -244,7 +324,21 @@ impl GroundTruth {
 
     /// Every pool's figures now, in the order they were defined.
     pub fn pools(&self) -> Vec<PoolTruth> {
+        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        self.pools_since(&since)
+    }
+
+    fn pools_raw(&self) -> Vec<PoolTruth> {
         self.pools.iter().map(|p| p.figures()).collect()
+    }
+
+    fn pools_since(&self, since: &Since) -> Vec<PoolTruth> {
+        let mut pools = self.pools_raw();
+        for (pool, (served, shed)) in pools.iter_mut().zip(&since.pools) {
+            pool.served = pool.served.saturating_sub(*served);
+            pool.shed = pool.shed.saturating_sub(*shed);
+        }
+        pools
     }
 
     /// One request's truth: its outcome (an index into [`RouteInfo::outcomes`]), the delay drawn for
@@ -314,8 +408,22 @@ impl GroundTruth {
         Some(slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
-    /// Route `route` merged over the recorders, locking one slot at a time.
+    /// Route `route` since the last reset.
     fn merged(&self, route: usize) -> Tally {
+        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        self.merged_since(route, &since)
+    }
+
+    fn merged_since(&self, route: usize, since: &Since) -> Tally {
+        let mut tally = self.merged_raw(route);
+        if let Some(before) = since.tallies.as_ref().and_then(|t| t.get(route)) {
+            tally.subtract(before);
+        }
+        tally
+    }
+
+    /// Route `route` merged over the recorders, locking one slot at a time.
+    fn merged_raw(&self, route: usize) -> Tally {
         // Merged, every route has a wait histogram (empty without a pool), for one metric shape.
         let mut total = Tally::new(self.routes[route].info.outcomes.len(), true);
         for recorder in 0..self.recorders {
@@ -340,15 +448,32 @@ impl GroundTruth {
     /// `/ground-truth.json`: `{"routes":[{"route":…,"count":…,"outcomes":{…},"held_us":{…},
     /// "drawn_us":{…}}]}`, the routes in the order given.
     pub fn json(&self) -> String {
-        let mut out = String::from("{\"routes\":[");
-        for (i, truth) in self.snapshot().iter().enumerate() {
+        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        self.json_with(&since)
+    }
+
+    fn json_with(&self, since: &Since) -> String {
+        let began = humantime::format_rfc3339_millis(since.began);
+        let mut out = format!("{{\"generation\":{},\"began\":\"{began}\"", self.generation);
+        if let Some(pauses) = self.pauses {
+            let (count, total) = pauses();
+            let _ = write!(
+                out,
+                ",\"pauses\":{{\"count\":{count},\"total_us\":{}}}",
+                total.as_micros()
+            );
+        }
+        out.push_str(",\"routes\":[");
+        let routes = (0..self.routes.len())
+            .map(|i| route_truth(&self.routes[i].info, &self.merged_since(i, since)));
+        for (i, truth) in routes.enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            write_route_json(&mut out, truth);
+            write_route_json(&mut out, &truth);
         }
         out.push_str("],\"pools\":[");
-        for (i, pool) in self.pools().iter().enumerate() {
+        for (i, pool) in self.pools_since(since).iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
@@ -369,12 +494,12 @@ impl GroundTruth {
             "Requests a route matched, by outcome (a status code or a fault).",
         );
         for (route, tally) in self.routes.iter().zip(&merged) {
-            let name = escape_label(&route.info.name);
+            let labels = &route.labels;
             for (outcome, n) in route.info.outcomes.iter().zip(&tally.outcomes) {
                 let outcome = escape_label(outcome);
                 let _ = writeln!(
                     out,
-                    "statico_route_requests_total{{route=\"{name}\",outcome=\"{outcome}\"}} {n}"
+                    "statico_route_requests_total{{{labels},outcome=\"{outcome}\"}} {n}"
                 );
             }
         }
@@ -408,6 +533,34 @@ impl GroundTruth {
             },
         );
         self.pools_prometheus(out);
+        self.changes_prometheus(out);
+    }
+
+    /// The routes table's generation, and the pauses (with pauses possible).
+    fn changes_prometheus(&self, out: &mut String) {
+        write_family_head(
+            out,
+            "statico_routes_generation",
+            "gauge",
+            "The routes table in force: 1 at start-up, one more per PUT /routes or SIGHUP re-read.",
+        );
+        let _ = writeln!(out, "statico_routes_generation {}", self.generation);
+        let Some(pauses) = self.pauses else { return };
+        let (count, total) = pauses();
+        write_family_head(
+            out,
+            "statico_pauses_total",
+            "counter",
+            "Whole-server pauses begun (--pause and POST /pause).",
+        );
+        let _ = writeln!(out, "statico_pauses_total {count}");
+        write_family_head(
+            out,
+            "statico_paused_seconds_total",
+            "counter",
+            "Time the server has spent paused.",
+        );
+        let _ = writeln!(out, "statico_paused_seconds_total {}", total.as_secs_f64());
     }
 
     /// The pools' gauges: `statico_pool_in_service{pool}`, `statico_pool_queued{pool}`.
@@ -454,6 +607,7 @@ impl GroundTruth {
 fn route_truth(info: &RouteInfo, tally: &Tally) -> RouteTruth {
     RouteTruth {
         name: info.name.clone(),
+        phase: info.phase.clone(),
         count: tally.outcomes.iter().sum(),
         outcomes: info
             .outcomes
@@ -547,7 +701,7 @@ fn write_histogram_family(
         write_histogram(
             out,
             metric,
-            &route.info.name,
+            &route.labels,
             &route.bounds_ns,
             histogram_of(tally),
         );
@@ -557,26 +711,31 @@ fn write_histogram_family(
 fn write_histogram(
     out: &mut String,
     metric: &str,
-    route: &str,
+    labels: &str,
     bounds_ns: &[u64],
     histogram: &Histogram<u64>,
 ) {
-    let route = escape_label(route);
     for (bound, n) in bounds_ns
         .iter()
         .zip(cumulative_counts(histogram, bounds_ns))
     {
         let le = *bound as f64 / 1e9;
-        let _ = writeln!(out, "{metric}_bucket{{route=\"{route}\",le=\"{le}\"}} {n}");
+        let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"{le}\"}} {n}");
     }
     let count = histogram.len();
     let sum_seconds = histogram.mean() * count as f64 / 1e9;
-    let _ = writeln!(
-        out,
-        "{metric}_bucket{{route=\"{route}\",le=\"+Inf\"}} {count}"
-    );
-    let _ = writeln!(out, "{metric}_sum{{route=\"{route}\"}} {sum_seconds}");
-    let _ = writeln!(out, "{metric}_count{{route=\"{route}\"}} {count}");
+    let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{metric}_sum{{{labels}}} {sum_seconds}");
+    let _ = writeln!(out, "{metric}_count{{{labels}}} {count}");
+}
+
+/// A route's labels: `route="GET /x"`, and `phase="…"` when its table has phases.
+fn labels(info: &RouteInfo) -> String {
+    let mut labels = format!("route=\"{}\"", escape_label(&info.name));
+    if let Some(phase) = &info.phase {
+        let _ = write!(labels, ",phase=\"{}\"", escape_label(phase));
+    }
+    labels
 }
 
 /// A label value as the exposition format wants it: `\`, `"` and newline escaped.
@@ -598,6 +757,10 @@ fn escape_label(value: &str) -> String {
 fn write_route_json(out: &mut String, truth: &RouteTruth) {
     out.push_str("{\"route\":");
     write_json_string(out, &truth.name);
+    if let Some(phase) = &truth.phase {
+        out.push_str(",\"phase\":");
+        write_json_string(out, phase);
+    }
     let _ = write!(out, ",\"count\":{},\"outcomes\":{{", truth.count);
     for (i, (outcome, n)) in truth.outcomes.iter().enumerate() {
         if i > 0 {
@@ -663,8 +826,12 @@ fn total_line(truth: &RouteTruth, delayed: bool) -> String {
         .iter()
         .map(|(outcome, n)| format!("{outcome} {n}"))
         .collect();
+    let phase = truth
+        .phase
+        .as_ref()
+        .map_or(String::new(), |p| format!(" @{p}"));
     let mut line = format!(
-        "route {}: {} requests ({})",
+        "route {}{phase}: {} requests ({})",
         truth.name,
         truth.count,
         outcomes.join(", ")
@@ -734,6 +901,7 @@ mod tests {
     fn route(name: &str, outcomes: &[&str], expected: Option<(Duration, Duration)>) -> RouteInfo {
         RouteInfo {
             name: name.into(),
+            phase: None,
             outcomes: outcomes.iter().map(|o| o.to_string()).collect(),
             expected,
             pooled: false,
@@ -935,7 +1103,7 @@ mod tests {
         );
         assert_eq!(
             page.lines().filter(|l| !l.starts_with('#')).count(),
-            1 + 3 * (COARSE_STEPS as usize + 3) // held, drawn and wait
+            1 + 3 * (COARSE_STEPS as usize + 3) + 1 // held, drawn and wait; the generation
         );
     }
 

@@ -220,8 +220,8 @@ impl Ticket {
 
     fn record(&self, outcome: u8, drawn: Option<Duration>, wait: Option<Duration>, held: Duration) {
         let key = TruthKey {
-            route: self.key.route,
             outcome,
+            ..self.key
         };
         self.recorder.record_sample(key, drawn, wait, held);
     }

@@ -14,10 +14,13 @@
 
 pub mod dist;
 pub mod fortio;
+pub mod live;
 pub mod load;
+pub mod phase_spec;
 pub mod pool;
 pub mod pool_spec;
 pub mod spec;
+pub mod table;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,21 +34,36 @@ use super::request::Request;
 use super::response::{Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
+use crate::catalog::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use dist::Dist;
 use load::{Loads, RouteLoad, Ticket};
+use phase_spec::with_phases;
 use pool::{Pool, Shed};
 use pool_spec::PoolSpec;
 use spec::{BodySpec, Fault, PathMatch, RoutePool, RouteSpec};
+use table::Table;
 
 /// The routes, built: shared by every worker, each of which holds a copy of the heads with its live
 /// `Date` ([`Routes::set_date`]); bodies and the ground truth are shared.
 #[derive(Clone, Debug)]
 pub struct Routes {
+    /// The routes as given, then each phase's version of the routes it changes (matched only
+    /// through their route's phases).
     routes: Vec<Route>,
+    /// How many of `routes` are matched (the rest are phases').
+    matched: usize,
     truth: Arc<GroundTruth>,
     /// What the routes share while they answer: in-flight counts and pools.
     loads: Arc<Loads>,
+    /// The pools, by the spec each was made from (a later table with the same pool keeps it).
+    pools: Vec<(PoolSpec, Arc<Pool>)>,
+    /// This table's number: 1 at start-up, one more for each table put in force after it.
+    generation: u32,
+    /// When this table came into force: its phases' clock.
+    began: std::time::Instant,
+    /// The table as written (`GET /routes`).
+    table: Arc<Table>,
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +85,8 @@ struct Route {
     loaded: bool,
     /// What its held stream answers take their tickets with (made once, shared).
     admission: Option<Arc<Admission>>,
+    /// Its phases: while one's window is open, the route at that index answers instead.
+    phases: Vec<(Window, u16)>,
 }
 
 #[derive(Clone, Debug)]
@@ -88,6 +108,8 @@ const ONE: u64 = 1 << 32;
 pub struct RouteChoice {
     route: u16,
     answer: u8,
+    /// The table it was chosen from ([`Routes::generation`]).
+    pub generation: u32,
     pub hold: Hold,
 }
 
@@ -105,46 +127,77 @@ pub fn generator(seed: Option<u64>, slot: usize) -> Draw {
 }
 
 impl Routes {
-    /// From the user's specs: `base` gives every answer its `Server` and `-H` fields; `streams`
-    /// builds the HTTP/2 and HTTP/3 answers too; `recorders` is how many threads record truth.
+    /// From a table: `base` gives every answer its `Server` and `-H` fields; `streams` builds the
+    /// HTTP/2 and HTTP/3 answers too; `recorders` is how many threads record truth; `previous` is
+    /// the table in force, whose pools this one keeps where their specs are the same.
     pub fn build(
-        specs: &[RouteSpec],
-        pools: &[(PoolSpec, String)],
+        table: &Table,
         base: &ResponseSpec,
         streams: bool,
         recorders: usize,
+        previous: Option<&Routes>,
     ) -> Result<Routes> {
+        let specs = &table.routes;
         check_limits(specs)?;
-        let (pools, pool_of) = resolve_pools(specs, pools)?;
-        let generated = generated_body(specs);
-        let mut routes = Vec::with_capacity(specs.len());
-        for (spec, pool) in specs.iter().zip(&pool_of) {
-            let shed = pool.map(|i| pools[i].shed);
+        let phased = with_phases(specs, &table.phases)?;
+        let kept = previous.map_or(&[][..], |p| &p.pools[..]);
+        let (pools, pool_of) = resolve_pools(&phased.specs, &table.pools, kept)?;
+        let pool_of = phased.inherit_pools(pool_of);
+        let generated = generated_body(&phased.specs);
+        let mut routes = Vec::with_capacity(phased.specs.len());
+        for (spec, pool) in phased.specs.iter().zip(&pool_of) {
+            let shed = pool.map(|i| pools[i].1.shed);
             let route = Route::build(spec, base, streams, &generated, shed)
                 .with_context(|| format!("--route {}", spec.name))?;
             routes.push(route);
         }
-        let info = specs
-            .iter()
-            .zip(&pool_of)
-            .map(|(s, p)| route_info(s, p.is_some()))
+        for (i, windows) in phased.windows.iter().enumerate() {
+            routes[i].phases = windows.clone();
+        }
+        let generation = previous.map_or(1, |p| p.generation.wrapping_add(1));
+        let info = (phased.specs.iter().zip(&pool_of).enumerate())
+            .map(|(i, (s, p))| route_info(s, p.is_some(), phased.phase_name(i)))
             .collect();
-        let loads = (specs.iter().zip(&routes).zip(&pool_of))
+        let loads = (phased.specs.iter().zip(&routes).zip(&pool_of))
             .map(|((spec, route), pool)| route_load(spec, route, *pool))
             .collect();
         let gauges = pools
             .iter()
-            .map(|p| p.clone() as Arc<dyn PoolGauge>)
+            .map(|p| p.1.clone() as Arc<dyn PoolGauge>)
             .collect();
-        let loads = Arc::new(Loads::new(loads, pools));
+        let loads = Arc::new(Loads::new(
+            loads,
+            pools.iter().map(|p| p.1.clone()).collect(),
+        ));
         for route in &mut routes {
             route.admission = Some(Arc::new(route.admission_with(&loads)));
         }
+        let mut truth = GroundTruth::new(info, recorders)
+            .with_pools(gauges)
+            .with_generation(generation);
+        if super::pause::installed() {
+            truth = truth.with_pauses(super::pause::so_far);
+        }
         Ok(Routes {
             routes,
-            truth: Arc::new(GroundTruth::new(info, recorders).with_pools(gauges)),
+            matched: specs.len(),
+            truth: Arc::new(truth),
             loads,
+            pools,
+            generation,
+            began: std::time::Instant::now(),
+            table: Arc::new(table.clone()),
         })
+    }
+
+    /// This table's number (1 at start-up).
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The table as written.
+    pub fn table(&self) -> &Table {
+        &self.table
     }
 
     /// The ticket of a held answer whose request is complete at `now` (none for an answer that is
@@ -157,7 +210,8 @@ impl Routes {
     ) -> Option<Ticket> {
         let key = choice.hold.truth?;
         let route = &self.routes[usize::from(choice.route)];
-        if !route.loaded && !choice.hold.paces() {
+        // A pause may hold any answer: each then has its hold measured.
+        if !route.loaded && !choice.hold.paces() && !super::pause::installed() {
             return None;
         }
         let admission = route.admission.as_ref()?;
@@ -177,9 +231,9 @@ impl Routes {
             ..Hold::default()
         };
         RouteChoice {
-            route: choice.route,
             answer: route.shed_answer.unwrap_or(choice.answer),
             hold,
+            ..*choice
         }
     }
 
@@ -213,11 +267,24 @@ impl Routes {
     /// The first route `request` matches, and what it draws for it.
     pub fn choose(&self, request: &Request<'_>, draw: &mut Draw) -> Option<RouteChoice> {
         let path = path_of(request.target);
-        let i = self
-            .routes
+        let i = self.routes[..self.matched]
             .iter()
             .position(|r| r.matches(request.method, path))?;
-        Some(self.routes[i].draw(i as u16, draw))
+        let i = self.in_phase(i);
+        Some(self.routes[i].draw(i as u16, self.generation, draw))
+    }
+
+    /// Route `i`, or the route its phase open now answers with.
+    #[inline]
+    fn in_phase(&self, i: usize) -> usize {
+        let phases = &self.routes[i].phases;
+        if phases.is_empty() {
+            return i;
+        }
+        let elapsed = self.began.elapsed();
+        (phases.iter())
+            .find(|(w, _)| w.left(elapsed).is_some())
+            .map_or(i, |(_, v)| usize::from(*v))
     }
 
     /// Appends the HTTP/1.1 answer to `out`: the head, then the shared body unless `head_only`.
@@ -246,7 +313,7 @@ impl Routes {
             .expect("--http2 and --http3 build the routes' stream answers");
         answer.hold = choice.hold;
         let route = &self.routes[usize::from(choice.route)];
-        if route.loaded || choice.hold.paces() {
+        if route.loaded || choice.hold.paces() || super::pause::installed() {
             answer.admission = route.admission.clone();
         }
         answer
@@ -306,6 +373,7 @@ impl Route {
             loaded: shed.is_some() || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some()),
             admission: None,
             shed_answer,
+            phases: Vec::new(),
         })
     }
 
@@ -345,7 +413,7 @@ impl Route {
     }
 
     /// One request's status, fault and delays, drawn in that order.
-    fn draw(&self, route: u16, draw: &mut Draw) -> RouteChoice {
+    fn draw(&self, route: u16, generation: u32, draw: &mut Draw) -> RouteChoice {
         let status_roll = draw.next_u32();
         let answer = (self.status_cuts.iter())
             .position(|&cut| status_roll < cut)
@@ -381,6 +449,7 @@ impl Route {
         RouteChoice {
             route,
             answer: answer as u8,
+            generation,
             hold: Hold {
                 delay,
                 body_delay,
@@ -389,6 +458,7 @@ impl Route {
                 truth: Some(TruthKey {
                     route,
                     outcome: outcome as u8,
+                    generation,
                 }),
             },
         }
@@ -541,7 +611,7 @@ pub fn describe(spec: &RouteSpec) -> String {
 
 /// What the ground truth knows of a route: its name, outcomes (its statuses, its faults, `gone`,
 /// and `shed` when it is pooled) and delay range.
-fn route_info(spec: &RouteSpec, pooled: bool) -> RouteInfo {
+fn route_info(spec: &RouteSpec, pooled: bool, phase: Option<String>) -> RouteInfo {
     let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
     let mut outcomes: Vec<String> = statuses.map(|s| s.to_string()).collect();
     outcomes.extend(spec.faults.iter().map(|(f, _)| f.name().to_string()));
@@ -551,6 +621,7 @@ fn route_info(spec: &RouteSpec, pooled: bool) -> RouteInfo {
     }
     RouteInfo {
         name: spec.name.clone(),
+        phase,
         outcomes,
         pooled,
         expected: spec
@@ -572,16 +643,28 @@ fn route_load(spec: &RouteSpec, route: &Route, pool: Option<usize>) -> RouteLoad
 /// Checks the pools when there are no routes at all: each is defined once, and (there being no
 /// route) unused, which is refused like any pool no route is served by.
 pub fn check_pools_alone(defined: &[(PoolSpec, String)]) -> Result<()> {
-    resolve_pools(&[], defined).map(|_| ())
+    resolve_pools(&[], defined, &[]).map(|_| ())
 }
 
 /// The pools, and each route's pool among them (an index).
-type Resolved = (Vec<Arc<Pool>>, Vec<Option<usize>>);
+type Resolved = (Vec<(PoolSpec, Arc<Pool>)>, Vec<Option<usize>>);
+
+/// The pool `spec` describes: the one `kept` has with that very spec (its requests in service and
+/// queued carry on), or a new one.
+fn pool_for(spec: &PoolSpec, kept: &[(PoolSpec, Arc<Pool>)]) -> (PoolSpec, Arc<Pool>) {
+    let pool = (kept.iter().find(|(s, _)| s == spec))
+        .map_or_else(|| Arc::new(Pool::new(spec)), |(_, p)| p.clone());
+    (spec.clone(), pool)
+}
 
 /// The pools: those defined apart (`--pool`, `[[pool]]`), then each route's own; and each route's
 /// pool among them. A pool defined twice or a route naming no defined pool is the user's error.
-fn resolve_pools(specs: &[RouteSpec], defined: &[(PoolSpec, String)]) -> Result<Resolved> {
-    let mut pools: Vec<Arc<Pool>> = Vec::new();
+fn resolve_pools(
+    specs: &[RouteSpec],
+    defined: &[(PoolSpec, String)],
+    kept: &[(PoolSpec, Arc<Pool>)],
+) -> Result<Resolved> {
+    let mut pools: Vec<(PoolSpec, Arc<Pool>)> = Vec::new();
     for (i, (pool, at)) in defined.iter().enumerate() {
         if let Some((_, first)) = defined[..i].iter().find(|(p, _)| p.name == pool.name) {
             anyhow::bail!(
@@ -589,7 +672,7 @@ fn resolve_pools(specs: &[RouteSpec], defined: &[(PoolSpec, String)]) -> Result<
                 pool.name
             );
         }
-        pools.push(Arc::new(Pool::new(pool)));
+        pools.push(pool_for(pool, kept));
     }
     let mut pool_of = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -600,10 +683,10 @@ fn resolve_pools(specs: &[RouteSpec], defined: &[(PoolSpec, String)]) -> Result<
                 None => anyhow::bail!("{at}: pool={name}: no --pool or [[pool]] is named {name:?} (a route's own pool cannot be shared); define it with --pool '{name} capacity=C' or a [[pool]] table"),
             },
             Some(RoutePool::Own(pool)) => {
-                if let Some(same) = pools.iter().find(|p| p.name == pool.name) {
+                if let Some((same, _)) = pools.iter().find(|p| p.0.name == pool.name) {
                     anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
                 }
-                pools.push(Arc::new(Pool::new(pool)));
+                pools.push(pool_for(pool, kept));
                 Some(pools.len() - 1)
             }
         });

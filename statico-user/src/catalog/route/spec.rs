@@ -30,6 +30,7 @@ use serde::Deserialize;
 use toml::{Spanned, Value};
 
 use super::dist::{parse_percent, parse_size, Dist};
+use super::phase_spec::{PhaseKeys, PhaseSpec};
 use super::pool_spec::{PoolKeys, PoolSpec};
 
 /// What a route's path matches.
@@ -350,6 +351,42 @@ pub fn parse_spec(s: &str) -> Result<RouteSpec, String> {
     builder.finish(format!("--route {s:?}"))
 }
 
+/// `base` as a phase changes it: each of `keys` (route keys, as written) replaces the route's own
+/// (`header` keys replace all its headers). Without pool keys it keeps its pool; with them it has a
+/// pool of its own for the phase, named `ROUTE @PHASE`.
+pub fn overridden(
+    base: &RouteSpec,
+    keys: &[(String, String)],
+    phase: &str,
+    base_dir: Option<&Path>,
+) -> Result<RouteSpec, String> {
+    let mut route = base.clone();
+    if keys.iter().any(|(k, _)| k == "header") {
+        route.headers.clear();
+    }
+    if keys.iter().any(|(k, _)| k == "fault") {
+        route.faults.clear();
+    }
+    route.name = format!("{} @{phase}", base.name);
+    let mut builder = Builder {
+        route,
+        seen: Vec::new(),
+        pool_name: None,
+        pool_keys: PoolKeys::default(),
+        base_dir,
+    };
+    for (key, value) in keys {
+        builder.set(key, value)?;
+    }
+    let keeps_pool = builder.pool_name.is_none() && !builder.pool_keys.any();
+    let mut route = builder.finish(format!("phase {phase}"))?;
+    if keeps_pool {
+        route.pool = base.pool.clone();
+    }
+    route.name = base.name.clone();
+    Ok(route)
+}
+
 /// A route's default label: `GET,HEAD /api/*`, or the path alone when any method goes.
 fn label(methods: &[String], path: &str) -> String {
     if methods.is_empty() {
@@ -526,6 +563,8 @@ struct RoutesFile {
     route: Vec<Spanned<TomlRoute>>,
     #[serde(default)]
     pool: Vec<Spanned<TomlPool>>,
+    #[serde(default)]
+    phase: Vec<Spanned<toml::Table>>,
 }
 
 /// One `[[pool]]` table as written.
@@ -546,6 +585,7 @@ struct TomlPool {
 pub struct RoutesDoc {
     pub routes: Vec<RouteSpec>,
     pub pools: Vec<(PoolSpec, String)>,
+    pub phases: Vec<PhaseSpec>,
 }
 
 /// One `[[route]]` table as written, each value with its place in the file for errors.
@@ -623,7 +663,45 @@ pub fn parse_toml_doc(text: &str, path: &Path) -> Result<RoutesDoc, String> {
             Ok((spec, at(Some(pool.span()))))
         })
         .collect::<Result<_, String>>()?;
-    Ok(RoutesDoc { routes, pools })
+    let phases = (file.phase.iter().enumerate())
+        .map(|(i, phase)| {
+            let place = at(Some(phase.span()));
+            toml_phase(phase.get_ref(), i, place.clone(), base_dir)
+                .map_err(|e| format!("{place}: [[phase]] {e}"))
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(RoutesDoc {
+        routes,
+        pools,
+        phases,
+    })
+}
+
+/// One `[[phase]]` table: its keys as the flag's, each value as text (an array is one key per item).
+fn toml_phase(
+    table: &toml::Table,
+    index: usize,
+    place: String,
+    base_dir: Option<&Path>,
+) -> Result<PhaseSpec, String> {
+    let mut keys = PhaseKeys::default();
+    for (key, value) in table {
+        let items = match value {
+            Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        for item in items {
+            let text = match item {
+                Value::String(s) => s.clone(),
+                Value::Integer(i) => i.to_string(),
+                _ => return Err(format!("{key} must be a string or an integer")),
+            };
+            keys.set(key, &text)?;
+        }
+    }
+    let mut phase = keys.finish(index, place)?;
+    phase.base_dir = base_dir.map(Path::to_path_buf);
+    Ok(phase)
 }
 
 /// One `[[pool]]` table as a pool, through the flag's key parsers.

@@ -1,0 +1,235 @@
+//! A phase as the user writes it: `--phase 'at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value…'`
+//! and `[[phase]]` tables in `--routes FILE`. For its window ([`crate::catalog::schedule`]) the routes
+//! whose path is written `PATH` answer with the keys given replacing their own. The keys are kept as
+//! text here and parsed by the route's own key parsers when the phase's route is built
+//! ([`super::spec::overridden`]), so a key means the same in a phase as on a route.
+
+use std::path::PathBuf;
+
+use super::spec::{overridden, PathMatch, RouteSpec};
+use crate::catalog::schedule::{Window, WindowKeys, WINDOW_KEYS};
+
+/// One phase: when, which routes, what changes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseSpec {
+    pub name: String,
+    pub window: Window,
+    /// The path as written, and as the routes match it.
+    pub path_text: String,
+    pub path: PathMatch,
+    /// The route keys that replace the route's own, as written (`status`, `503`).
+    pub keys: Vec<(String, String)>,
+    /// Where it was written (`--phase "…"`, `FILE:LINE`), for errors.
+    pub at: String,
+    /// Where a `body=@FILE` path starts (a TOML file's directory).
+    pub base_dir: Option<PathBuf>,
+}
+
+const FORM: &str = "expected at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value..., like at=30s for=10s /api/* status=503";
+
+/// What the tokens of a phase say, one `key=value` (or the PATH) at a time.
+#[derive(Default)]
+pub struct PhaseKeys {
+    window: WindowKeys,
+    name: Option<String>,
+    path: Option<String>,
+    keys: Vec<(String, String)>,
+}
+
+impl PhaseKeys {
+    /// Takes one key: a window key, `name`, `path` (the TOML form), or a route key.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        if self.window.set(key, value)? {
+            return Ok(());
+        }
+        let slot = match key {
+            "name" => &mut self.name,
+            "path" => &mut self.path,
+            _ => {
+                self.keys.push((key.to_owned(), value.to_owned()));
+                return Ok(());
+            }
+        };
+        if slot.replace(value.to_owned()).is_some() {
+            return Err(format!("{key} given twice"));
+        }
+        Ok(())
+    }
+
+    /// The phase, numbered `index` (0-based) among the phases for its default name.
+    pub fn finish(self, index: usize, at: String) -> Result<PhaseSpec, String> {
+        let window = self.window.finish()?;
+        let Some(path_text) = self.path else {
+            return Err(format!("no PATH; {FORM}"));
+        };
+        let path = PathMatch::parse(&path_text).map_err(|e| format!("path {e}"))?;
+        if self.keys.is_empty() {
+            return Err(format!(
+                "no route key to change ({} only); {FORM}",
+                WINDOW_KEYS
+            ));
+        }
+        Ok(PhaseSpec {
+            name: self.name.unwrap_or_else(|| format!("phase{}", index + 1)),
+            window,
+            path_text,
+            path,
+            keys: self.keys,
+            at,
+            base_dir: None,
+        })
+    }
+}
+
+/// Parses the `--phase` flag, the `index`th given (0-based).
+pub fn parse_phase(s: &str, index: usize) -> Result<PhaseSpec, String> {
+    let mut keys = PhaseKeys::default();
+    for token in s.split_whitespace() {
+        match token.split_once('=') {
+            Some((key, value)) => keys.set(key, value)?,
+            None if token.starts_with('/') || token == "*" => keys.set("path", token)?,
+            None => return Err(format!("{token:?} is neither key=value nor a PATH; {FORM}")),
+        }
+    }
+    keys.finish(index, format!("--phase {s:?}"))
+}
+
+impl PhaseSpec {
+    /// The phase as the start-up lines show it.
+    pub fn describe(&self) -> String {
+        let keys: Vec<String> = self.keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!(
+            "{} {} {}: {}",
+            self.name,
+            self.window.describe(),
+            self.path_text,
+            keys.join(" ")
+        )
+    }
+}
+
+/// The routes of a table with their phases' versions after them: what [`super::Routes`] builds.
+pub struct Phased {
+    /// The routes as given, then one version per (phase, route it changes).
+    pub specs: Vec<RouteSpec>,
+    /// Per route given: its phases' windows, each with the index of the version it answers with.
+    pub windows: Vec<Vec<(Window, u16)>>,
+    /// Per version: the route it is a version of, its phase's name, and whether it keeps the
+    /// route's pool (its spec then names none, so that the pool is not made twice).
+    versions: Vec<(usize, String, bool)>,
+}
+
+/// `specs` and, after them, each phase's version of each route whose path it names. A phase that
+/// names no route's path, or two phases of one route open at once, is the user's error.
+pub fn with_phases(specs: &[RouteSpec], phases: &[PhaseSpec]) -> anyhow::Result<Phased> {
+    let mut phased = Phased {
+        specs: specs.to_vec(),
+        windows: vec![Vec::new(); specs.len()],
+        versions: Vec::new(),
+    };
+    for phase in phases {
+        let targets: Vec<usize> = (0..specs.len())
+            .filter(|&i| specs[i].path == phase.path)
+            .collect();
+        if targets.is_empty() {
+            anyhow::bail!(
+                "{}: no route has the path {}; a phase changes the routes written with that path",
+                phase.at,
+                phase.path_text
+            );
+        }
+        for i in targets {
+            phased.add(i, &specs[i], phase)?;
+        }
+    }
+    Ok(phased)
+}
+
+impl Phased {
+    /// Phase `phase`'s version of route `i`.
+    fn add(&mut self, i: usize, route: &RouteSpec, phase: &PhaseSpec) -> anyhow::Result<()> {
+        if let Some((_, v)) = (self.windows[i].iter()).find(|(w, _)| w.overlaps(&phase.window)) {
+            let other = &self.versions[usize::from(*v) - self.windows.len()].1;
+            anyhow::bail!(
+                "{}: phase {} overlaps phase {other} on route {}; a route is in one phase at a time",
+                phase.at,
+                phase.name,
+                route.name
+            );
+        }
+        let mut version = overridden(route, &phase.keys, &phase.name, phase.base_dir.as_deref())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", phase.at))?;
+        let keeps_pool = version.pool == route.pool;
+        if keeps_pool {
+            version.pool = None;
+        }
+        let index = u16::try_from(self.specs.len())
+            .map_err(|_| anyhow::anyhow!("{}: too many routes with phases", phase.at))?;
+        self.specs.push(version);
+        self.windows[i].push((phase.window, index));
+        self.versions.push((i, phase.name.clone(), keeps_pool));
+        Ok(())
+    }
+
+    /// Each route's pool (an index), a version that keeps its route's pool given that pool.
+    pub fn inherit_pools(&self, mut pool_of: Vec<Option<usize>>) -> Vec<Option<usize>> {
+        let given = self.windows.len();
+        for (k, (route, _, keeps)) in self.versions.iter().enumerate() {
+            if *keeps {
+                pool_of[given + k] = pool_of[*route];
+            }
+        }
+        pool_of
+    }
+
+    /// The phase route `i` answers in, as the ground truth labels it: `base` for a route as given,
+    /// the phase's name for a version; none when the table has no phases.
+    pub fn phase_name(&self, i: usize) -> Option<String> {
+        let given = self.windows.len();
+        match (self.versions.is_empty(), i.checked_sub(given)) {
+            (true, _) => None,
+            (false, None) => Some("base".into()),
+            (false, Some(k)) => Some(self.versions[k].1.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_phase_has_its_window_path_and_keys() {
+        let p = parse_phase("at=30s for=10s every=60s /api/* status=503 delay=100ms", 0).unwrap();
+        assert_eq!(p.name, "phase1");
+        assert_eq!(p.window.at, Duration::from_secs(30));
+        assert_eq!(p.window.every, Some(Duration::from_secs(60)));
+        assert_eq!(p.path, PathMatch::Prefix("/api/".into()));
+        assert_eq!(
+            p.keys,
+            [
+                ("status".to_string(), "503".to_string()),
+                ("delay".into(), "100ms".into())
+            ]
+        );
+        let named = parse_phase("name=brownout at=1s for=1s /x delay=1s", 3).unwrap();
+        assert_eq!(named.name, "brownout");
+    }
+
+    #[test]
+    fn bad_phases_say_what_is_missing() {
+        assert!(parse_phase("at=1s /x status=503", 0)
+            .unwrap_err()
+            .contains("for="));
+        assert!(parse_phase("at=1s for=1s status=503", 0)
+            .unwrap_err()
+            .contains("no PATH"));
+        assert!(parse_phase("at=1s for=1s /x", 0)
+            .unwrap_err()
+            .contains("no route key"));
+        assert!(parse_phase("at=1s for=1s x /x", 0)
+            .unwrap_err()
+            .contains("neither key=value nor a PATH"));
+    }
+}
