@@ -314,6 +314,7 @@ Examples:
 Manual (docs/ in statico's source tree; README.md is its front page):
   every flag, its default; signals          docs/flags.md
   --route, --routes, --seed, --echo-query   docs/calibrated-target.md
+  --phase, --pause, --admin, SIGHUP         docs/changing-a-run.md
   --root and the site's flags               docs/static-sites.md
   --http2, --http3, --tls-cert and TLS      docs/protocols.md
   --runtime, --uring-entries                docs/architecture.md
