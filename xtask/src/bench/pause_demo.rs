@@ -599,7 +599,9 @@ fn render(run: &RunInfo, plan: Plan, rows: &[Row]) -> String {
          the whole run; in stall: those of oha's due before the stall's (nominal) end and answered after its\n\
          start — the requests the stall held. statico's truth counts from when it read a request, so it\n\
          sees what went over the wire (the uncorrected view); a frozen process (^Z) sees nothing at all.\n\
-         Only the corrected view counts the requests the schedule wanted to send during the stall.\n",
+         Only the corrected view counts the requests the schedule wanted to send during the stall.\n\
+         statico's held is how long an answer was held back (a route's delay, a pause), from its request\n\
+         read to its head going out: 0 for an unstalled answer of this route, which has no delay.\n",
     );
     s
 }
