@@ -4,7 +4,7 @@
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
-//!       │                                 one file per mode; routes ─ accuracy (its ground-truth check),
+//!       │  · pause_demo                   one file per mode; routes ─ accuracy (its ground-truth check),
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
 //!       │            fortio for routes)
@@ -22,6 +22,7 @@ mod capacity;
 mod http2;
 mod http3;
 mod measure;
+mod pause_demo;
 mod profile;
 mod queueing;
 mod ratio;
@@ -92,6 +93,11 @@ pub struct BenchArgs {
     /// model (a simulation of the same run, and M/M/c), and where the latency turns up
     #[arg(long)]
     pub capacity: bool,
+    /// Instead: wrk2's coordinated-omission demonstration: oha at 1000 req/s over 10 connections for
+    /// 15 s, without and with --latency-correction, while statico stalls 1.4 s (its --pause, and
+    /// SIGSTOP as wrk2's ^Z), beside statico's ground truth; latency over time in chart.svg
+    #[arg(long)]
+    pub pause_demo: bool,
     /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
     #[arg(long, value_name = "DIR")]
     pub redraw: Option<PathBuf>,
@@ -119,6 +125,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.capacity {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", capacity::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
+    if args.pause_demo {
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", pause_demo::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
     let single = args.http2 || args.http3 || args.profile || args.tls || args.site;
