@@ -15,6 +15,11 @@
 //! other than `localhost` (mapped to 127.0.0.1) resolve to nothing, so the browser talks to
 //! 127.0.0.1 only. chromedriver and every process under it are killed by PID when a test ends.
 //!
+//! Chromium fails its requests in progress with `ERR_NETWORK_CHANGED` when an interface or address
+//! of the host comes or goes, so the tests hold [`statico_tests::network_interfaces`] against the
+//! container tests' veths. A failing test prints what Chromium's net log (kept in the temp dir) says
+//! went wrong, and a failed burst of fetches the server's log and totals too.
+//!
 //! Each test prints `SKIPPED: … needs chromium and chromedriver` without them (`cargo xtask setup`
 //! installs `chromium`, `chromium-driver` and `libnss3-tools`).
 
@@ -318,8 +323,8 @@ impl Browser {
         let cause = match events.iter().any(|e| e.ends_with("ERR_NETWORK_CHANGED")) {
             true => {
                 "Chromium failed requests with ERR_NETWORK_CHANGED: an interface or address of \
-                 the host came or went during the test (a container's veth does); not the \
-                 server's doing\n"
+                 the host came or went during the test (a container's veth does, see \
+                 statico_tests::network_interfaces); not the server's doing\n"
             }
             false => "",
         };
@@ -544,6 +549,7 @@ fn on_test_site(name: &str, protocol: Protocol, check: fn(&Browser, &Site, &Site
         return;
     }
     let _turn = one_browser_at_a_time();
+    let _interfaces = statico_tests::network_interfaces();
     let spa = Site::test_site(&format!("{name}-spa"), protocol, true);
     let plain = Site::test_site(&format!("{name}-plain"), protocol, false);
     let browser = Browser::launch(name, &[&spa, &plain]);
@@ -692,6 +698,7 @@ fn python_docs_load(name: &str, protocol: Protocol) {
         return;
     }
     let _turn = one_browser_at_a_time();
+    let _interfaces = statico_tests::network_interfaces();
     let site = Site::serve(name, protocol, PYTHON_DOCS, &[]);
     let browser = Browser::launch(name, &[&site]);
     for page in ["/", "/library/index.html", "/library/asyncio-task.html"] {
