@@ -15,6 +15,11 @@
 //! other than `localhost` (mapped to 127.0.0.1) resolve to nothing, so the browser talks to
 //! 127.0.0.1 only. chromedriver and every process under it are killed by PID when a test ends.
 //!
+//! Chromium fails its requests in progress with `ERR_NETWORK_CHANGED` when an interface or address
+//! of the host comes or goes, so the tests hold [`statico_tests::network_interfaces`] against the
+//! container tests' veths. A failing test prints what Chromium's net log (kept in the temp dir) says
+//! went wrong, and a failed burst of fetches the server's log and totals too.
+//!
 //! Each test prints `SKIPPED: … needs chromium and chromedriver` without them (`cargo xtask setup`
 //! installs `chromium`, `chromium-driver` and `libnss3-tools`).
 
@@ -266,7 +271,8 @@ impl Browser {
 
     fn command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}{path}", self.session);
-        call(&self.agent, method, &url, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+        call(&self.agent, method, &url, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}\n{}", self.net_log_report()))
     }
 
     /// Navigates to `url` and waits for its load event.
@@ -306,6 +312,51 @@ impl Browser {
         entries.as_array().expect("resource entries").clone()
     }
 
+    /// What the browser's net log says went wrong (see [`net_events`]), for a failing test; the
+    /// whole log is kept in a file named here.
+    fn net_log_report(&self) -> String {
+        let log = self.home.join("netlog.json");
+        let home = self.home.file_name().unwrap_or_default().to_string_lossy();
+        let kept = std::env::temp_dir().join(format!("{home}-netlog.json"));
+        let _ = std::fs::copy(&log, &kept);
+        let events = net_events(&std::fs::read_to_string(&log).unwrap_or_default());
+        let cause = match events.iter().any(|e| e.ends_with("ERR_NETWORK_CHANGED")) {
+            true => {
+                "Chromium failed requests with ERR_NETWORK_CHANGED: an interface or address of \
+                 the host came or went during the test (a container's veth does, see \
+                 statico_tests::network_interfaces); not the server's doing\n"
+            }
+            false => "",
+        };
+        let shown = events.len().min(60);
+        format!(
+            "{cause}net log (kept in {}): {} errors and network changes, the first {shown}:\n{}",
+            kept.display(),
+            events.len(),
+            events[..shown].join("\n"),
+        )
+    }
+
+    /// Why a page's fetches failed, for a failing test: the browser's net log, and the server's log
+    /// and totals. Stops the server.
+    fn why_fetches_failed(&self, site: &Site) -> String {
+        let net_log = self.net_log_report();
+        statico_tests::signal(site.server.pid(), "TERM");
+        let start = Instant::now();
+        while !site.server.stderr().contains("statico: totals") && start.elapsed() < BROWSER_WAIT {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let stdout = site.server.stdout();
+        let tail: Vec<&str> = stdout.lines().rev().take(40).collect();
+        format!(
+            "{net_log}\n\
+             server stderr (its totals: requests, responses, tls_failures, timeouts…):\n{}\n\
+             server stdout (-v, the last lines, newest first):\n{}",
+            site.server.stderr(),
+            tail.join("\n"),
+        )
+    }
+
     /// What the site's module recorded in `window.appResult`, once it has.
     fn app_result(&self) -> Value {
         self.run(
@@ -323,6 +374,43 @@ impl Drop for Browser {
         // `_driver` (dropped after this) kills what is left of the browser.
         let _ = std::fs::remove_dir_all(&self.home);
     }
+}
+
+/// What a Chromium net log says went wrong: the events that ended with an error, but for the names
+/// that do not resolve (every host but localhost, by [`capabilities`]), and the network changes the
+/// browser saw, each named with its time in ms (`"1234" URL_REQUEST #56 REQUEST_ALIVE
+/// ERR_CONNECTION_RESET`: time, source, event, error). The log is one event a line after a line of
+/// constants.
+fn net_events(log: &str) -> Vec<String> {
+    let mut lines = log.lines();
+    let constants: Value = lines
+        .next()
+        .and_then(|l| serde_json::from_str(&format!("{}}}", l.trim_end_matches(','))).ok())
+        .unwrap_or_default();
+    let name = |table: &str, code: &Value| {
+        let table = constants["constants"][table].as_object();
+        let found = table.and_then(|t| t.iter().find(|(_, v)| *v == code));
+        found.map_or(code.to_string(), |(k, _)| k.clone())
+    };
+    lines
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim_end_matches(',')).ok())
+        .filter_map(|e| {
+            let event = name("logEventTypes", &e["type"]);
+            let changed = event.starts_with("NETWORK_") && event.ends_with("_CHANGED");
+            let error = e["params"]["net_error"].is_i64();
+            let error = error.then(|| name("netError", &e["params"]["net_error"]));
+            if error.as_deref() == Some("ERR_NAME_NOT_RESOLVED") || (error.is_none() && !changed) {
+                return None;
+            }
+            let source = name("logSourceType", &e["source"]["type"]);
+            Some(format!(
+                "{} {source} #{} {event} {}",
+                e["time"],
+                e["source"]["id"],
+                error.unwrap_or_default()
+            ))
+        })
+        .collect()
 }
 
 /// A WebDriver request; its `value`, or the WebDriver error.
@@ -423,6 +511,12 @@ fn capabilities(home: &Path, sites: &[&Site]) -> Value {
         "--user-data-dir={}",
         home.join("profile").display()
     ));
+    // The browser's own account of every request and socket, read when a test fails.
+    args.push(format!(
+        "--log-net-log={}",
+        home.join("netlog.json").display()
+    ));
+    args.push("--net-log-capture-mode=Everything".into());
     let quic: Vec<String> = sites
         .iter()
         .filter(|s| s.protocol == Protocol::H3)
@@ -455,6 +549,7 @@ fn on_test_site(name: &str, protocol: Protocol, check: fn(&Browser, &Site, &Site
         return;
     }
     let _turn = one_browser_at_a_time();
+    let _interfaces = statico_tests::network_interfaces();
     let spa = Site::test_site(&format!("{name}-spa"), protocol, true);
     let plain = Site::test_site(&format!("{name}-plain"), protocol, false);
     let browser = Browser::launch(name, &[&spa, &plain]);
@@ -558,15 +653,19 @@ fn routes_answer_the_pages_fetches(b: &Browser, spa: &Site, _: &Site) {
         (150.0..2000.0).contains(&ms),
         "held {ms} ms for a 150 ms delay"
     );
+    // Each fetch's status, or why it failed (a rejected fetch is a network error).
     let mix = b.run(
-        "return Promise.all(Array.from({ length: 60 }, () =>
-           fetch('/api/mix', { cache: 'no-store' }).then(r => r.status)));",
+        "return Promise.allSettled(Array.from({ length: 60 }, () =>
+           fetch('/api/mix', { cache: 'no-store' }).then(r => r.status)))
+           .then(all => all.map(r => r.status === 'fulfilled' ? r.value : String(r.reason)));",
     );
     let statuses: Vec<u64> = (mix.as_array().expect("statuses").iter())
         .filter_map(Value::as_u64)
         .collect();
+    if statuses.len() != 60 {
+        panic!("fetches failed: {mix}\n{}", b.why_fetches_failed(spa));
+    }
     let failed = statuses.iter().filter(|s| **s == 503).count();
-    assert_eq!(statuses.len(), 60, "{mix}");
     assert!(
         statuses.iter().all(|s| *s == 200 || *s == 503),
         "{statuses:?}"
@@ -599,6 +698,7 @@ fn python_docs_load(name: &str, protocol: Protocol) {
         return;
     }
     let _turn = one_browser_at_a_time();
+    let _interfaces = statico_tests::network_interfaces();
     let site = Site::serve(name, protocol, PYTHON_DOCS, &[]);
     let browser = Browser::launch(name, &[&site]);
     for page in ["/", "/library/index.html", "/library/asyncio-task.html"] {

@@ -88,6 +88,9 @@ fn free_port() -> u16 {
 /// A running container of the image, removed when dropped.
 struct Container {
     name: String,
+    /// Its veth comes and goes with it: no browser test runs meanwhile (see
+    /// [`statico_tests::network_interfaces`]). Released after the removal, in `Drop`.
+    _interfaces: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Container {
@@ -100,8 +103,12 @@ impl Container {
         run.extend(options.iter().map(|s| s.to_string()));
         run.push(image());
         run.extend(args.iter().map(|s| s.to_string()));
+        let interfaces = statico_tests::network_interfaces();
         let out = podman(&run.iter().map(String::as_str).collect::<Vec<_>>());
-        let c = Container { name };
+        let c = Container {
+            name,
+            _interfaces: interfaces,
+        };
         assert!(
             out.status.success(),
             "podman run failed (has `cargo xtask image` built {}?): {}",

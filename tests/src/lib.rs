@@ -29,6 +29,19 @@ pub fn many_connections() -> std::sync::MutexGuard<'static, ()> {
     MANY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Held by a test that adds or removes the host's network interfaces, and by one that needs them to
+/// stay as they are. A podman container on its bridge network gets a veth with an IPv6 link-local
+/// address, both gone when it is removed; Chromium watches the interfaces (netlink) and, on any
+/// address appearing or going, fails its requests in progress with `ERR_NETWORK_CHANGED` — a page's
+/// `fetch` rejects with "Failed to fetch" though nothing reached the server. So the browser tests and
+/// the container tests, which the suite would otherwise run side by side, take turns.
+pub fn network_interfaces() -> std::sync::MutexGuard<'static, ()> {
+    static INTERFACES: Mutex<()> = Mutex::new(());
+    INTERFACES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Path of the statico binary under test.
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
