@@ -140,6 +140,7 @@ impl Routes {
         let specs = &table.routes;
         check_limits(specs)?;
         let phased = with_phases(specs, &table.phases)?;
+        check_limits(&phased.specs)?;
         let kept = previous.map_or(&[][..], |p| &p.pools[..]);
         let (pools, pool_of) = resolve_pools(&phased.specs, &table.pools, kept)?;
         let pool_of = phased.inherit_pools(pool_of);
