@@ -149,6 +149,8 @@ impl Site {
                 ROUTES[0],
                 "--route",
                 ROUTES[1],
+                "--route",
+                ROUTES[2],
             ]
         } else {
             &[]
@@ -627,10 +629,11 @@ fn missing_page_gets_the_404_page(b: &Browser, _: &Site, plain: &Site) {
 }
 
 /// Routes in front of the site (the calibrated target): one held 150 ms, one answering 503 half the
-/// time.
-const ROUTES: [&str; 2] = [
+/// time, one served by a pool of one server with one place in its queue.
+const ROUTES: [&str; 3] = [
     "GET /api/slow delay=150ms body=slow header=Content-Type:text/plain",
     "GET /api/mix status=503:50% body=mixed",
+    "GET /api/pool capacity=1 queue=1 delay=500ms body=pooled",
 ];
 
 /// A page's `fetch` of a route with a delay waits for it, and one with a status mix gets both
@@ -673,6 +676,39 @@ fn routes_answer_the_pages_fetches(b: &Browser, spa: &Site, _: &Site) {
     assert!(
         (10..=50).contains(&failed),
         "{failed} of 60 answered 503 for a 50% mix"
+    );
+    pool_sheds_a_pages_burst(b);
+}
+
+/// Four fetches at once of a pool of one server (500 ms each) with one place in its queue: one
+/// served at once, one after it (not before 1 s), two shed with 503 before the first is served.
+fn pool_sheds_a_pages_burst(b: &Browser) {
+    let got = b.run(
+        "const t0 = performance.now();
+         return Promise.all(Array.from({ length: 4 }, () =>
+           fetch('/api/pool', { cache: 'no-store' })
+             .then(r => ({ status: r.status, ms: performance.now() - t0 }))));",
+    );
+    let answers: Vec<(u64, f64)> = (got.as_array().expect("answers").iter())
+        .map(|a| {
+            (
+                a["status"].as_u64().unwrap_or(0),
+                a["ms"].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let ms_of = |status| answers.iter().filter(move |a| a.0 == status).map(|a| a.1);
+    assert_eq!(ms_of(200).count(), 2, "{got}");
+    assert_eq!(ms_of(503).count(), 2, "{got}");
+    let served_last = ms_of(200).fold(0.0, f64::max);
+    assert!(
+        served_last >= 1000.0,
+        "the queued one served after {served_last} ms: {got}"
+    );
+    let served_first = ms_of(200).fold(f64::MAX, f64::min);
+    assert!(
+        ms_of(503).all(|ms| ms < served_first),
+        "shed after the first was served: {got}"
     );
 }
 
