@@ -80,9 +80,18 @@ fn ulimits() -> Vec<String> {
     ]
 }
 
+/// A port free now, below the kernel's ephemeral range (32768 and up here): the port is let go before
+/// podman binds it, and a port 0 bind elsewhere in the suite (every `Server::start`) cannot take it
+/// meanwhile, as it could when this asked the kernel for one.
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Each call takes the next candidate, so two taken in a row differ.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let first = std::process::id() % 12_000;
+    (0..12_000)
+        .map(|_| 20_000 + (first + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok())
+        .expect("a free port in 20000..32000") as u16
 }
 
 /// A running container of the image, removed when dropped.
