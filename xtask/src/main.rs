@@ -22,6 +22,8 @@
 //! toolchains, `bench` its peers and clients, `package` cargo-deb, `image` podman, runc and mmdebstrap, `test` everything (it runs the smoke
 //! benches and the package stage too).
 
+#[cfg(target_os = "linux")]
+mod asan;
 mod bench;
 #[cfg(test)]
 mod doclinks;
@@ -57,7 +59,12 @@ enum Task {
         args: Vec<String>,
     },
     /// fmt check, clippy -D warnings, unit tests, end-to-end tests
-    Test,
+    Test {
+        /// Instead: the end-to-end suite on both runtimes against statico built with
+        /// AddressSanitizer (the pinned nightly); fails on any sanitizer report
+        #[arg(long)]
+        asan: bool,
+    },
     /// Build the Debian package (target/package/statico_*.deb): binary, man page, completions, units
     Package,
     /// Build the OCI image statico:VERSION (podman; the stripped binary on Debian 12 slim)
@@ -87,7 +94,14 @@ fn main() -> Result<()> {
             build_release()?;
             exec(root.join("target/release/statico"), &args)
         }
-        Task::Test => test(),
+        Task::Test { asan: false } => test(),
+        #[cfg(target_os = "linux")]
+        Task::Test { asan: true } => {
+            setup::run(false)?;
+            asan::run(&root)
+        }
+        #[cfg(not(target_os = "linux"))]
+        Task::Test { asan: true } => bail!("--asan: AddressSanitizer runs are made on Linux"),
         Task::Package => {
             setup::ensure(&[Purpose::Build, Purpose::Package], false)?;
             build_release()?;

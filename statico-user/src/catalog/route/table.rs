@@ -186,7 +186,12 @@ mod tests {
             }
             routes
         };
-        assert_eq!(unplaced(&back.routes), unplaced(&table.routes), "{}", table.toml);
+        assert_eq!(
+            unplaced(&back.routes),
+            unplaced(&table.routes),
+            "{}",
+            table.toml
+        );
         assert_eq!(back.pools[0].0, table.pools[0].0);
         assert_eq!(back.phases[0].keys, table.phases[0].keys);
         assert_eq!(back.phases[0].window, table.phases[0].window);
