@@ -169,7 +169,8 @@ fn catalog(cli: &Cli) -> crate::catalog::Plan {
         },
         table: cli.table(),
         pauses: cli.pauses.clone(),
-        live: cli.admin.is_some() || cli.routes_file.is_some(),
+        // With pauses the (maybe empty) table is built too: its ground truth reports them.
+        live: cli.admin.is_some() || cli.routes_file.is_some() || !cli.pauses.is_empty(),
         pausable: cli.admin.is_some() || !cli.pauses.is_empty(),
         seed: cli.seed,
         echo: cli

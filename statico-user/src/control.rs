@@ -121,12 +121,10 @@ pub async fn serve(admin: Admin, catalog: &Catalog) {
             tokio::time::sleep(Duration::from_millis(100)).await; // out of descriptors: retry
             continue;
         };
-        let request = tokio::time::timeout(REQUEST_TIME, read_request(&mut conn)).await;
+        let token = admin.token.as_deref();
+        let request = tokio::time::timeout(REQUEST_TIME, read_request(&mut conn, token)).await;
         let answer = match request {
-            Ok(Ok(request)) => match authorized(&request, admin.token.as_deref()) {
-                true => route(&request, catalog),
-                false => Answer::unauthorized(),
-            },
+            Ok(Ok(request)) => route(&request, catalog),
             Ok(Err(answer)) => answer,
             Err(_) => Answer::text(408, "the request did not arrive within 5s\n"),
         };
@@ -204,7 +202,10 @@ impl Answer {
 }
 
 /// Reads a request's head and its body (by `Content-Length`); a bad one is answered at once.
-async fn read_request(conn: &mut tokio::net::TcpStream) -> Result<Request, Answer> {
+async fn read_request(
+    conn: &mut tokio::net::TcpStream,
+    token: Option<&str>,
+) -> Result<Request, Answer> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
@@ -214,6 +215,9 @@ async fn read_request(conn: &mut tokio::net::TcpStream) -> Result<Request, Answe
         }
         buf.extend_from_slice(&chunk[..n]);
         if let Some((request, length, at)) = parse_head(&buf)? {
+            if !authorized(&request, token) {
+                return Err(Answer::unauthorized()); // before its body is read
+            }
             if length > MAX_BODY {
                 return Err(Answer::text(413, "a body is at most 1 MiB\n"));
             }
@@ -277,9 +281,11 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Request, usize, usize)>, Answer> {
 fn authorized(request: &Request, token: Option<&str>) -> bool {
     use subtle::ConstantTimeEq;
     let Some(token) = token else { return true };
+    // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
     let given = (request.authorization.as_deref())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim());
     bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 

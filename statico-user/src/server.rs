@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -115,6 +116,13 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     meter::print_totals(&counters, &cpus, &kernel_detail(), shown);
     for line in settings.catalog.truth().iter().flat_map(|t| t.totals()) {
         eprintln!("statico: {line}");
+    }
+    if crate::catalog::pause::installed() {
+        let (count, total) = crate::catalog::pause::so_far();
+        eprintln!(
+            "statico: pauses: {count}, {} paused in all",
+            humantime::format_duration(Duration::from_millis(total.as_millis() as u64))
+        );
     }
     // Dropping the kernel state detaches the programs, clears the socket slots, removes the pins.
     #[cfg(all(target_os = "linux", statico_bpf))]

@@ -13,6 +13,8 @@ use crate::catalog::schedule::{Window, WindowKeys, WINDOW_KEYS};
 #[derive(Clone, Debug, PartialEq)]
 pub struct PhaseSpec {
     pub name: String,
+    /// Whether the name was given (else it is `phaseN`, numbered across the table).
+    pub named: bool,
     pub window: Window,
     /// The path as written, and as the routes match it.
     pub path_text: String,
@@ -70,6 +72,7 @@ impl PhaseKeys {
             ));
         }
         Ok(PhaseSpec {
+            named: self.name.is_some(),
             name: self.name.unwrap_or_else(|| format!("phase{}", index + 1)),
             window,
             path_text,

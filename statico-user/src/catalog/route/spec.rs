@@ -629,8 +629,18 @@ pub fn parse_toml(text: &str, path: &Path) -> Result<Vec<RouteSpec>, String> {
     parse_toml_doc(text, path).map(|doc| doc.routes)
 }
 
-/// [`parse_toml`], with the file's `[[pool]]` tables.
+/// [`parse_toml`], with the file's `[[pool]]` and `[[phase]]` tables.
 pub fn parse_toml_doc(text: &str, path: &Path) -> Result<RoutesDoc, String> {
+    parse_toml_doc_from(text, path, path.parent())
+}
+
+/// [`parse_toml_doc`] for a document that is not a file (a `PUT /routes` body): `name` names it in
+/// errors, and relative `@FILE` paths start at `base_dir` (none: the working directory).
+pub fn parse_toml_doc_from(
+    text: &str,
+    path: &Path,
+    base_dir: Option<&Path>,
+) -> Result<RoutesDoc, String> {
     let at = |span: Option<Range<usize>>| match span {
         Some(span) => format!("{}:{}", path.display(), line_of(text, span.start)),
         None => path.display().to_string(),
@@ -645,7 +655,6 @@ pub fn parse_toml_doc(text: &str, path: &Path) -> Result<RoutesDoc, String> {
             "{shown}: no routes; expected [[route]] tables with path = \"/...\""
         ));
     }
-    let base_dir = path.parent();
     let routes = file
         .route
         .iter()

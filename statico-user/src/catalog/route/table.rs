@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::phase_spec::PhaseSpec;
 use super::pool_spec::PoolSpec;
-use super::spec::{parse_toml_doc, RouteSpec, RoutesDoc};
+use super::spec::{parse_toml_doc_from, RouteSpec, RoutesDoc};
 
 /// One table of routes, pools and phases, with its TOML text.
 #[derive(Clone, Debug, Default)]
@@ -52,13 +52,19 @@ impl Table {
         }
     }
 
-    /// A TOML document (`--routes FILE`'s text, or a `PUT /routes` body) named `origin` in errors.
+    /// A TOML document (a `PUT /routes` body) named `origin` in errors, its relative `@FILE` paths
+    /// from the working directory.
     pub fn of_toml(text: &str, origin: &Path) -> Result<Table, String> {
+        Table::of_toml_in(text, origin, None)
+    }
+
+    /// A TOML document whose relative `@FILE` paths start at `base_dir`.
+    fn of_toml_in(text: &str, origin: &Path, base_dir: Option<&Path>) -> Result<Table, String> {
         let RoutesDoc {
             routes,
             pools,
             phases,
-        } = parse_toml_doc(text, origin)?;
+        } = parse_toml_doc_from(text, origin, base_dir)?;
         Ok(Table {
             routes,
             pools,
@@ -71,14 +77,22 @@ impl Table {
     pub fn of_file(path: &Path) -> Result<Table, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        Table::of_toml(&text, path)
+        Table::of_toml_in(&text, path, path.parent())
     }
 
     /// This table, then `more` (the flags, then a file).
     pub fn and(mut self, more: Table) -> Table {
         self.routes.extend(more.routes);
         self.pools.extend(more.pools);
-        self.phases.extend(more.phases);
+        // Unnamed phases are numbered across the table, the flags' first.
+        let before = self.phases.len();
+        self.phases
+            .extend(more.phases.into_iter().enumerate().map(|(i, mut p)| {
+                if !p.named {
+                    p.name = format!("phase{}", before + i + 1);
+                }
+                p
+            }));
         if !self.toml.is_empty() && !more.toml.is_empty() {
             self.toml.push('\n');
         }
