@@ -35,7 +35,8 @@ pub struct Plan {
     pub user: Option<String>,
     /// `--admin`, `--admin-token`: the control API.
     pub admin: Option<SocketAddr>,
-    pub admin_token: Option<std::path::PathBuf>,
+    /// The token read from `--admin-token FILE` (checked with `--admin` before anything starts).
+    pub admin_token: Option<String>,
     /// What SIGHUP and the control API rebuild the routes from.
     pub sources: crate::control::Sources,
 }
@@ -76,7 +77,7 @@ impl Plan {
             },
             user: cli.user.clone(),
             admin: cli.admin,
-            admin_token: cli.admin_token.clone(),
+            admin_token: crate::control::check(cli.admin, cli.admin_token.as_deref())?,
             sources: crate::control::Sources {
                 flags: cli.flag_table(),
                 file: cli.routes_file.as_ref().map(|f| f.path.clone()),

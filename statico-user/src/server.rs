@@ -62,9 +62,8 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         assist.steer_quic(http3::sockets(http3));
     }
     let (main_rt, signals) = signal_handlers().map_err(Machine)?;
-    let token = control::check(plan.admin, plan.admin_token.as_deref()).map_err(Usage)?;
     let metrics = crate::observe::metrics::listen(plan.observe.metrics).map_err(Machine)?; // before privileges drop
-    let admin = control::listen(plan.admin, token).map_err(Machine)?;
+    let admin = control::listen(plan.admin, plan.admin_token.clone()).map_err(Machine)?;
     let lines = [runtime_line, format!("{} ({why})", rung.name())];
     if plan.check {
         crate::check::report(&plan, local_addr, &lines);

@@ -757,10 +757,8 @@ fn escape_label(value: &str) -> String {
 fn write_route_json(out: &mut String, truth: &RouteTruth) {
     out.push_str("{\"route\":");
     write_json_string(out, &truth.name);
-    if let Some(phase) = &truth.phase {
-        out.push_str(",\"phase\":");
-        write_json_string(out, phase);
-    }
+    out.push_str(",\"phase\":");
+    write_json_string(out, truth.phase.as_deref().unwrap_or("base"));
     let _ = write!(out, ",\"count\":{},\"outcomes\":{{", truth.count);
     for (i, (outcome, n)) in truth.outcomes.iter().enumerate() {
         if i > 0 {

@@ -173,12 +173,10 @@ impl Routes {
         for route in &mut routes {
             route.admission = Some(Arc::new(route.admission_with(&loads)));
         }
-        let mut truth = GroundTruth::new(info, recorders)
+        let truth = GroundTruth::new(info, recorders)
             .with_pools(gauges)
-            .with_generation(generation);
-        if super::pause::installed() {
-            truth = truth.with_pauses(super::pause::so_far);
-        }
+            .with_generation(generation)
+            .with_pauses(super::pause::so_far);
         Ok(Routes {
             routes,
             matched: specs.len(),
