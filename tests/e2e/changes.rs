@@ -596,7 +596,6 @@ fn a_phase_that_gives_a_route_a_pool_sheds_a_burst_during_it_only() {
         &["--phase", "at=1s for=1s /p capacity=1 queue=0"],
     );
     let w = win(1000, 1000, None);
-    let mut seen = Vec::new();
     for (at, stretch) in [(200, 0), (1200, 1), (2300, 2)] {
         origin.sleep_until(ms(at));
         let sent = Instant::now();
@@ -625,7 +624,6 @@ fn a_phase_that_gives_a_route_a_pool_sheds_a_burst_during_it_only() {
             }
             assert!(served - sent + MS >= ms(300), "{:?}", served - sent);
         }
-        seen.push(got);
     }
     let t = truth_when(&s, |t| num(entry(t, "/p", "base"), &["count"]) >= 8.0);
     let (base, phase) = (entry(&t, "/p", "base"), entry(&t, "/p", "phase1"));
