@@ -333,13 +333,18 @@ fn truth_when(s: &Server, ready: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
-/// The entry of route `name` in `phase` (`base` or a phase's name) in the ground truth.
+/// The entry of route `name` in `phase` (`base` or a phase's name) in the ground truth. (An entry
+/// without `phase` is taken as `base` here, so that a test of something else does not fail on its
+/// absence; [`every_ground_truth_entry_names_its_phase_and_the_top_level_its_generation_and_pauses`]
+/// holds the server to it.)
 fn entry<'a>(truth: &'a Value, name: &str, phase: &str) -> &'a Value {
     truth["routes"]
         .as_array()
         .and_then(|rs| {
-            rs.iter()
-                .find(|r| r["route"] == name && r["phase"] == phase)
+            rs.iter().find(|r| {
+                r["route"] == name
+                    && (r["phase"] == phase || (phase == "base" && r["phase"].is_null()))
+            })
         })
         .unwrap_or_else(|| panic!("no route {name} in phase {phase} in {truth}"))
 }
@@ -612,6 +617,25 @@ fn a_phase_answers_from_its_start_to_its_end_and_the_base_before_and_after() {
         .map(|r| (r["route"].as_str().unwrap(), r["phase"].as_str().unwrap()))
         .collect();
     assert_eq!(names, [("GET /x", "base"), ("GET /x", "phase1")], "{t}");
+}
+
+#[test]
+fn every_ground_truth_entry_names_its_phase_and_the_top_level_its_generation_and_pauses() {
+    // With no phase, no pause and no --admin: "phase" is "base" all the same, and the top level has
+    // "generation", "began" and "pauses", so that a reader needs no case for a table without them.
+    let (s, _) = start(&["/x body=ok", "/y delay=10ms"], &[]);
+    fetch(&s, "/x");
+    let t = truth_when(&s, |t| t["routes"][0]["count"] == 1);
+    for r in t["routes"].as_array().unwrap() {
+        assert_eq!(r["phase"], "base", "{t}");
+    }
+    assert_eq!(t["generation"], 1, "{t}");
+    assert!(t["began"].is_string(), "{t}");
+    assert_eq!(
+        (&t["pauses"]["count"], &t["pauses"]["total_us"]),
+        (&Value::from(0), &Value::from(0)),
+        "{t}"
+    );
 }
 
 #[test]
