@@ -3,6 +3,7 @@
 
 #[cfg(target_os = "linux")]
 mod browser;
+mod changes;
 mod clients;
 mod containers;
 mod deploy;
