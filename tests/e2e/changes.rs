@@ -33,6 +33,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use statico_tests::figures::{counter, num, outcome, series};
 use statico_tests::{get, run_to_exit, scratch_dir, signal, Reader, Response, Server, WAIT};
 
 const MS: Duration = Duration::from_millis(1);
@@ -347,35 +348,6 @@ fn entry<'a>(truth: &'a Value, name: &str, phase: &str) -> &'a Value {
             })
         })
         .unwrap_or_else(|| panic!("no route {name} in phase {phase} in {truth}"))
-}
-
-/// The number at `path` (keys) inside `v`.
-fn num(v: &Value, path: &[&str]) -> f64 {
-    let mut at = v;
-    for key in path {
-        at = &at[*key];
-    }
-    at.as_f64()
-        .unwrap_or_else(|| panic!("no number at {path:?} in {v}"))
-}
-
-/// How many requests of an entry had `outcome` (0 if the outcome is not listed).
-fn outcome(entry: &Value, outcome: &str) -> u64 {
-    entry["outcomes"][outcome].as_u64().unwrap_or(0)
-}
-
-/// The value of one Prometheus series given in full, e.g. `statico_routes_generation`.
-fn series(page: &str, name: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-/// The sum over workers of a per-worker counter, e.g. `statico_requests_total`.
-fn counter(page: &str, name: &str) -> f64 {
-    page.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Waits until stderr contains `needle`; all of stderr, and when it was seen.

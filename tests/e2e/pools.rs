@@ -21,6 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use statico_tests::figures::{counter, num, outcome, series};
 use statico_tests::{get, rss_kib, run_to_exit, scratch_dir, Server, WAIT};
 
 const MS: Duration = Duration::from_millis(1);
@@ -84,35 +85,6 @@ fn pool<'a>(truth: &'a Value, name: &str) -> &'a Value {
         .as_array()
         .and_then(|ps| ps.iter().find(|p| p["name"] == name))
         .unwrap_or_else(|| panic!("no pool {name} in {truth}"))
-}
-
-/// The number at `path` (keys) inside `v`.
-fn num(v: &Value, path: &[&str]) -> f64 {
-    let mut at = v;
-    for key in path {
-        at = &at[*key];
-    }
-    at.as_f64()
-        .unwrap_or_else(|| panic!("no number at {path:?} in {v}"))
-}
-
-/// How many requests of a route had `outcome` (0 if the outcome is not listed).
-fn outcome(route: &Value, outcome: &str) -> u64 {
-    route["outcomes"][outcome].as_u64().unwrap_or(0)
-}
-
-/// The value of one Prometheus series, e.g. `statico_pool_queued{pool="db"}`.
-fn series(page: &str, name: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-/// The sum over workers of a per-worker counter, e.g. `statico_requests_total`.
-fn counter(page: &str, name: &str) -> f64 {
-    page.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Whether each series of `want` has its value on `/metrics` now; else the page.

@@ -574,3 +574,37 @@ pub fn run_client(program: &str, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Reading figures out of statico's ground truth (JSON) and metrics page (Prometheus text).
+pub mod figures {
+    use serde_json::Value;
+
+    /// The number at `path` (keys) inside `v`.
+    pub fn num(v: &Value, path: &[&str]) -> f64 {
+        let mut at = v;
+        for key in path {
+            at = &at[*key];
+        }
+        at.as_f64()
+            .unwrap_or_else(|| panic!("no number at {path:?} in {v}"))
+    }
+
+    /// How many requests of a route's entry had `outcome` (0 if the outcome is not listed).
+    pub fn outcome(entry: &Value, outcome: &str) -> u64 {
+        entry["outcomes"][outcome].as_u64().unwrap_or(0)
+    }
+
+    /// The value of one Prometheus series given in full, e.g. `statico_pool_queued{pool="db"}`.
+    pub fn series(page: &str, name: &str) -> Option<f64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// The sum over workers of a per-worker counter, e.g. `statico_requests_total`.
+    pub fn counter(page: &str, name: &str) -> f64 {
+        page.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}

@@ -103,7 +103,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
     let mut points: Vec<Point> = loads.iter().map(|l| predicted(*l, secs)).collect();
     let mut realtime = false;
     if pools {
-        realtime = raised(|| {
+        realtime = super::measure::raised(|| {
             for p in &mut points {
                 p.measured = Some(measure_point(root, run, p, secs));
             }
@@ -129,28 +129,6 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
     )?;
     eprintln!("bench: wrote {}", dir.display());
     Ok(text)
-}
-
-/// Runs `work` with this thread — and so statico and oha, which it starts and which inherit it — at
-/// SCHED_FIFO priority 1 (`chrt`), then back at the normal policy; whether it could. The pool's
-/// ground truth starts at each request's arrival as statico reads it: a statico (or an oha) held off
-/// its CPU by other work reads a burst after the gap, and the burst queues for real. Both use a
-/// sliver of a CPU (~100 µs a request), so running them first costs the machine's other work little.
-fn raised(work: impl FnOnce()) -> bool {
-    let chrt = |args: &[&str]| {
-        Command::new("chrt")
-            .args(args)
-            .arg(std::process::id().to_string())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let raised = chrt(&["-f", "-p", "1"]);
-    work();
-    if raised {
-        chrt(&["-o", "-p", "0"]);
-    }
-    raised
 }
 
 /// The report's first line: at what priority statico and oha ran.

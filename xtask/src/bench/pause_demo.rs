@@ -203,7 +203,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
     let bin = statico_bin(root);
     let pause = has_pause(&bin);
     let mut rows = Vec::new();
-    let realtime = raised(|| {
+    let realtime = super::measure::raised(|| {
         for stall in [Stall::Pause, Stall::Stop] {
             for corrected in [false, true] {
                 let measured = if stall == Stall::Pause && !pause {
@@ -235,28 +235,6 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
     )?;
     eprintln!("bench: wrote {}", dir.display());
     Ok(text)
-}
-
-/// Runs `work` with this thread — and so statico, oha and the ^Z thread, which it starts and which
-/// inherit it — at SCHED_FIFO priority 1 (`chrt`), then back at the normal policy; whether it could.
-/// On a busy machine an unstalled answer otherwise waits for a CPU now and then for tens of ms, and
-/// the uncorrected view's tail is that wait, not the stall. (`capacity` does the same; modes do not
-/// import each other.)
-fn raised(work: impl FnOnce()) -> bool {
-    let chrt = |args: &[&str]| {
-        Command::new("chrt")
-            .args(args)
-            .arg(std::process::id().to_string())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let raised = chrt(&["-f", "-p", "1"]);
-    work();
-    if raised {
-        chrt(&["-o", "-p", "0"]);
-    }
-    raised
 }
 
 /// The report's first line: at what priority statico and oha ran.
