@@ -560,6 +560,28 @@ pub fn idle_rss_with(
     })
 }
 
+/// Runs `work` with this thread — and so the server and the client it starts, which inherit it — at
+/// SCHED_FIFO priority 1 (`chrt`), then back at the normal policy; whether it could. On a busy
+/// machine a server or client otherwise waits for a CPU now and then for tens of ms, and a latency
+/// measurement's tail (or a pool's queue, which starts at each arrival as statico reads it) is that
+/// wait. Both use a sliver of a CPU, so running them first costs the machine's other work little.
+pub fn raised(work: impl FnOnce()) -> bool {
+    let chrt = |args: &[&str]| {
+        std::process::Command::new("chrt")
+            .args(args)
+            .arg(std::process::id().to_string())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let raised = chrt(&["-f", "-p", "1"]);
+    work();
+    if raised {
+        chrt(&["-o", "-p", "0"]);
+    }
+    raised
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,26 +655,4 @@ mod tests {
         assert!(run.check("u").is_err());
         assert!(parse_oha("not json").is_err());
     }
-}
-
-/// Runs `work` with this thread — and so the server and the client it starts, which inherit it — at
-/// SCHED_FIFO priority 1 (`chrt`), then back at the normal policy; whether it could. On a busy
-/// machine a server or client otherwise waits for a CPU now and then for tens of ms, and a latency
-/// measurement's tail (or a pool's queue, which starts at each arrival as statico reads it) is that
-/// wait. Both use a sliver of a CPU, so running them first costs the machine's other work little.
-pub fn raised(work: impl FnOnce()) -> bool {
-    let chrt = |args: &[&str]| {
-        std::process::Command::new("chrt")
-            .args(args)
-            .arg(std::process::id().to_string())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let raised = chrt(&["-f", "-p", "1"]);
-    work();
-    if raised {
-        chrt(&["-o", "-p", "0"]);
-    }
-    raised
 }
