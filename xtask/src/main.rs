@@ -16,7 +16,8 @@
 //!   with mmdebstrap where no registry answers; with `STATICO_BIN` set, of that statico (nothing built).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`); with `STATICO_BIN`
 //!   set, that statico is measured and nothing is built.
-//! - `fuzz`: runs the parser fuzz target for a while (the pinned nightly, cargo-fuzz).
+//! - `fuzz`: runs a fuzz target (`--target NAME`, default the parser) or all in turn (`--all`) for a
+//!   while (the pinned nightly, cargo-fuzz; see `fuzz.rs`), its `Cargo.lock` checked first.
 //!
 //! Each task installs what it uses and is missing first (`setup::Purpose`): `run`/`build` the build
 //! toolchains, `bench` its peers and clients, `package` cargo-deb, `image` podman, runc and mmdebstrap, `test` everything (it runs the smoke
@@ -27,6 +28,7 @@ mod asan;
 mod bench;
 #[cfg(test)]
 mod doclinks;
+mod fuzz;
 mod image;
 #[cfg(target_os = "linux")]
 mod late_toolchain;
@@ -71,12 +73,8 @@ enum Task {
     Image,
     /// Benchmark statico against nginx on this machine, in one run
     Bench(bench::BenchArgs),
-    /// Fuzz the HTTP parser (with the pinned nightly; installs cargo-fuzz)
-    Fuzz {
-        /// How long to fuzz, in seconds
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-    },
+    /// Fuzz a target (parser, routes, echo, request), or --all in turn (the pinned nightly; installs cargo-fuzz)
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> Result<()> {
@@ -137,7 +135,7 @@ fn main() -> Result<()> {
             }
             bench::run(&root, b)
         }
-        Task::Fuzz { seconds } => fuzz(seconds),
+        Task::Fuzz(f) => fuzz::run(&root, f),
     }
 }
 
@@ -293,29 +291,4 @@ fn test() -> Result<()> {
     package::check(&deb)?;
     eprintln!("xtask test: all checks passed");
     Ok(())
-}
-
-fn fuzz(seconds: u64) -> Result<()> {
-    let nightly = setup::ensure_nightly()?;
-    if Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        cmd(&cargo(), &["install", "cargo-fuzz", "--locked"])?;
-    }
-    std::env::set_current_dir("statico-user")?;
-    cmd(
-        "cargo",
-        &[
-            &format!("+{nightly}"),
-            "fuzz",
-            "run",
-            "parser",
-            "--",
-            &format!("-max_total_time={seconds}"),
-            "-max_len=4096",
-        ],
-    )
 }
