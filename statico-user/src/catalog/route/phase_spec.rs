@@ -41,6 +41,9 @@ pub struct PhaseKeys {
 impl PhaseKeys {
     /// Takes one key: a window key, `name`, `path` (the TOML form), or a route key.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        if key.is_empty() {
+            return Err(format!("={value}: a key is missing before the ="));
+        }
         if self.window.set(key, value)? {
             return Ok(());
         }
