@@ -52,7 +52,7 @@ fn never_reading_client_is_bounded_then_closed(extra: &[&str]) {
     let before = rss_kib(s.pid());
     let mut c = s.connect();
     let (stalled_at, peak) = pipeline_until_stalled(&mut c, s.pid(), Duration::from_millis(500));
-    assert!(
+    statico_tests::assert_memory!(
         peak < before + 64 * 1024,
         "RSS grew from {before} KiB to {peak} KiB for one client that does not read"
     );
@@ -75,7 +75,7 @@ fn never_reading_client_is_bounded_then_closed(extra: &[&str]) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let after = rss_kib(s.pid());
-    assert!(
+    statico_tests::assert_memory!(
         after < before + 64 * 1024,
         "RSS {after} KiB after the close"
     );
@@ -238,7 +238,7 @@ fn clients_that_reset_mid_request_leave_nothing_behind() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let after = rss_kib(s.pid());
-    assert!(after < before + 8 * 1024, "RSS {before} KiB → {after} KiB");
+    statico_tests::assert_memory!(after < before + 8 * 1024, "RSS {before} KiB → {after} KiB");
     drop(r);
     let stopped = s.stop();
     assert_eq!(stopped.total("conns_accepted"), 1001);
@@ -300,7 +300,7 @@ fn garbage_after_a_good_request_is_answered_then_closed_and_the_server_keeps_ser
         std::thread::sleep(Duration::from_millis(200));
     }
     let after = rss_kib(s.pid());
-    assert!(after < before + 8 * 1024, "RSS {before} KiB → {after} KiB");
+    statico_tests::assert_memory!(after < before + 8 * 1024, "RSS {before} KiB → {after} KiB");
     drop(r);
     let stopped = s.stop();
     assert_eq!(stopped.total("conns_accepted"), 201);

@@ -176,7 +176,7 @@ fn truncated_undersized_empty_and_oversized_initials_are_dropped_counted_and_bou
     }
     still_serves(&dir, s.addr, b"intact");
     let grown = rss_kib(s.pid()).saturating_sub(before);
-    assert!(grown < 4096, "RSS grew by {grown} KiB");
+    statico_tests::assert_memory!(grown < 4096, "RSS grew by {grown} KiB");
     let stopped = s.stop();
     assert!(stopped.status.success());
     let refused = unattached(&stopped);
@@ -242,7 +242,7 @@ fn an_initial_flood_gets_retry_past_the_handshake_budget_and_half_open_handshake
         "{retries} Retry packets received for {FLOOD} Initials"
     );
     let grown = rss_kib(s.pid()).saturating_sub(before);
-    assert!(
+    statico_tests::assert_memory!(
         grown < 28 * 1024,
         "RSS grew by {grown} KiB for {BUDGET} handshakes"
     );
@@ -348,7 +348,7 @@ fn two_thousand_idle_connections_cost_bounded_memory_and_all_close_at_the_idle_t
         (grown, lifetimes)
     });
     let per = grown / CONNS as u64;
-    assert!(
+    statico_tests::assert_memory!(
         per < 96,
         "{per} KiB per idle HTTP/3 connection (RSS +{grown} KiB)"
     );
@@ -403,7 +403,7 @@ fn a_client_that_never_reads_big_bodies_costs_bounded_memory_and_is_closed_when_
     });
     // 400 MiB asked for; the bodies are one shared copy of the file, so only what quinn has in
     // flight is per connection.
-    assert!(
+    statico_tests::assert_memory!(
         grown < 24 * 1024,
         "RSS grew by {grown} KiB for a client that never reads"
     );
@@ -475,7 +475,7 @@ fn a_headers_frame_declaring_a_terabyte_is_refused_before_its_bytes_are_buffered
         assert_eq!(refused, 10);
     });
     let grown = rss_kib(s.pid()).saturating_sub(before);
-    assert!(grown < 8 * 1024, "RSS grew by {grown} KiB");
+    statico_tests::assert_memory!(grown < 8 * 1024, "RSS grew by {grown} KiB");
     still_serves(&dir, s.addr, b"small heads only");
 }
 

@@ -1689,7 +1689,7 @@ fn assert_forgotten(s: &Server, route_name: &str, n: u64, fds0: usize, rss0: u64
         thread::sleep(ms(50));
     }
     let rss = rss_kib(s.pid());
-    assert!(
+    statico_tests::assert_memory!(
         rss < rss0 + 16 * 1024,
         "RSS {rss0} KiB → {rss} KiB after {n} clients left"
     );
@@ -1714,7 +1714,7 @@ fn two_thousand_http1_clients_that_reset_during_a_hold_are_gone_at_once() {
     wait_for_requests(&s, N as f64);
     let held = rss_kib(s.pid());
     // Each held request: its connection and a held answer, a few KiB at most.
-    assert!(
+    statico_tests::assert_memory!(
         held < rss0 + (N as u64) * 8,
         "{N} held: RSS {rss0} KiB → {held} KiB"
     );

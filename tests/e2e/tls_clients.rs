@@ -262,7 +262,7 @@ fn ten_thousand_idle_tls_keep_alive_connections_in_bounded_memory_all_still_serv
     );
     // A session holds rustls' state and small buffers while idle; a full 16 KiB record buffer per
     // connection would cost more than this.
-    assert!(
+    statico_tests::assert_memory!(
         per_conn < 14.0,
         "{per_conn:.1} KiB per idle TLS connection (RSS {before} KiB → {idle} KiB)"
     );

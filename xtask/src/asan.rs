@@ -39,6 +39,8 @@ pub fn run(root: &Path) -> Result<()> {
         ),
     );
     std::env::set_var("STATICO_BIN", &binary);
+    // The tests then print memory bounds rather than hold them, and wait longer for start-up.
+    std::env::set_var("STATICO_ASAN", "1");
     let mut failed = Vec::new();
     for runtime in ["tokio", "io-uring"] {
         eprintln!(
