@@ -16,6 +16,9 @@
 //!   with mmdebstrap where no registry answers; with `STATICO_BIN` set, of that statico (nothing built).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`); with `STATICO_BIN`
 //!   set, that statico is measured and nothing is built.
+//! - `soak --minutes N`: one statico under every kind of client, faults, SIGHUP and routes swaps for
+//!   N minutes; fails unless memory and descriptors stay flat, every client error was injected and
+//!   the drain exits 0 (see `soak.rs`).
 //! - `fuzz`: runs a fuzz target (`--target NAME`, default the parser) or all in turn (`--all`) for a
 //!   while (the pinned nightly, cargo-fuzz; see `fuzz.rs`), its `Cargo.lock` checked first.
 //!
@@ -34,6 +37,8 @@ mod image;
 mod late_toolchain;
 mod package;
 mod setup;
+#[cfg(target_os = "linux")]
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,8 +78,22 @@ enum Task {
     Image,
     /// Benchmark statico against nginx on this machine, in one run
     Bench(bench::BenchArgs),
+<<<<<<< HEAD
     /// Fuzz a target (parser, routes, echo, request), or --all in turn (the pinned nightly; installs cargo-fuzz)
     Fuzz(fuzz::FuzzArgs),
+=======
+    /// Soak: one statico with TLS, h2, h3, a site and faulty routes under every kind of client,
+    /// SIGHUP and routes swaps, for N minutes; passes if memory and descriptors stay flat, every
+    /// client error was injected, and the drain exits 0 (see xtask/src/soak.rs)
+    #[cfg(target_os = "linux")]
+    Soak(soak::SoakArgs),
+    /// Fuzz the HTTP parser (with the pinned nightly; installs cargo-fuzz)
+    Fuzz {
+        /// How long to fuzz, in seconds
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+>>>>>>> soak
 }
 
 fn main() -> Result<()> {
@@ -135,7 +154,21 @@ fn main() -> Result<()> {
             }
             bench::run(&root, b)
         }
+<<<<<<< HEAD
         Task::Fuzz(f) => fuzz::run(&root, f),
+=======
+        #[cfg(target_os = "linux")]
+        Task::Soak(a) => {
+            if std::env::var_os("STATICO_BIN").is_some() {
+                setup::ensure(&[Purpose::Bench], false)?;
+            } else {
+                setup::ensure(&[Purpose::Build, Purpose::Bench], false)?;
+                build_release()?;
+            }
+            soak::run(&root, a)
+        }
+        Task::Fuzz { seconds } => fuzz(seconds),
+>>>>>>> soak
     }
 }
 
