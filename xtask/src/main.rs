@@ -78,22 +78,13 @@ enum Task {
     Image,
     /// Benchmark statico against nginx on this machine, in one run
     Bench(bench::BenchArgs),
-<<<<<<< HEAD
-    /// Fuzz a target (parser, routes, echo, request), or --all in turn (the pinned nightly; installs cargo-fuzz)
-    Fuzz(fuzz::FuzzArgs),
-=======
     /// Soak: one statico with TLS, h2, h3, a site and faulty routes under every kind of client,
     /// SIGHUP and routes swaps, for N minutes; passes if memory and descriptors stay flat, every
     /// client error was injected, and the drain exits 0 (see xtask/src/soak.rs)
     #[cfg(target_os = "linux")]
     Soak(soak::SoakArgs),
-    /// Fuzz the HTTP parser (with the pinned nightly; installs cargo-fuzz)
-    Fuzz {
-        /// How long to fuzz, in seconds
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-    },
->>>>>>> soak
+    /// Fuzz a target (parser, routes, echo, request), or --all in turn (the pinned nightly; installs cargo-fuzz)
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> Result<()> {
@@ -154,9 +145,6 @@ fn main() -> Result<()> {
             }
             bench::run(&root, b)
         }
-<<<<<<< HEAD
-        Task::Fuzz(f) => fuzz::run(&root, f),
-=======
         #[cfg(target_os = "linux")]
         Task::Soak(a) => {
             if std::env::var_os("STATICO_BIN").is_some() {
@@ -167,8 +155,7 @@ fn main() -> Result<()> {
             }
             soak::run(&root, a)
         }
-        Task::Fuzz { seconds } => fuzz(seconds),
->>>>>>> soak
+        Task::Fuzz(f) => fuzz::run(&root, f),
     }
 }
 
