@@ -33,8 +33,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use statico_tests::figures::{counter, num, outcome, series};
-use statico_tests::{get, run_to_exit, scratch_dir, signal, Reader, Response, Server, WAIT};
+use statico_tests::figures::{counter, num, outcome, series, truth, truth_when};
+use statico_tests::{get, scratch_dir, signal, Reader, Response, Server, WAIT};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -312,26 +312,8 @@ fn body_of(s: &Server, path: &str) -> String {
     String::from_utf8(fetch(s, path).body).unwrap()
 }
 
-/// `/ground-truth.json` on `--metrics`, parsed.
-fn truth(s: &Server) -> Value {
-    json(&s.scrape("/ground-truth.json"))
-}
-
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// Polls the ground truth until `ready` holds (an answer is counted as it is sent, a moment after
-/// the client may have read it), for up to 3 s; returns the last.
-fn truth_when(s: &Server, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let t = truth(s);
-        if ready(&t) || Instant::now() > deadline {
-            return t;
-        }
-        thread::sleep(ms(20));
-    }
 }
 
 /// The entry of route `name` in `phase` (`base` or a phase's name) in the ground truth. (An entry
@@ -783,23 +765,11 @@ fn prometheus_labels_route_metrics_by_phase_and_counts_generations_and_pauses() 
 /// Runs statico with `args` on a port another socket holds, expecting a flag error: exit 2 (before
 /// binding the port), one line naming each of `names`; the line.
 fn assert_refused(args: &[&str], names: &[&str]) -> String {
-    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = holder.local_addr().unwrap().port().to_string();
-    let all = [&["-a", "127.0.0.1", "-p", &port][..], args].concat();
-    let (code, err) = run_to_exit(&all);
-    assert_eq!(code, Some(2), "{args:?}: {err}");
-    let lines: Vec<&str> = err
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{args:?}: not one line: {err}");
+    let line = statico_tests::refused_in_one_line(args);
     for name in names {
-        assert!(
-            lines[0].contains(name),
-            "{args:?} should name {name:?}: {err}"
-        );
+        assert!(line.contains(name), "{args:?} should name {name:?}: {line}");
     }
-    lines[0].to_string()
+    line
 }
 
 /// Whether `line` names `place` at the line of a table (`table`) or of one of its keys (the next).

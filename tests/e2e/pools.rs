@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use statico_tests::figures::{counter, num, outcome, series};
+use statico_tests::figures::{counter, num, outcome, series, truth, truth_when};
 use statico_tests::{get, rss_kib, run_to_exit, scratch_dir, Server, WAIT};
 
 const MS: Duration = Duration::from_millis(1);
@@ -50,25 +50,6 @@ fn start_h2(routes: &[&str], extra: &[&str]) -> Server {
     let mut all = args(routes, extra);
     all.push("--http2");
     Server::start(&all)
-}
-
-/// `/ground-truth.json`, parsed.
-fn truth(s: &Server) -> Value {
-    let text = s.scrape("/ground-truth.json");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// Polls the ground truth until `ready` holds (the truth of an answer is recorded as it is sent, so a
-/// client can read its answer a moment before the truth counts it), for up to 3 s; returns the last.
-fn truth_when(s: &Server, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let t = truth(s);
-        if ready(&t) || Instant::now() > deadline {
-            return t;
-        }
-        thread::sleep(ms(20));
-    }
 }
 
 /// The object of route `name` in the ground truth.

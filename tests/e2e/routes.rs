@@ -13,7 +13,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use statico_tests::{get, run_to_exit, scratch_dir, Reader, Response, Server, WAIT};
+use statico_tests::{get, scratch_dir, Reader, Response, Server, WAIT};
 
 /// `--route SPEC` for each of `routes`, then `extra`.
 fn args<'a>(routes: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
@@ -507,19 +507,10 @@ fn the_same_seed_repeats_the_statuses_and_another_seed_does_not() {
 /// parse error, before binding the port; binding first would fail with exit 1), one error line
 /// naming `flag` and `bad`.
 fn assert_refused(args: &[&str], flag: &str, bad: &str) {
-    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = holder.local_addr().unwrap().port().to_string();
-    let all = [&["-a", "127.0.0.1", "-p", &port][..], args].concat();
-    let (code, err) = run_to_exit(&all);
-    assert_eq!(code, Some(2), "{args:?}: {err}");
-    let lines: Vec<&str> = err
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{args:?}: not one line: {err}");
+    let line = statico_tests::refused_in_one_line(args);
     assert!(
-        lines[0].contains(flag) && lines[0].contains(bad),
-        "{args:?} should name {flag} and {bad:?}: {err}"
+        line.contains(flag) && line.contains(bad),
+        "{args:?} should name {flag} and {bad:?}: {line}"
     );
 }
 

@@ -577,9 +577,49 @@ pub fn run_client(program: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Runs statico with `args` on a port another socket holds, expecting a flag error: exit 2 (before
+/// binding the port; binding first would fail with exit 1), in one line (clap's hint aside); the line.
+pub fn refused_in_one_line(args: &[&str]) -> String {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port().to_string();
+    let all = [&["-a", "127.0.0.1", "-p", &port][..], args].concat();
+    let (code, err) = run_to_exit(&all);
+    assert_eq!(code, Some(2), "{args:?}: {err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one line: {err}");
+    lines[0].to_string()
+}
+
 /// Reading figures out of statico's ground truth (JSON) and metrics page (Prometheus text).
 pub mod figures {
+    use std::time::{Duration, Instant};
+
     use serde_json::Value;
+
+    use crate::Server;
+
+    /// `/ground-truth.json` on `--metrics`, parsed.
+    pub fn truth(s: &Server) -> Value {
+        let text = s.scrape("/ground-truth.json");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    /// Polls the ground truth until `ready` holds (the truth of an answer is recorded as it is sent,
+    /// so a client can read its answer a moment before the truth counts it), for up to 3 s; returns
+    /// the last.
+    pub fn truth_when(s: &Server, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let t = truth(s);
+            if ready(&t) || Instant::now() > deadline {
+                return t;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 
     /// The number at `path` (keys) inside `v`.
     pub fn num(v: &Value, path: &[&str]) -> f64 {
