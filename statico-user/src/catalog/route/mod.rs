@@ -209,8 +209,7 @@ impl Routes {
     ) -> Option<Ticket> {
         let key = choice.hold.truth?;
         let route = &self.routes[usize::from(choice.route)];
-        // A pause may hold any answer: each then has its hold measured.
-        if !route.loaded && !choice.hold.paces() && !super::pause::installed() {
+        if !route.ticketed(&choice.hold) {
             return None;
         }
         let admission = route.admission.as_ref()?;
@@ -312,7 +311,7 @@ impl Routes {
             .expect("--http2 and --http3 build the routes' stream answers");
         answer.hold = choice.hold;
         let route = &self.routes[usize::from(choice.route)];
-        if route.loaded || choice.hold.paces() || super::pause::installed() {
+        if route.ticketed(&choice.hold) {
             answer.admission = route.admission.clone();
         }
         answer
@@ -384,6 +383,12 @@ impl Route {
             gone: self.gone_outcome(),
             shed,
         }
+    }
+
+    /// Whether an answer of it with `hold` takes a ticket: it has a load model, or it is held — by
+    /// its own hold, or by a pause, which may hold any answer (each then has its hold measured).
+    fn ticketed(&self, hold: &Hold) -> bool {
+        self.loaded || hold.paces() || super::pause::installed()
     }
 
     /// How many statuses it draws from (its answers, less a pool's shed answer).
