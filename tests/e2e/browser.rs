@@ -17,8 +17,10 @@
 //!
 //! Chromium fails its requests in progress with `ERR_NETWORK_CHANGED` when an interface or address
 //! of the host comes or goes, so the tests hold [`statico_tests::network_interfaces`] against the
-//! container tests' veths. A failing test prints what Chromium's net log (kept in the temp dir) says
-//! went wrong, and a failed burst of fetches the server's log and totals too.
+//! container tests' veths, and a check whose requests failed that way (something else on a CI host
+//! changed its interfaces) runs again from scratch, up to three times in all ([`in_browser`]). A
+//! failing test prints what Chromium's net log (kept in the temp dir) says went wrong, and a failed
+//! burst of fetches the server's log and totals too.
 //!
 //! Each test prints `SKIPPED: … needs chromium and chromedriver` without them (`cargo xtask setup`
 //! installs `chromium`, `chromium-driver` and `libnss3-tools`).
@@ -317,12 +319,19 @@ impl Browser {
     /// What the browser's net log says went wrong (see [`net_events`]), for a failing test; the
     /// whole log is kept in a file named here.
     fn net_log_report(&self) -> String {
+        self.net_log().0
+    }
+
+    /// What the net log says went wrong (kept in the temp dir, the errors listed), and whether
+    /// Chromium failed a request because the host's network changed.
+    fn net_log(&self) -> (String, bool) {
         let log = self.home.join("netlog.json");
         let home = self.home.file_name().unwrap_or_default().to_string_lossy();
         let kept = std::env::temp_dir().join(format!("{home}-netlog.json"));
         let _ = std::fs::copy(&log, &kept);
         let events = net_events(&std::fs::read_to_string(&log).unwrap_or_default());
-        let cause = match events.iter().any(|e| e.ends_with("ERR_NETWORK_CHANGED")) {
+        let changed = events.iter().any(|e| e.ends_with("ERR_NETWORK_CHANGED"));
+        let cause = match changed {
             true => {
                 "Chromium failed requests with ERR_NETWORK_CHANGED: an interface or address of \
                  the host came or went during the test (a container's veth does, see \
@@ -331,12 +340,13 @@ impl Browser {
             false => "",
         };
         let shown = events.len().min(60);
-        format!(
+        let report = format!(
             "{cause}net log (kept in {}): {} errors and network changes, the first {shown}:\n{}",
             kept.display(),
             events.len(),
             events[..shown].join("\n"),
-        )
+        );
+        (report, changed)
     }
 
     /// Why a page's fetches failed, for a failing test: the browser's net log, and the server's log
@@ -550,12 +560,41 @@ fn on_test_site(name: &str, protocol: Protocol, check: fn(&Browser, &Site, &Site
         println!("SKIPPED: {name} {reason}");
         return;
     }
+    let sites = || {
+        vec![
+            Site::test_site(&format!("{name}-spa"), protocol, true),
+            Site::test_site(&format!("{name}-plain"), protocol, false),
+        ]
+    };
+    in_browser(name, sites, |b, sites| check(b, &sites[0], &sites[1]));
+}
+
+/// How many times a browser check may run in all when Chromium fails its requests because the
+/// host's network changed under it.
+const ATTEMPTS: u32 = 3;
+
+/// Serves `sites`, launches a browser trusting them and runs `check`, one browser at a time and
+/// never while a container test adds or removes an interface. Chromium fails every request in flight
+/// with `ERR_NETWORK_CHANGED` when an interface or address of the host comes or goes, whatever the
+/// server does, and not only our containers do that on a CI host: when the net log shows such a
+/// failure, the check runs again from scratch (new servers, new browser), up to [`ATTEMPTS`] times.
+/// Any other failure fails the test at once, with the net log's errors printed.
+fn in_browser(name: &str, sites: impl Fn() -> Vec<Site>, check: impl Fn(&Browser, &[Site])) {
     let _turn = one_browser_at_a_time();
     let _interfaces = statico_tests::network_interfaces();
-    let spa = Site::test_site(&format!("{name}-spa"), protocol, true);
-    let plain = Site::test_site(&format!("{name}-plain"), protocol, false);
-    let browser = Browser::launch(name, &[&spa, &plain]);
-    check(&browser, &spa, &plain);
+    for attempt in 1..=ATTEMPTS {
+        let sites = sites();
+        let browser = Browser::launch(name, &sites.iter().collect::<Vec<_>>());
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&browser, &sites)));
+        let Err(panic) = run else { return };
+        let (report, network_changed) = browser.net_log();
+        if !network_changed || attempt == ATTEMPTS {
+            eprintln!("{name}: attempt {attempt} of {ATTEMPTS} failed; {report}");
+            std::panic::resume_unwind(panic);
+        }
+        eprintln!("{name}: attempt {attempt} failed with ERR_NETWORK_CHANGED; again: {report}");
+    }
 }
 
 /// Asserts the entry says `protocol` and `status`.
@@ -733,13 +772,12 @@ fn python_docs_load(name: &str, protocol: Protocol) {
         println!("SKIPPED: {name} needs {PYTHON_DOCS} (python3.11-doc)");
         return;
     }
-    let _turn = one_browser_at_a_time();
-    let _interfaces = statico_tests::network_interfaces();
-    let site = Site::serve(name, protocol, PYTHON_DOCS, &[]);
-    let browser = Browser::launch(name, &[&site]);
-    for page in ["/", "/library/index.html", "/library/asyncio-task.html"] {
-        docs_page_loads(&browser, &site, page);
-    }
+    let sites = || vec![Site::serve(name, protocol, PYTHON_DOCS, &[])];
+    in_browser(name, sites, |b, sites| {
+        for page in ["/", "/library/index.html", "/library/asyncio-task.html"] {
+            docs_page_loads(b, &sites[0], page);
+        }
+    });
 }
 
 fn docs_page_loads(b: &Browser, site: &Site, page: &str) {

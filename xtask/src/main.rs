@@ -41,7 +41,7 @@ mod setup;
 mod soak;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -87,8 +87,20 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the task. A failure ends in one line (the error and its causes), without the backtrace
+/// `RUST_BACKTRACE` adds to an error returned from `main`: what failed above it, a test's message
+/// say, stays at the end of the output, where a CI log's tail shows it.
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
     let root = workspace_root();
     std::env::set_current_dir(&root)?;
     match args.task {
@@ -255,6 +267,9 @@ fn test() -> Result<()> {
     // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
     std::env::set_var("STATICO_BIN", "target/release/statico");
     std::env::set_var("STATICO_TEST_RUNTIME", "tokio");
+    // A failing test prints its message, not a backtrace of 60 frames after it (run that test alone
+    // with RUST_BACKTRACE=1 for one): the summary at the end of the output names what failed and why.
+    std::env::set_var("RUST_BACKTRACE", "0");
     cmd(
         &cargo,
         &["test", "--workspace", "--", "--test-threads", "4"],
