@@ -222,8 +222,46 @@ fn exec(bin: PathBuf, args: &[String]) -> Result<()> {
     std::process::exit(status.code().unwrap_or(1));
 }
 
+/// `cargo xtask test`: every check CI makes, in stages; the first failure stops it.
 fn test() -> Result<()> {
     setup::run(false)?;
+    lints()?;
+    let root = workspace_root();
+    build_release()?;
+    // A build made before the BPF toolchain arrived gains the programs when it does (two release
+    // builds of statico-user); it leaves the release binary built with them.
+    #[cfg(target_os = "linux")]
+    late_toolchain::check(&root)?;
+    // The image the container tests run (they skip without root or podman, and so does this).
+    if cfg!(target_os = "linux") && setup::is_root() && setup::on_path("podman") {
+        image::build(&root, &root.join("target/release/statico"))?;
+    }
+    suites()?;
+    smoke_benches()?;
+    // A short soak (issue 33): the io_uring runtime, whose ring code holds the `unsafe`.
+    #[cfg(target_os = "linux")]
+    {
+        eprintln!("xtask test: soak stage: cargo xtask soak --minutes 2 --runtime io-uring");
+        let out = root.join("target/soak/test");
+        let runtime = "io-uring".to_string();
+        soak::run(
+            &root,
+            soak::SoakArgs {
+                minutes: 2,
+                runtime,
+                out: Some(out),
+            },
+        )?;
+    }
+    eprintln!("xtask test: package stage: cargo xtask package, contents checked");
+    let deb = package::build(&root)?;
+    package::check(&deb)?;
+    eprintln!("xtask test: all checks passed");
+    Ok(())
+}
+
+/// fmt and clippy, on Linux and the non-Linux targets.
+fn lints() -> Result<()> {
     let cargo = cargo();
     cmd(&cargo, &["fmt", "--all", "--check"])?;
     cmd(
@@ -253,16 +291,12 @@ fn test() -> Result<()> {
             ],
         )?;
     }
-    build_release()?;
-    // A build made before the BPF toolchain arrived gains the programs when it does (two release
-    // builds of statico-user); it leaves the release binary built with them.
-    #[cfg(target_os = "linux")]
-    late_toolchain::check(&workspace_root())?;
-    // The image the container tests run (they skip without root or podman, and so does this).
-    if cfg!(target_os = "linux") && setup::is_root() && setup::on_path("podman") {
-        let root = workspace_root();
-        image::build(&root, &root.join("target/release/statico"))?;
-    }
+    Ok(())
+}
+
+/// Unit tests, the fuzz corpus replay, and the end-to-end suite on both runtimes.
+fn suites() -> Result<()> {
+    let cargo = cargo();
     // Unit tests, the fuzz corpus replay, and the end-to-end suite against the release binary with
     // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
     std::env::set_var("STATICO_BIN", "target/release/statico");
@@ -291,6 +325,11 @@ fn test() -> Result<()> {
             ],
         )?;
     }
+    Ok(())
+}
+
+/// Quick bench runs, whose results must hold every server and scenario.
+fn smoke_benches() -> Result<()> {
     // Smoke stage: a quick bench run, whose results.json must hold every server and scenario.
     eprintln!("xtask test: smoke stage: cargo xtask bench --quick");
     let out = workspace_root().join("target/bench/smoke");
@@ -321,9 +360,5 @@ fn test() -> Result<()> {
             ..Default::default()
         },
     )?;
-    eprintln!("xtask test: package stage: cargo xtask package, contents checked");
-    let deb = package::build(&workspace_root())?;
-    package::check(&deb)?;
-    eprintln!("xtask test: all checks passed");
     Ok(())
 }
