@@ -679,8 +679,11 @@ impl Run {
         }
         match self.progress.end_open_conns[i] {
             Some(open) if open <= 2 => {}
-            open => failures.push(format!(
-                "{name}: {open:?} connections open (/metrics) after the clients left"
+            Some(open) => failures.push(format!(
+                "{name}: {open} connections open (/metrics) after the clients left"
+            )),
+            None => failures.push(format!(
+                "{name}: /metrics did not answer after the clients left"
             )),
         }
         let start = samples.first().map_or(0, |s| s.fds);

@@ -156,8 +156,9 @@ fn samples_text(s: &mut String, p: &Progress) {
         }
         let _ = writeln!(
             s,
-            "  after the clients left: {} descriptors, {:?} connections open (/metrics)",
-            p.end_fds[i], p.end_open_conns[i]
+            "  after the clients left: {} descriptors, {} connections open (/metrics)",
+            p.end_fds[i],
+            p.end_open_conns[i].map_or("unknown".to_string(), |n| n.to_string())
         );
     }
 }
