@@ -280,14 +280,25 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Request, usize, usize)>, Answer> {
 
 /// Whether `request` may use the API: no token is needed, or it carries the token.
 fn authorized(request: &Request, token: Option<&str>) -> bool {
-    use subtle::ConstantTimeEq;
     let Some(token) = token else { return true };
     // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
     let given = (request.authorization.as_deref())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map_or("", |(_, token)| token.trim());
-    bool::from(given.as_bytes().ct_eq(token.as_bytes()))
+    same_token(given.as_bytes(), token.as_bytes())
+}
+
+/// Whether `given` is `token`, in a time that depends on the token's length only: every byte of the
+/// token is compared (against 0 past the end of `given`), so neither where a guess goes wrong nor how
+/// long it is shows (`subtle`'s slice comparison returns at once on a length mismatch).
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    let mut same = given.len().ct_eq(&token.len());
+    for (i, t) in token.iter().enumerate() {
+        same &= given.get(i).copied().unwrap_or(0).ct_eq(t);
+    }
+    bool::from(same)
 }
 
 /// What a request asks for, answered.
@@ -412,6 +423,10 @@ mod tests {
         assert!(authorized(&r, Some("abc")));
         assert!(!authorized(&r, Some("abd")));
         assert!(!authorized(&r, Some("ab")));
+        assert!(!authorized(&r, Some("abcd")));
+        assert!(
+            same_token(b"abc", b"abc") && !same_token(b"", b"abc") && !same_token(b"abc\0", b"abc")
+        );
         assert!(request("GET / HTTP/1.1\r\n").unwrap().is_none());
         assert_eq!(request("GET\x01 /").err().map(|a| a.status), Some(400));
     }
