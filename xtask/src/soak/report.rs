@@ -225,16 +225,26 @@ fn hostile_text(s: &mut String, p: &Progress, shared: &Shared) {
     for w in &p.swaps {
         let _ = writeln!(
             s,
-            "  {:>5} {:<7} {:>3?} {:>7.1}{}",
+            "  {:>5} {:<7} {:>5} {:>7.1}{}",
             w.at_s,
             format!("{:?}", w.swap),
-            w.generation,
+            w.generation.map_or("none".to_string(), |g| g.to_string()),
             w.held_ms,
             if w.quiet { "" } else { "  (gate not empty)" }
         );
     }
     for (i, name) in SERVER_NAMES.iter().enumerate() {
-        let _ = writeln!(s, "drain {name}: {:?}", p.drains[i]);
+        let drain = match &p.drains[i] {
+            Some(d) if d.exited => format!(
+                "exited in {:.2} s, status {}",
+                d.secs,
+                d.code
+                    .map_or("none (a signal)".to_string(), |c| c.to_string())
+            ),
+            Some(d) => format!("still running after {:.2} s", d.secs),
+            None => "not made".to_string(),
+        };
+        let _ = writeln!(s, "drain {name}: {drain}");
     }
 }
 
