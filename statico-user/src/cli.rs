@@ -88,7 +88,7 @@ pub struct Cli {
     pub pauses: Vec<crate::catalog::schedule::Window>,
 
     /// The control API on a listener of its own: GET/PUT /routes, POST /pause?for=DUR, POST /resume,
-    /// GET /ground-truth[?generation=N], POST /ground-truth/reset. Loopback only, unless --admin-token is given
+    /// GET /ground-truth, POST /ground-truth/reset. Loopback only, unless --admin-token is given
     #[arg(long, value_name = "ADDR:PORT")]
     pub admin: Option<SocketAddr>,
 

@@ -7,7 +7,7 @@
 //! | `GET /routes` | the routes table in force, as a `--routes` TOML document |
 //! | `PUT /routes` | a TOML body replaces the routes, pools and phases for the next requests |
 //! | `POST /pause?for=DUR`, `POST /resume` | a whole-server pause ([`crate::catalog::pause`]) |
-//! | `GET /ground-truth[?generation=N]` | the routes' ground truth (as `/ground-truth.json`): the table in force's, or a replaced one's while kept |
+//! | `GET /ground-truth` | the routes' ground truth (as `/ground-truth.json`) |
 //! | `POST /ground-truth/reset` | that snapshot, then counting from zero |
 //!
 //! Who may use it: on a loopback address, anyone on the machine (as for `--metrics`); on any other,
@@ -25,7 +25,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::catalog::route::table::Table;
 use crate::catalog::Catalog;
-use crate::observe::truth::{generation_asked, not_kept};
 
 /// The largest `PUT /routes` body.
 pub const MAX_BODY: usize = 1 << 20;
@@ -313,8 +312,8 @@ fn route(request: &Request, catalog: &Catalog) -> Answer {
             eprintln!("statico: admin: resumed");
             Answer::json("{\"resumed\":true}".into())
         }
-        ("/ground-truth", "GET") => ground_truth(catalog, &request.query, false),
-        ("/ground-truth/reset", "POST") => ground_truth(catalog, &request.query, true),
+        ("/ground-truth", "GET") => ground_truth(catalog, false),
+        ("/ground-truth/reset", "POST") => ground_truth(catalog, true),
         (path, _) => match allowed(path) {
             Some(allow) => Answer {
                 fields: vec![("Allow", allow.into())],
@@ -381,26 +380,11 @@ fn pause(query: &str) -> Answer {
     Answer::json(format!("{{\"paused_ms\":{}}}", length.as_millis()))
 }
 
-/// `GET /ground-truth[?generation=N]`: the truth in force, or generation N's while it is kept;
-/// `POST /ground-truth/reset`: the one in force's only.
-fn ground_truth(catalog: &Catalog, query: &str, reset: bool) -> Answer {
-    let Some(in_force) = catalog.truth() else {
-        return Answer::text(404, "no routes, so no ground truth\n");
-    };
-    let asked = match generation_asked(query) {
-        Ok(asked) => asked,
-        Err(e) => return Answer::text(400, &e),
-    };
-    if reset && asked.is_some_and(|g| g != in_force.generation()) {
-        return Answer::text(
-            400,
-            "a reset is of the generation in force: leave out generation=\n",
-        );
-    }
-    match catalog.truth_of(asked) {
+fn ground_truth(catalog: &Catalog, reset: bool) -> Answer {
+    match catalog.truth() {
         Some(truth) if reset => Answer::json(truth.reset()),
         Some(truth) => Answer::json(truth.json()),
-        None => Answer::text(404, &not_kept(asked)),
+        None => Answer::text(404, "no routes, so no ground truth\n"),
     }
 }
 

@@ -93,9 +93,12 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     let info = crate::observe::metrics::Info::new(plan.runtime.kind.name(), rung.name(), shown);
     let page = || crate::observe::metrics::render(&counters, cpus.len(), &kernel_detail(), &info);
     let catalog = settings.catalog.clone();
-    let truths = move |generation| catalog.truth_of(generation);
-    let truth =
-        (settings.catalog.truth().is_some()).then_some(&truths as crate::observe::truth::Truths);
+    let truth_in_force = move || catalog.truth().expect("with routes");
+    let truth = settings
+        .catalog
+        .truth()
+        .is_some()
+        .then_some(&truth_in_force as &dyn Fn() -> Arc<crate::observe::truth::GroundTruth>);
     let watch = Watch {
         counters: &counters,
         kernel_detail: &kernel_detail,

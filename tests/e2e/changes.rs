@@ -1179,63 +1179,6 @@ fn put_routes_answers_the_next_request_from_the_new_table_and_a_held_one_from_th
     );
 }
 
-/// A replaced generation's ground truth stays readable by its number, on the control API and on
-/// `--metrics`, and counts the answers chosen from it that finish after the swap.
-#[test]
-fn a_replaced_generations_truth_is_read_by_its_number_with_its_late_answers() {
-    let (s, _) = start(&["/x delay=1s body=old"], &["--admin", "127.0.0.1:0"]);
-    let addr = s.addr;
-    let held = thread::spawn(move || {
-        let mut r = Reader::new(connect(addr));
-        r.send(&get("/x"));
-        r.response(false)
-    });
-    wait_for_requests(&s, 1.0);
-    assert_eq!(
-        put_routes(&s, "[[route]]\npath = \"/x\"\nbody = \"new\"\n"),
-        2
-    );
-    assert_eq!(body_of(&s, "/x"), "new");
-    let one = admin_json(&s, "GET", "/ground-truth?generation=1", b"");
-    assert_eq!(num(&one, &["generation"]), 1.0, "{one}");
-    assert_eq!(
-        num(entry(&one, "/x", "base"), &["count"]),
-        0.0,
-        "still held: {one}"
-    );
-    assert_eq!(held.join().unwrap().body, b"old");
-    // The held answer, finished after the swap, counts in generation 1; generation 2 has its own.
-    let one = admin_json(&s, "GET", "/ground-truth?generation=1", b"");
-    assert_eq!(num(entry(&one, "/x", "base"), &["count"]), 1.0, "{one}");
-    let two = admin_json(&s, "GET", "/ground-truth?generation=2", b"");
-    assert_eq!(num(&two, &["generation"]), 2.0, "{two}");
-    assert_eq!(num(entry(&two, "/x", "base"), &["count"]), 1.0, "{two}");
-    let scraped = json(&s.scrape("/ground-truth.json?generation=1"));
-    assert_eq!(num(&scraped, &["generation"]), 1.0, "{scraped}");
-    assert_eq!(
-        num(entry(&scraped, "/x", "base"), &["count"]),
-        1.0,
-        "{scraped}"
-    );
-    // A generation never made, a bad number, and a reset of another generation than the one in force.
-    let unknown = admin(&s, "GET", "/ground-truth?generation=3", b"");
-    assert_eq!(unknown.status, 404, "{unknown:?}");
-    assert!(
-        String::from_utf8_lossy(&unknown.body).contains("not kept"),
-        "{unknown:?}"
-    );
-    assert_eq!(
-        admin(&s, "GET", "/ground-truth?generation=x", b"").status,
-        400
-    );
-    assert_eq!(
-        admin(&s, "POST", "/ground-truth/reset?generation=1", b"").status,
-        400
-    );
-    let reset = admin_json(&s, "POST", "/ground-truth/reset?generation=2", b"");
-    assert_eq!(num(entry(&reset, "/x", "base"), &["count"]), 1.0, "{reset}");
-}
-
 #[test]
 fn put_routes_starts_its_phases_clock_and_replaces_the_phases() {
     let (s, _) = start(

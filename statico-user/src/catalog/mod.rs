@@ -220,19 +220,6 @@ impl Catalog {
         self.routes.as_ref().map(|r| r.load().truth().clone())
     }
 
-    /// The ground truth in force (`None`), or generation N's while it is kept: the one in force and
-    /// the last [`crate::observe::truth::KEPT_GENERATIONS`] replaced (their
-    /// tables, bodies and all, are not kept). None without routes.
-    pub fn truth_of(
-        &self,
-        generation: Option<u32>,
-    ) -> Option<Arc<crate::observe::truth::GroundTruth>> {
-        match generation {
-            None => self.truth(),
-            Some(g) => self.routes.as_ref()?.truth_of(g),
-        }
-    }
-
     /// The routes table in force (none without routes).
     pub fn routes(&self) -> Option<Arc<Routes>> {
         self.routes.as_ref().map(|r| r.load())

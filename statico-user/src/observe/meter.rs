@@ -336,7 +336,7 @@ pub async fn run(
     counters: Counters,
     format: MeterFormat,
     kernel: &dyn Fn() -> KernelDetail,
-    truth: Option<crate::observe::truth::Truths<'_>>,
+    truth: Option<crate::observe::truth::InForce<'_>>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -369,10 +369,10 @@ pub async fn run(
             xdp: k.xdp,
         };
         let mut line = format_line(format, &rates(&prev, &now, at - prev_at), &now, &detail);
-        if let (MeterFormat::Json, Some(truth)) = (format, truth.and_then(|t| t(None))) {
+        if let (MeterFormat::Json, Some(truth)) = (format, truth) {
             if line.ends_with('}') {
                 line.pop();
-                line = format!("{line},\"ground_truth\":{}}}", truth.json());
+                line = format!("{line},\"ground_truth\":{}}}", truth().json());
             }
         }
         println!("{line}");

@@ -15,7 +15,6 @@ use statico_common::Counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::observe::meter::{Counters, KernelDetail, Shown};
-use crate::observe::truth::{generation_asked, not_kept, Truths};
 
 /// What `statico_build_info` says, and which counters apply.
 #[derive(Clone, Debug)]
@@ -160,30 +159,29 @@ pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: 
 }
 
 /// Answers scrapes on `listener` until the future is dropped: `/metrics` (the `page`, and the routes'
-/// histograms), and `/ground-truth.json[?generation=N]` when there are routes.
+/// histograms), and `/ground-truth.json` when there are routes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     page: &dyn Fn() -> String,
-    truth: Option<Truths<'_>>,
+    truth: Option<crate::observe::truth::InForce<'_>>,
 ) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await; // out of descriptors: retry
             continue;
         };
-        let head = tokio::time::timeout(Duration::from_secs(2), read_head(&mut conn)).await;
-        let response = match head {
+        let answer = tokio::time::timeout(Duration::from_secs(2), read_head(&mut conn)).await;
+        let response = match answer {
             Ok(Some(path)) if path == "/metrics" || path.starts_with("/metrics?") => {
                 let mut body = page();
-                if let Some(truth) = truth.and_then(|t| t(None)) {
-                    truth.prometheus(&mut body);
+                if let Some(truth) = truth {
+                    truth().prometheus(&mut body);
                 }
                 ok("text/plain; version=0.0.4; charset=utf-8", &body)
             }
-            Ok(Some(path)) if path.split('?').next() == Some("/ground-truth.json") => match truth {
-                Some(truth) => ground_truth(truth, &path),
-                None => answer("404 Not Found", "text/plain", "no routes, so no ground truth\n"),
-            },
+            Ok(Some(path)) if truth.is_some() && path.split('?').next() == Some("/ground-truth.json") => {
+                ok("application/json", &truth.map(|t| t().json()).unwrap_or_default())
+            }
             Ok(Some(_)) => "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nmetrics are /metrics\n".into(),
             _ => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
         };
@@ -192,27 +190,10 @@ pub async fn serve(
     }
 }
 
-/// `/ground-truth.json[?generation=N]`: the truth in force, or generation N's while it is kept.
-fn ground_truth(truth: Truths, path: &str) -> String {
-    let query = path.split_once('?').map_or("", |(_, q)| q);
-    match generation_asked(query) {
-        Err(e) => answer("400 Bad Request", "text/plain", &e),
-        Ok(asked) => match truth(asked) {
-            Some(t) => ok("application/json", &t.json()),
-            None => answer("404 Not Found", "text/plain", &not_kept(asked)),
-        },
-    }
-}
-
 /// A 200 with `body`, closing.
 fn ok(content_type: &str, body: &str) -> String {
-    answer("200 OK", content_type, body)
-}
-
-/// An answer with `status` and `body`, closing.
-fn answer(status: &str, content_type: &str, body: &str) -> String {
     format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
 }

@@ -21,7 +21,7 @@ pub struct Watch<'a> {
     /// The metrics listener, bound at start-up, and the page it serves.
     pub metrics: Option<(std::net::TcpListener, &'a dyn Fn() -> String)>,
     /// The routes' ground truth (with routes): on the metrics listener and in the JSON meter.
-    pub truth: Option<truth::Truths<'a>>,
+    pub truth: Option<truth::InForce<'a>>,
 }
 
 impl Watch<'_> {

@@ -227,36 +227,8 @@ struct Since {
     began: std::time::SystemTime,
 }
 
-/// Where a reader finds a ground truth: the routes table in force's (`None`; each table has its own),
-/// or generation N's (`Some(N)`) while it is kept; `None` back for a generation not kept.
-pub type Truths<'a> = &'a dyn Fn(Option<u32>) -> Option<std::sync::Arc<GroundTruth>>;
-
-/// How many replaced routes tables' ground truths stay readable, beside the one in force.
-pub const KEPT_GENERATIONS: usize = 8;
-
-/// Why generation `asked` has no ground truth to read.
-pub fn not_kept(asked: Option<u32>) -> String {
-    format!(
-        "generation {} is not kept: the one in force and the last {KEPT_GENERATIONS} replaced are\n",
-        asked.unwrap_or(0),
-    )
-}
-
-/// The generation a query string asks for (`generation=N`): `Ok(None)` when it names none.
-pub fn generation_asked(query: &str) -> Result<Option<u32>, String> {
-    let Some(value) = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("generation="))
-    else {
-        return Ok(None);
-    };
-    match value.parse::<u32>() {
-        Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(format!(
-            "generation={value}: a generation is a number from 1\n"
-        )),
-    }
-}
+/// Where a reader finds the ground truth in force (the routes table in force has its own).
+pub type InForce<'a> = &'a dyn Fn() -> std::sync::Arc<GroundTruth>;
 
 /// How many pauses there have been, and how long they lasted in all.
 pub type PausesSoFar = fn() -> (u64, Duration);
@@ -923,24 +895,6 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
-
-    #[test]
-    fn a_query_names_a_generation_from_one_or_none() {
-        assert_eq!(generation_asked(""), Ok(None));
-        assert_eq!(generation_asked("x=1"), Ok(None));
-        assert_eq!(generation_asked("x=1&generation=12"), Ok(Some(12)));
-        for bad in [
-            "generation=0",
-            "generation=",
-            "generation=-1",
-            "generation=2x",
-        ] {
-            assert!(
-                generation_asked(bad).unwrap_err().contains("generation="),
-                "{bad}"
-            );
-        }
-    }
 
     fn route(name: &str, outcomes: &[&str], expected: Option<(Duration, Duration)>) -> RouteInfo {
         RouteInfo {
