@@ -613,32 +613,6 @@ pub fn check_invariants(data: &[u8], piece: usize, limits: Limits) -> Vec<String
     log
 }
 
-/// The fuzz target's body, also run over the committed corpus by `cargo test`: the events must be the
-/// same whether `data` arrives whole, byte by byte, or in pieces of a size the input picks, under
-/// default and under tiny limits (which reach the 413 and 431 paths).
-pub fn fuzz_one(data: &[u8]) {
-    let piece = usize::from(data.first().copied().unwrap_or(0) % 13) + 2;
-    for limits in [
-        Limits::default(),
-        Limits {
-            max_head: 64,
-            max_body: 16,
-        },
-    ] {
-        let whole = check_invariants(data, data.len(), limits);
-        assert_eq!(
-            whole,
-            check_invariants(data, 1, limits),
-            "byte by byte differs"
-        );
-        assert_eq!(
-            whole,
-            check_invariants(data, piece, limits),
-            "pieces of {piece} differ"
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
