@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+#[path = "../fuzz/oracle/connection.rs"]
+mod connection;
 #[path = "../fuzz/oracle/echo.rs"]
 mod echo;
 #[path = "../fuzz/oracle/http1.rs"]
@@ -44,6 +46,11 @@ fn replay(name: &str, at_least: usize, check: fn(&[u8])) {
 #[test]
 fn http1_corpus_replays_clean() {
     replay("http1", 10, http1::check);
+}
+
+#[test]
+fn connection_corpus_replays_clean() {
+    replay("connection", 10, connection::check);
 }
 
 #[test]
