@@ -1,13 +1,16 @@
 //! Replays every fuzz target's corpus (`fuzz/corpus/NAME`) as an ordinary test, on stable Rust, so
 //! every input the fuzzer ever kept — and every crash it found, once fixed and added there — is
-//! checked on each run. The targets' oracles live in `fuzz/oracle/NAME.rs` (the parser's in
-//! `statico::proto::http1::parser::fuzz_one`), included here as the fuzz targets include them, so
-//! the replay asks exactly what the fuzzer asked.
+//! checked on each run. The targets' oracles live in `fuzz/oracle/NAME.rs`, included here as the
+//! fuzz targets include them, so the replay asks exactly what the fuzzer asked.
 
 use std::path::Path;
 
+#[path = "../fuzz/oracle/connection.rs"]
+mod connection;
 #[path = "../fuzz/oracle/echo.rs"]
 mod echo;
+#[path = "../fuzz/oracle/http1.rs"]
+mod http1;
 #[path = "../fuzz/oracle/request.rs"]
 mod request;
 #[path = "../fuzz/oracle/routes.rs"]
@@ -41,8 +44,13 @@ fn replay(name: &str, at_least: usize, check: fn(&[u8])) {
 }
 
 #[test]
-fn parser_corpus_replays_clean() {
-    replay("parser", 10, statico::proto::http1::parser::fuzz_one);
+fn http1_corpus_replays_clean() {
+    replay("http1", 10, http1::check);
+}
+
+#[test]
+fn connection_corpus_replays_clean() {
+    replay("connection", 10, connection::check);
 }
 
 #[test]

@@ -19,8 +19,9 @@ use crate::{cargo, cmd, setup};
 
 /// The targets (`statico-user/fuzz/fuzz_targets/NAME.rs`), in the order `--all` runs them, with the
 /// longest input each is given (`-max_len`).
-pub const TARGETS: [(&str, usize); 4] = [
-    ("parser", 4096),
+pub const TARGETS: [(&str, usize); 5] = [
+    ("http1", 4096),
+    ("connection", 4096),
     ("routes", 4096),
     ("echo", 1024),
     ("request", 2048),
@@ -30,7 +31,8 @@ const FUZZ_DIR: &str = "statico-user/fuzz";
 
 #[derive(clap::Args, Debug, Default)]
 pub struct FuzzArgs {
-    /// The target to fuzz: parser, routes, echo or request [default: parser]
+    /// The target to fuzz: http1 (the request parser; it was called parser), connection, routes,
+    /// echo or request [default: http1]
     #[arg(long, conflicts_with = "all")]
     pub target: Option<String>,
     /// Fuzz every target in turn, each for --seconds

@@ -19,8 +19,9 @@
 //! - `soak --minutes N`: one statico under every kind of client, faults, SIGHUP and routes swaps for
 //!   N minutes; fails unless memory and descriptors stay flat, every client error was injected and
 //!   the drain exits 0 (see `soak.rs`).
-//! - `fuzz`: runs a fuzz target (`--target NAME`, default the parser) or all in turn (`--all`) for a
-//!   while (the pinned nightly, cargo-fuzz; see `fuzz.rs`), its `Cargo.lock` checked first.
+//! - `fuzz`: runs a fuzz target (`--target NAME`, default `http1`, the request parser) or all in
+//!   turn (`--all`) for a while (the pinned nightly, cargo-fuzz; see `fuzz.rs`), its `Cargo.lock`
+//!   checked first.
 //!
 //! Each task installs what it uses and is missing first (`setup::Purpose`): `run`/`build` the build
 //! toolchains, `bench` its peers and clients, `package` cargo-deb, `image` podman, runc and mmdebstrap, `test` everything (it runs the smoke
@@ -83,7 +84,7 @@ enum Task {
     /// client error was injected, and the drain exits 0 (see xtask/src/soak.rs)
     #[cfg(target_os = "linux")]
     Soak(soak::SoakArgs),
-    /// Fuzz a target (parser, routes, echo, request), or --all in turn (the pinned nightly; installs cargo-fuzz)
+    /// Fuzz a target (http1, connection, routes, echo, request), or --all in turn (the pinned nightly; installs cargo-fuzz)
     Fuzz(fuzz::FuzzArgs),
 }
 

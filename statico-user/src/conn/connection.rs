@@ -491,6 +491,12 @@ impl Connection {
         }
     }
 
+    /// Input received and not yet answered (a partial head or chunk line, or requests waiting):
+    /// what the fuzz oracle bounds (`fuzz/oracle/connection.rs`).
+    pub fn kept_input(&self) -> usize {
+        self.pending.len()
+    }
+
     fn unsent(&self) -> usize {
         self.out.unsent()
     }
@@ -573,8 +579,10 @@ impl Connection {
         };
         batch.count(env.counters);
         if batch.close {
-            let unread = batch.consumed < input.len();
-            self.after = if batch.error.is_some() || unread {
+            // Linger when the client may still be sending: after an error, or a close it did not
+            // ask for. Not on whether more bytes came in this read: that depends on how the reads
+            // fell (found by the `connection` fuzz target); bytes read here are discarded anyway.
+            self.after = if batch.error.is_some() || batch.unasked_close {
                 After::Linger
             } else {
                 After::Close
@@ -1042,6 +1050,33 @@ mod tests {
             !c.wants_input() && !c.keeps_input(),
             "more input is discarded"
         );
+        w.flush(&mut c, 1);
+        assert_eq!(c.status(), Status::Close);
+    }
+
+    #[test]
+    fn a_close_the_client_did_not_ask_for_lingers_however_its_next_request_arrives() {
+        let mut w = World::new(b"ok", None, None);
+        let plan = crate::catalog::Plan {
+            echo: Some(crate::catalog::route::fortio::Limits {
+                max_delay: SEC,
+                max_size: 1024,
+            }),
+            ..crate::catalog::Plan::of_response(spec(b"ok"))
+        };
+        w.catalog =
+            crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap(), 0);
+        let close = b"GET /?close=true HTTP/1.1\r\nHost: a\r\n\r\n";
+        for next in [GET, b""] {
+            let mut c = w.conn();
+            c.receive(&[&close[..], next].concat(), w.at(0), w.env());
+            assert!(w.flush(&mut c, 1).starts_with(b"HTTP/1.1 200 OK"));
+            assert_eq!(c.status(), Status::ShutdownWrite, "next: {next:?}");
+        }
+        // A close the client asked for does not linger, whatever came after it in the same read.
+        let mut c = w.conn();
+        let asked = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+        c.receive(&[&asked[..], GET].concat(), w.at(0), w.env());
         w.flush(&mut c, 1);
         assert_eq!(c.status(), Status::Close);
     }

@@ -28,6 +28,9 @@ pub struct Batch {
     pub error: Option<ErrorStatus>,
     /// Close the connection once `out` is written.
     pub close: bool,
+    /// The close is the server's, on a connection the client meant to keep (`--echo-query`'s
+    /// `close`): the client may be sending its next request already.
+    pub unasked_close: bool,
     /// With [`Pace::OneByOne`]: where the body of the last response starts in `out` (when it may be
     /// held apart from its head), and how that response is delivered.
     pub body_at: Option<usize>,
@@ -177,6 +180,7 @@ impl Session {
                     (batch.ticket, batch.shed_at) = (written.ticket, written.shed_at);
                     if !info.keep_alive || written.close {
                         batch.close = true;
+                        batch.unasked_close = info.keep_alive;
                         return batch;
                     }
                     match pace {
