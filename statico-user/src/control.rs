@@ -260,11 +260,14 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Request, usize, usize)>, Answer> {
     if field("transfer-encoding").is_some() {
         return Err(Answer::text(411, "send the body with Content-Length\n"));
     }
-    let length = match field("content-length").map(|v| v.parse::<usize>()) {
-        None => 0,
-        Some(Ok(n)) => n,
-        Some(Err(_)) => return Err(Answer::text(400, "Content-Length is not a number\n")),
-    };
+    // Digits only (RFC 9110 §8.6): `usize`'s parser would also take a sign (`+5`).
+    let digits = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+    let length =
+        match field("content-length").map(|v| v.parse::<usize>().ok().filter(|_| digits(&v))) {
+            None => 0,
+            Some(Some(n)) => n,
+            Some(None) => return Err(Answer::text(400, "Content-Length is not a number\n")),
+        };
     let target = req.path.unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let request = Request {
@@ -413,6 +416,14 @@ mod tests {
         );
         assert!(request("GET / HTTP/1.1\r\n").unwrap().is_none());
         assert_eq!(request("GET\x01 /").err().map(|a| a.status), Some(400));
+        for length in ["+5", "-5", "5 5", "0x5", ""] {
+            let head = format!("PUT /routes HTTP/1.1\r\nContent-Length: {length}\r\n\r\n");
+            assert_eq!(
+                request(&head).err().map(|a| a.status),
+                Some(400),
+                "{length:?}"
+            );
+        }
     }
 
     #[test]
