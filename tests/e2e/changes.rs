@@ -1276,6 +1276,29 @@ fn post_pause_holds_answers_for_its_length_and_post_resume_ends_it_early() {
 }
 
 #[test]
+fn a_pipelined_batch_is_held_whole_by_a_pause_and_goes_at_once_outside_one() {
+    // Whether HTTP/1.1 answers one at a time is decided per batch: while a pause is in force.
+    let (s, _) = start(&["/x body=ok"], &["--admin", "127.0.0.1:0"]);
+    let batch = [get("/x"), get("/x"), get("/x")].concat();
+    let mut r = Reader::new(connect(s.addr));
+    let (_, paused) = Origin::around(|| admin_json(&s, "POST", "/pause?for=600ms", b""));
+    r.send(&batch);
+    // Nothing of the batch goes out before the pause's end, then all of it.
+    assert!(r.quiet_for(ms(400)), "answered inside the pause");
+    for i in 0..3 {
+        assert_eq!(r.response(false).status, 200, "answer {i}");
+        assert_released(paused, ms(600), Instant::now(), "a pipelined answer");
+    }
+    // After it, the same batch on the same connection at once.
+    let started = Instant::now();
+    r.send(&batch);
+    for i in 0..3 {
+        assert_eq!(r.response(false).status, 200, "answer {i} after the pause");
+    }
+    assert!(started.elapsed() < ms(300), "{:?}", started.elapsed());
+}
+
+#[test]
 fn bad_pause_lengths_get_400() {
     let (s, _) = start(&["/x body=ok"], &["--admin", "127.0.0.1:0"]);
     for path in [

@@ -9,13 +9,20 @@
 /// The HTTP/2 client connection preface.
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// How far into a `--http2` connection's first bytes a request line's end is looked for.
+const FIRST_LINE_MAX: usize = 256;
+
 /// On a `--http2` port, whether a connection's first bytes are an HTTP/1.x request line: `None` until
 /// the line is complete (or 256 bytes arrived without one: then HTTP/1 decides, and its limits apply),
 /// `Some(false)` when the line does not end in an `HTTP/` version (it is then taken for a broken HTTP/2
 /// preface).
+/// Only the first 256 bytes are looked at, so the answer does not depend on how the bytes were
+/// split into reads (a line end at byte 257 arriving with the rest once made it a broken preface,
+/// where arriving later it was HTTP/1's to refuse: found by the `connection` fuzz target).
 pub fn first_line_is_http1(bytes: &[u8]) -> Option<bool> {
-    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
-        return (bytes.len() >= 256).then_some(true);
+    let window = &bytes[..bytes.len().min(FIRST_LINE_MAX)];
+    let Some(end) = window.iter().position(|&b| b == b'\n') else {
+        return (bytes.len() >= FIRST_LINE_MAX).then_some(true);
     };
     let line = bytes[..end].strip_suffix(b"\r").unwrap_or(&bytes[..end]);
     let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
@@ -65,5 +72,10 @@ mod tests {
             Some(false)
         );
         assert_eq!(first_line_is_http1(&[b'a'; 300]), Some(true));
+        // A line end past the first 256 bytes is not looked for, whichever read brought it.
+        let late = [&[b'a'; 256][..], b"\n"].concat();
+        assert_eq!(first_line_is_http1(&late), Some(true));
+        assert_eq!(first_line_is_http1(&late[..256]), Some(true));
+        assert_eq!(first_line_is_http1(&late[..255]), None);
     }
 }
