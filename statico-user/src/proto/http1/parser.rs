@@ -17,8 +17,10 @@
 //! parse has grown — up to its last complete line, or its largest power-of-two length, whichever is
 //! longer. A head trickled a byte a read is parsed once per line and per doubling, not once per
 //! byte (which made a 16 KiB head cost 16 Ki parses of up to 16 KiB); a head that arrives in one
-//! read is parsed at once, so a broken one is answered at once, and what is parsed depends only on
-//! the bytes, never on how they were split.
+//! read ends in a line end, so it is parsed at once (a broken one answered at once). A broken
+//! fragment whose last line has not ended is refused when that line ends, at the next doubling, at
+//! the head limit or at `--header-timeout`. What is parsed depends only on the bytes, never on how
+//! they were split.
 
 use std::mem::MaybeUninit;
 
@@ -286,11 +288,14 @@ impl Parser {
     /// the bytes alone, so splits do not change what is found; it grows at most once per line and
     /// once per doubling.
     fn head_prefix<'a>(&mut self, window: &'a [u8], full: bool) -> Option<&'a [u8]> {
+        if full {
+            return Some(window); // decided now, either way (`--max-head-size 0`: empty)
+        }
         let fresh = window.get(self.scanned as usize..).unwrap_or(window);
         let lines = (fresh.iter().rposition(|&b| b == b'\n'))
             .map_or(0, |i| window.len() - fresh.len() + i + 1);
-        let power = 1 << window.len().ilog2();
-        let upto = if full { window.len() } else { lines.max(power) };
+        let power = 1 << window.len().ilog2(); // not empty: below a limit above 0
+        let upto = lines.max(power);
         self.scanned = saturated(window.len());
         if upto <= self.parsed as usize {
             return None;
@@ -657,6 +662,13 @@ mod tests {
         let mut p = Parser::new(Limits::default());
         assert_eq!(p.next(b"G"), (0, Event::Incomplete));
         assert_eq!(p.next(b"G@"), (0, Event::Error(ErrorStatus::BadRequest)));
+        // A head limit of 0 (`--max-head-size 0`): every request is too large, none a crash.
+        let mut p = Parser::new(Limits {
+            max_head: 0,
+            ..Limits::default()
+        });
+        let e = Event::Error(ErrorStatus::HeaderFieldsTooLarge);
+        assert_eq!(p.next(b"G"), (0, e));
     }
 
     /// Runs the parser over `input` in one piece and collects the events, de-chunked bodies joined.
