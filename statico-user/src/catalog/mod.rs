@@ -456,11 +456,12 @@ impl Local {
         }
     }
 
-    /// What chooses an answer, borrowed (see [`Kinds::choose`]).
+    /// What chooses an answer, borrowed (see [`Kinds::choose`]). A live table that matches
+    /// nothing is left out, so that `--admin` without routes costs a request nothing.
     fn kinds(&self) -> Kinds<'_> {
         Kinds {
             site: self.site.as_ref().map(|(_, site)| &**site),
-            routes: self.routes.as_ref(),
+            routes: self.routes.as_ref().filter(|r| !r.matches_nothing()),
             echo: self.echo.as_ref(),
             draw: &self.draw,
         }

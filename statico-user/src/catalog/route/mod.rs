@@ -262,6 +262,12 @@ impl Routes {
         })
     }
 
+    /// Whether no request can match (an empty table kept live for `--admin` or SIGHUP): requests
+    /// then skip it without being looked at.
+    pub fn matches_nothing(&self) -> bool {
+        self.matched == 0
+    }
+
     /// The first route `request` matches, and what it draws for it.
     pub fn choose(&self, request: &Request<'_>, draw: &mut Draw) -> Option<RouteChoice> {
         let path = path_of(request.target);
