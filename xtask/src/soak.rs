@@ -673,7 +673,11 @@ impl Run {
         for (what, f) in checks {
             match f {
                 Some(f) if f.ok() => {}
-                Some(f) => failures.push(format!("{name}: {what} not flat: {f:?}")),
+                Some(f) => failures.push(format!(
+                    "{name}: {what} not flat: the last third reached {}, over the bound {} (the \
+                     second minute's most was {})",
+                    f.last_max, f.bound, f.reference_max
+                )),
                 None => failures.push(format!("{name}: {what}: too few samples to judge")),
             }
         }
