@@ -260,14 +260,16 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Request, usize, usize)>, Answer> {
     if field("transfer-encoding").is_some() {
         return Err(Answer::text(411, "send the body with Content-Length\n"));
     }
-    // Digits only (RFC 9110 §8.6): `usize`'s parser would also take a sign (`+5`).
-    let digits = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
-    let length =
-        match field("content-length").map(|v| v.parse::<usize>().ok().filter(|_| digits(&v))) {
-            None => 0,
-            Some(Some(n)) => n,
-            Some(None) => return Err(Answer::text(400, "Content-Length is not a number\n")),
-        };
+    // Digits only, as HTTP/1.1 requests are read (`usize`'s parser would also take `+5`).
+    let length = field("content-length").map(|v| {
+        crate::proto::http1::parser::parse_content_length(v.as_bytes())
+            .and_then(|n| usize::try_from(n).ok())
+    });
+    let length = match length {
+        None => 0,
+        Some(Some(n)) => n,
+        Some(None) => return Err(Answer::text(400, "Content-Length is not a number\n")),
+    };
     let target = req.path.unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let request = Request {

@@ -573,7 +573,8 @@ impl<'a> View<'a> {
         self.kinds.choose(request)
     }
 
-    /// Whether some answer may be held: HTTP/1.1 then answers one request at a time.
+    /// Whether some answer may be held, or a whole-server pause is in force: HTTP/1.1 then
+    /// answers one request at a time.
     #[inline]
     pub fn paced(&self) -> bool {
         self.paced

@@ -13,12 +13,13 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FIRST_LINE_MAX: usize = 256;
 
 /// On a `--http2` port, whether a connection's first bytes are an HTTP/1.x request line: `None` until
-/// the line is complete (or 256 bytes arrived without one: then HTTP/1 decides, and its limits apply),
-/// `Some(false)` when the line does not end in an `HTTP/` version (it is then taken for a broken HTTP/2
-/// preface).
-/// Only the first 256 bytes are looked at, so the answer does not depend on how the bytes were
-/// split into reads (a line end at byte 257 arriving with the rest once made it a broken preface,
-/// where arriving later it was HTTP/1's to refuse: found by the `connection` fuzz target).
+/// the line is complete (or [`FIRST_LINE_MAX`] bytes arrived without one: then HTTP/1 decides, and its
+/// limits apply), `Some(false)` when the line does not end in an `HTTP/` version (it is then taken for
+/// a broken HTTP/2 preface).
+///
+/// Only the first [`FIRST_LINE_MAX`] bytes are looked at, so the answer does not depend on how the
+/// bytes were split into reads (a line end just past them once made a broken preface when it came in
+/// the same read, and HTTP/1's 400 when it came later: found by the `connection` fuzz target).
 pub fn first_line_is_http1(bytes: &[u8]) -> Option<bool> {
     let window = &bytes[..bytes.len().min(FIRST_LINE_MAX)];
     let Some(end) = window.iter().position(|&b| b == b'\n') else {

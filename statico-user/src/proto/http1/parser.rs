@@ -548,8 +548,9 @@ fn analyze(req: &httparse::Request<'_, '_>, limits: Limits) -> Result<RequestInf
     })
 }
 
-/// `Content-Length = 1*DIGIT`, at most 19 digits so it fits a u64.
-fn parse_content_length(value: &[u8]) -> Option<u64> {
+/// `Content-Length = 1*DIGIT`, at most 19 digits so it fits a u64 (the control API reads its
+/// requests' with it too).
+pub fn parse_content_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
