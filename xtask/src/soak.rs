@@ -448,6 +448,8 @@ impl Run {
 
     fn sample_all(&mut self) {
         let t_s = self.start.elapsed().as_secs_f64();
+        let answers = report::answers_now(&self.shared.tally.lock().unwrap());
+        self.progress.answers.push((t_s, answers));
         for (i, s) in self.servers.iter().enumerate() {
             match sample(s.pid(), t_s) {
                 Ok(sample) => self.progress.samples[i].push(sample),
@@ -467,6 +469,7 @@ fn sample(pid: u32, t_s: f64) -> Result<Sample> {
     Ok(Sample {
         t_s,
         rss_kib: judge::vm_rss_kib(&status).context("VmRSS")?,
+        rss_anon_kib: judge::status_kib(&status, "RssAnon:").context("RssAnon")?,
         fds: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64,
         cpu_ticks: judge::stat_cpu_ticks(&stat).context("/proc/PID/stat")?,
     })

@@ -12,6 +12,8 @@ pub struct Sample {
     /// Seconds since the clients started.
     pub t_s: f64,
     pub rss_kib: u64,
+    /// The anonymous part of the RSS (heap and stacks, not mapped files), KiB.
+    pub rss_anon_kib: u64,
     pub fds: u64,
     /// utime + stime so far, in clock ticks.
     pub cpu_ticks: u64,
@@ -21,9 +23,14 @@ pub const SAMPLE_EVERY_S: f64 = 10.0;
 
 /// `VmRSS:` of a /proc/PID/status text, in KiB.
 pub fn vm_rss_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmRSS:")
+}
+
+/// The field `name` (with its colon) of a /proc/PID/status text, in KiB.
+pub fn status_kib(status: &str, name: &str) -> Option<u64> {
     status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
+        .find(|l| l.starts_with(name))?
         .split_whitespace()
         .nth(1)?
         .parse()
@@ -258,6 +265,10 @@ mod tests {
         let status = "Name:\tstatico\nVmPeak:\t  99 kB\nVmRSS:\t   12345 kB\nThreads: 4\n";
         assert_eq!(vm_rss_kib(status), Some(12345));
         assert_eq!(vm_rss_kib("Name: x\n"), None);
+        assert_eq!(
+            status_kib("VmRSS: 9 kB\nRssAnon:\t  77 kB\n", "RssAnon:"),
+            Some(77)
+        );
         let stat = "4242 (stat ico) (x) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 4 0 100";
         assert_eq!(stat_cpu_ticks(stat), Some(175));
         assert_eq!(stat_cpu_ticks("4242 (x) S 1 2"), None);

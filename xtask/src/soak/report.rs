@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::clients::Shared;
-use super::judge::{add_truth, Counts, Sample, Swap, Truth};
+use super::judge::{add_truth, Counts, Sample, Swap, Truth, SAMPLE_EVERY_S};
 use super::{route_totals, SoakArgs, SERVER_NAMES};
 use crate::bench::measure::clock_ticks_per_second;
 use crate::bench::report::{line_chart, machine, Line, LinePanel};
@@ -40,6 +40,9 @@ pub struct Drain {
 #[derive(Default)]
 pub struct Progress {
     pub samples: [Vec<Sample>; 2],
+    /// At each sample: answers (whole, any status) so far per "server client", to tell whose load
+    /// changed when statico's RSS or CPU did.
+    pub answers: Vec<(f64, BTreeMap<String, u64>)>,
     pub swaps: Vec<SwapRecord>,
     /// The TLS statico's ground truth, the last read of each generation.
     pub generations: BTreeMap<u64, Value>,
@@ -118,6 +121,7 @@ fn text(
         let _ = writeln!(s, "  {c}");
     }
     samples_text(&mut s, p);
+    answers_text(&mut s, p);
     clients_text(&mut s, p, shared);
     hostile_text(&mut s, p, shared);
     let _ = writeln!(
@@ -137,7 +141,7 @@ fn samples_text(s: &mut String, p: &Progress) {
         let cpu = cpu_percent(samples);
         let _ = writeln!(
             s,
-            "\n{name} statico, every 10 s:   t (s)   RSS (MiB)   fds   CPU (% of a core)"
+            "\n{name} statico, every 10 s:   t (s)   RSS (MiB)   anon   fds   CPU (% of a core)"
         );
         for (k, x) in samples.iter().enumerate() {
             let c = if k == 0 {
@@ -147,9 +151,10 @@ fn samples_text(s: &mut String, p: &Progress) {
             };
             let _ = writeln!(
                 s,
-                "{:>34.0} {:>11.1} {:>5} {:>7}",
+                "{:>34.0} {:>11.1} {:>6.1} {:>5} {:>7}",
                 x.t_s,
                 x.rss_kib as f64 / 1024.0,
+                x.rss_anon_kib as f64 / 1024.0,
                 x.fds,
                 c
             );
@@ -161,6 +166,43 @@ fn samples_text(s: &mut String, p: &Progress) {
             p.end_open_conns[i].map_or("unknown".to_string(), |n| n.to_string())
         );
     }
+}
+
+/// Answers per second of each client, a row a minute: the load behind each stretch of the samples.
+fn answers_text(s: &mut String, p: &Progress) {
+    let Some((_, last)) = p.answers.last() else {
+        return;
+    };
+    let names: Vec<&String> = last.keys().collect();
+    let _ = writeln!(
+        s,
+        "
+answers per second, each minute:"
+    );
+    let _ = write!(s, "  {:>6}", "t (s)");
+    for n in &names {
+        let _ = write!(s, " {n:>16}");
+    }
+    let per_minute = (60.0 / SAMPLE_EVERY_S) as usize;
+    let rows: Vec<_> = p.answers.iter().step_by(per_minute).collect();
+    for w in rows.windows(2) {
+        let ((t0, a0), (t1, a1)) = (w[0], w[1]);
+        let _ = write!(s, "\n  {t1:>6.0}");
+        for n in &names {
+            let delta = a1.get(*n).unwrap_or(&0) - a0.get(*n).unwrap_or(&0);
+            let _ = write!(s, " {:>16.0}", delta as f64 / (t1 - t0).max(1e-3));
+        }
+    }
+    let _ = writeln!(s);
+}
+
+/// Answers so far per "server client" (routes summed), from the tally.
+pub fn answers_now(tally: &BTreeMap<(String, String, String), Counts>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for ((client, server, _), c) in tally {
+        *out.entry(format!("{server} {client}")).or_default() += c.ok + c.status;
+    }
+    out
 }
 
 fn clients_text(s: &mut String, p: &Progress, shared: &Shared) {
@@ -268,7 +310,7 @@ fn to_json(
         .map(|(i, name)| {
             let samples: Vec<Value> = p.samples[i]
                 .iter()
-                .map(|x| json!({"t_s": x.t_s, "rss_kib": x.rss_kib, "fds": x.fds, "cpu_ticks": x.cpu_ticks}))
+                .map(|x| json!({"t_s": x.t_s, "rss_kib": x.rss_kib, "rss_anon_kib": x.rss_anon_kib, "fds": x.fds, "cpu_ticks": x.cpu_ticks}))
                 .collect();
             let clients: Vec<Value> = tally
                 .iter()
@@ -292,7 +334,12 @@ fn to_json(
         .iter()
         .map(|w| json!({"at_s": w.at_s, "kind": format!("{:?}", w.swap), "generation": w.generation, "held_ms": w.held_ms, "quiet": w.quiet}))
         .collect();
-    json!({"minutes": args.minutes, "runtime": args.runtime, "machine": machine(), "servers": servers,
+    let answers: Vec<Value> = p
+        .answers
+        .iter()
+        .map(|(t_s, a)| json!({"t_s": t_s, "answers": a}))
+        .collect();
+    json!({"minutes": args.minutes, "runtime": args.runtime, "machine": machine(), "servers": servers, "answers_so_far": answers,
            "hostile": closes, "swaps": swaps, "tool_failures": *shared.messages.lock().unwrap(),
            "passed": failures.is_empty(), "failures": failures})
 }
