@@ -24,16 +24,16 @@ use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 pub mod pipe;
+mod stream;
 mod switch;
 
 pub use switch::serve_switched;
 
 use super::detect::{UpgradeRequest, PREFACE};
-use crate::catalog::hold::{Delivery, Step};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
-use crate::proto::held;
 use statico_common::Counter;
+use stream::{Begun, Ended};
 
 /// Settings for the HTTP/2 server.
 #[derive(Clone, Copy, Debug)]
@@ -77,25 +77,15 @@ pub async fn serve<T>(
     // One timer: the idle timeout while no stream is open, then, after GOAWAY, the grace period.
     let mut timer = crate::kernel::timer::Coarse::after(settings.idle_timeout);
     loop {
-        tokio::select! {
+        let ended = tokio::select! {
             biased;
             () = &mut drain, if !draining => {
                 draining = true;
                 conn.graceful_shutdown();
                 timer.reset(GOAWAY_GRACE);
+                continue;
             }
-            Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
-                if ended == Ended::CloseConnection && !draining {
-                    // A route's `close` fault: GOAWAY now, and the connection ends with it.
-                    draining = true;
-                    conn.abrupt_shutdown(h2::Reason::NO_ERROR);
-                    timer.reset(GOAWAY_GRACE);
-                }
-                if streams.is_empty() {
-                    let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
-                    timer.reset(wait);
-                }
-            }
+            Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => ended,
             () = &mut timer, if streams.is_empty() => {
                 if draining {
                     break; // the grace is over: dropping the connection closes it
@@ -104,164 +94,37 @@ pub async fn serve<T>(
                 counters.add(Counter::Timeouts, 1);
                 conn.graceful_shutdown();
                 timer.reset(GOAWAY_GRACE);
+                continue;
             }
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    let response = response(&request);
-                    streams.push(answer(request, respond, response, settings, counters, verbose));
+                    let answer = response(&request);
+                    match stream::begin(request, respond, answer, settings, counters, verbose) {
+                        Begun::Ended(ended) => ended,
+                        Begun::Pending(pending) => {
+                            streams.push(pending);
+                            continue;
+                        }
+                    }
                 }
                 _ => break,
             },
-        }
-    }
-}
-
-/// How a stream ended, for the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ended {
-    Done,
-    /// A route's `close` fault: the connection closes (GOAWAY).
-    CloseConnection,
-}
-
-/// Reads one stream's request body to its end, then delivers the answer as its hold says.
-async fn answer(
-    request: Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
-    response: StreamAnswer,
-    settings: H2Settings,
-    counters: &WorkerCounters,
-    verbose: u8,
-) -> Ended {
-    let head_only = request.method() == http::Method::HEAD;
-    if verbose > 0 {
-        crate::observe::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
-    }
-    if !read_body(request.into_body(), &mut respond, settings, counters).await {
-        return Ended::Done;
-    }
-    counters.add(Counter::Requests, 1);
-    let arrived = std::time::Instant::now();
-    // A client that resets the stream while its answer is held or queued has gone.
-    let gone = std::future::poll_fn(|cx| respond.poll_reset(cx).map(|_| ()));
-    let Some((response, mut ticket)) = held::admitted(response, arrived, gone).await else {
-        return Ended::Done;
-    };
-    let (status, hold, recorder) = (response.status, response.hold, response.recorder.clone());
-    let (head, data) = response.into_parts();
-    let mut head = Some(head);
-    let mut stream = None;
-    for step in Delivery::new(hold, data.len(), head_only) {
-        match step {
-            Step::Wait(d) => crate::kernel::timer::sleep(d).await,
-            Step::Record(key) => match ticket.take() {
-                Some(ticket) => ticket.finish(std::time::Instant::now()),
-                None => {
-                    if let Some(r) = &recorder {
-                        r.record(key, hold.delay, arrived.elapsed());
-                    }
-                }
-            },
-            Step::Head { end } => {
-                let Ok(s) = respond.send_response(head.take().expect("one head"), end) else {
-                    return Ended::Done;
-                };
-                counters.add(Counter::Responses, 1);
-                if verbose > 0 {
-                    println!("↪ response (HTTP/2): {status}");
-                }
-                stream = Some(s);
-            }
-            Step::Body { range, end } => {
-                // A stream the client reset takes no more data: its answer is over.
-                if let Some(s) = stream.as_mut() {
-                    if s.send_data(data.slice(range), end).is_err() {
-                        return Ended::Done;
-                    }
-                }
-            }
-            Step::Reset => match stream.as_mut() {
-                Some(s) => s.send_reset(h2::Reason::INTERNAL_ERROR),
-                None => respond.send_reset(h2::Reason::INTERNAL_ERROR),
-            },
-            Step::Close => return Ended::CloseConnection,
-            Step::Stall => {
-                crate::kernel::timer::Coarse::after(settings.idle_timeout).await;
-                counters.add(Counter::Timeouts, 1);
-                respond.send_reset(h2::Reason::CANCEL);
-            }
-        }
-    }
-    Ended::Done
-}
-
-/// Reads a stream's request body to its end, releasing flow-control capacity as it goes. A body over
-/// `--max-body-size` gets 413, one that pauses longer than `--header-timeout` is cancelled (counted as
-/// a timeout); both reset the stream. Returns whether the body ended well.
-async fn read_body(
-    mut body: h2::RecvStream,
-    respond: &mut h2::server::SendResponse<Bytes>,
-    settings: H2Settings,
-    counters: &WorkerCounters,
-) -> bool {
-    let mut received: u64 = 0;
-    loop {
-        let chunk = match crate::kernel::timer::timeout(settings.header_timeout, body.data()).await
-        {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => return true,
-            Err(_) => {
-                counters.add(Counter::Timeouts, 1);
-                respond.send_reset(h2::Reason::CANCEL);
-                return false;
-            }
         };
-        let Ok(data) = chunk else {
-            return false; // h2 already reset the stream (bad content-length, protocol error)
-        };
-        received += data.len() as u64;
-        let _ = body.flow_control().release_capacity(data.len());
-        if received > settings.max_body {
-            refuse_body(body, respond, settings, counters).await;
-            return false;
+        if ended == Ended::CloseConnection && !draining {
+            // A route's `close` fault: GOAWAY now, and the connection ends with it.
+            draining = true;
+            conn.abrupt_shutdown(h2::Reason::NO_ERROR);
+            timer.reset(GOAWAY_GRACE);
+        }
+        if streams.is_empty() {
+            let wait = if draining {
+                GOAWAY_GRACE
+            } else {
+                settings.idle_timeout
+            };
+            timer.reset(wait);
         }
     }
-}
-
-/// After a 413, how much more of the body is read and dropped so that the client sees a clean end.
-const DISCARD_MAX: u64 = 1 << 20;
-
-/// A body over `--max-body-size`: a complete 413, then the rest of the body read and dropped (up to
-/// [`DISCARD_MAX`], each pause at most `--header-timeout`), as nginx does, and past that RST_STREAM
-/// with NO_ERROR (RFC 9113 §8.1), which curl reports as an error. Not REFUSED_STREAM, which tells a
-/// client the request was not processed and may be retried (curl re-sent such a POST six times).
-async fn refuse_body(
-    mut body: h2::RecvStream,
-    respond: &mut h2::server::SendResponse<Bytes>,
-    settings: H2Settings,
-    counters: &WorkerCounters,
-) {
-    let head = http::Response::builder()
-        .status(http::StatusCode::PAYLOAD_TOO_LARGE)
-        .header(http::header::CONTENT_LENGTH, "0")
-        .body(())
-        .expect("a 413 head");
-    if respond.send_response(head, true).is_ok() {
-        counters.add(Counter::Responses, 1);
-        counters.add(Counter::Status413, 1);
-    }
-    let mut discarded = 0u64;
-    while discarded <= DISCARD_MAX {
-        match crate::kernel::timer::timeout(settings.header_timeout, body.data()).await {
-            Ok(Some(Ok(data))) => {
-                discarded += data.len() as u64;
-                let _ = body.flow_control().release_capacity(data.len());
-            }
-            Ok(None) => return,
-            Ok(Some(Err(_))) | Err(_) => break,
-        }
-    }
-    respond.send_reset(h2::Reason::NO_ERROR);
 }
 
 /// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`.
