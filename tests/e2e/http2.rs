@@ -278,6 +278,41 @@ fn a_silent_client_after_the_preface_is_closed_after_goaway() {
     assert_eq!(s.stop().total("timeouts"), 1);
 }
 
+/// A stream's future ends once its body is handed to `h2`, which may go on sending it for long after:
+/// a connection whose output still moves is not idle. 30 MB read at 3 MB/s with `--idle-timeout 2s`
+/// takes about twice the idle timeout and its GOAWAY grace, and ends whole (it was cut after about
+/// 4.5 s, curl exit 18).
+#[test]
+fn a_download_longer_than_the_idle_timeout_completes_while_its_output_moves() {
+    let dir = statico_tests::scratch_dir("h2", "slow-download");
+    let size = 30_000_000;
+    std::fs::write(dir.join("big.bin"), vec![7u8; size]).unwrap();
+    let root = dir.to_str().unwrap();
+    let s = start(&["--root", root, "--idle-timeout", "2s"]);
+    let out = dir.join("out.bin");
+    let since = Instant::now();
+    let (ok, _, err) = run_client(
+        "curl",
+        &[
+            "-sS",
+            "--http2-prior-knowledge",
+            "--limit-rate",
+            "3M",
+            "-o",
+            out.to_str().unwrap(),
+            &s.url("/big.bin"),
+        ],
+    );
+    let took = since.elapsed();
+    assert!(ok, "the download was cut after {took:?}: {err}");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), size as u64);
+    assert!(
+        took > Duration::from_secs(5),
+        "the download took {took:?}: too fast to outlast the idle timeout and its grace"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_request_body_that_never_ends_is_reset_at_the_header_timeout() {
     let s = start(&["--header-timeout", "1s", "--idle-timeout", "30s"]);

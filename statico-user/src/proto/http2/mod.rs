@@ -15,9 +15,12 @@
 //! the content-length check of `h2` apply) before the response goes out. Pseudo-header validation,
 //! flow control, SETTINGS and GOAWAY are `h2`'s, which is why it is used rather than written here.
 
+use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
@@ -53,8 +56,13 @@ pub const GOAWAY_GRACE: std::time::Duration = super::CLOSE_GRACE;
 /// Serves HTTP/2 on `io` until the client goes away, or until GOAWAY (after `drain` resolves, or
 /// `--idle-timeout` without a stream) and the streams in flight have finished; a client that does not
 /// close then is closed [`GOAWAY_GRACE`] later.
+///
+/// Idle means no stream and no output moving: a stream's future ends once its body is handed to `h2`,
+/// which may still be sending it to a slow reader long after; the connection is only idle (and after
+/// GOAWAY, only closed) once `io` has taken no bytes for the timeout, as HTTP/1.1's output may stall
+/// that long and no more.
 pub async fn serve<T>(
-    io: T,
+    io: Rewind<'_, T>,
     settings: H2Settings,
     response: &dyn Fn(&Request<h2::RecvStream>) -> StreamAnswer,
     counters: &WorkerCounters,
@@ -63,6 +71,7 @@ pub async fn serve<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
+    let moved = io.output_moved();
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_concurrent_streams)
         .handshake::<_, Bytes>(io);
@@ -87,6 +96,11 @@ pub async fn serve<T>(
             }
             Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => ended,
             () = &mut timer, if streams.is_empty() => {
+                let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
+                if let Some(rest) = still_moving(moved.get(), wait) {
+                    timer.reset(rest);
+                    continue;
+                }
                 if draining {
                     break; // the grace is over: dropping the connection closes it
                 }
@@ -127,12 +141,24 @@ pub async fn serve<T>(
     }
 }
 
-/// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`.
+/// How long after output last moved (at `moved`) a timer of `wait` is due, if it is not yet.
+fn still_moving(moved: Instant, wait: Duration) -> Option<Duration> {
+    (moved + wait)
+        .checked_duration_since(Instant::now())
+        .filter(|rest| !rest.is_zero())
+}
+
+/// When a connection's output last moved: the instant `io` last took bytes.
+pub type OutputMoved = Rc<Cell<Instant>>;
+
+/// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`, and
+/// when they take bytes, that instant is noted ([`OutputMoved`]).
 pub struct Rewind<'a, T> {
     prefix: Vec<u8>,
     pos: usize,
     inner: T,
     counters: &'a WorkerCounters,
+    moved: OutputMoved,
 }
 
 impl<'a, T> Rewind<'a, T> {
@@ -142,7 +168,13 @@ impl<'a, T> Rewind<'a, T> {
             pos: 0,
             inner,
             counters,
+            moved: Rc::new(Cell::new(Instant::now())),
         }
+    }
+
+    /// When output last moved, kept up to date by the writes.
+    pub fn output_moved(&self) -> OutputMoved {
+        self.moved.clone()
     }
 }
 
@@ -182,6 +214,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, T> {
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                self.moved.set(Instant::now());
+            }
             self.counters.add(Counter::BytesOut, n as u64);
             self.counters.add(Counter::Writes, 1);
         }
