@@ -94,7 +94,12 @@ pub async fn serve<T>(
                 timer.reset(GOAWAY_GRACE);
                 continue;
             }
-            Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => ended,
+            Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
+                if streams.is_empty() {
+                    timer.reset(if draining { GOAWAY_GRACE } else { settings.idle_timeout });
+                }
+                ended
+            }
             () = &mut timer, if streams.is_empty() => {
                 let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
                 if let Some(rest) = still_moving(moved.get(), wait) {
@@ -124,19 +129,13 @@ pub async fn serve<T>(
                 _ => break,
             },
         };
+        // A stream answered at once leaves the timer as it is: its answer moves the output, which
+        // the timer finds when it fires, and waits on from there (no re-arming per request).
         if ended == Ended::CloseConnection && !draining {
             // A route's `close` fault: GOAWAY now, and the connection ends with it.
             draining = true;
             conn.abrupt_shutdown(h2::Reason::NO_ERROR);
             timer.reset(GOAWAY_GRACE);
-        }
-        if streams.is_empty() {
-            let wait = if draining {
-                GOAWAY_GRACE
-            } else {
-                settings.idle_timeout
-            };
-            timer.reset(wait);
         }
     }
 }
