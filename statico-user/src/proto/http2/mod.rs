@@ -86,6 +86,8 @@ pub async fn serve<T>(
     // One timer: the idle timeout while no stream is open, then, after GOAWAY, the grace period.
     let mut timer = crate::kernel::timer::Coarse::after(settings.idle_timeout);
     loop {
+        // Biased, in this order: the drain; the streams' futures; the next stream (so that a
+        // connection taking requests never polls its idle timer); the timer.
         let ended = tokio::select! {
             biased;
             () = &mut drain, if !draining => {
@@ -100,6 +102,19 @@ pub async fn serve<T>(
                 }
                 ended
             }
+            accepted = conn.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    let answer = response(&request);
+                    match stream::begin(request, respond, answer, settings, counters, verbose) {
+                        Begun::Ended(ended) => ended,
+                        Begun::Pending(pending) => {
+                            streams.push(pending);
+                            continue;
+                        }
+                    }
+                }
+                _ => break,
+            },
             () = &mut timer, if streams.is_empty() => {
                 let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
                 if let Some(rest) = still_moving(moved.get(), wait) {
@@ -115,19 +130,6 @@ pub async fn serve<T>(
                 timer.reset(GOAWAY_GRACE);
                 continue;
             }
-            accepted = conn.accept() => match accepted {
-                Some(Ok((request, respond))) => {
-                    let answer = response(&request);
-                    match stream::begin(request, respond, answer, settings, counters, verbose) {
-                        Begun::Ended(ended) => ended,
-                        Begun::Pending(pending) => {
-                            streams.push(pending);
-                            continue;
-                        }
-                    }
-                }
-                _ => break,
-            },
         };
         // A stream answered at once leaves the timer as it is: its answer moves the output, which
         // the timer finds when it fires, and waits on from there (no re-arming per request).
