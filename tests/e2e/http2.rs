@@ -313,6 +313,48 @@ fn a_download_longer_than_the_idle_timeout_completes_while_its_output_moves() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Output that belongs to no stream keeps nothing open: a client that only sends PINGs (each answered)
+/// gets GOAWAY at `--idle-timeout` and, never acknowledging the GOAWAY's PING, is closed 2 s later.
+#[test]
+fn a_client_that_only_pings_is_closed_at_the_idle_timeout() {
+    use std::io::{Read, Write};
+    let s = start(&["--idle-timeout", "1s"]);
+    let mut c = s.connect();
+    c.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let since = Instant::now();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingpong";
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        assert!(
+            since.elapsed() < Duration::from_secs(8),
+            "still open after 8 s of PINGs"
+        );
+        if c.write_all(ping).is_err() {
+            break since.elapsed();
+        }
+        let read_until = Instant::now() + Duration::from_millis(300);
+        let mut ended = false;
+        while Instant::now() < read_until && !ended {
+            ended = match c.read(&mut buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            };
+        }
+        if ended {
+            break since.elapsed();
+        }
+    };
+    assert!(
+        closed >= Duration::from_millis(2900) && closed < Duration::from_millis(4500),
+        "closed {closed:?} after connecting (idle timeout 1 s, then a 2 s grace)"
+    );
+    assert_eq!(s.stop().total("timeouts"), 1);
+}
+
 #[test]
 fn a_request_body_that_never_ends_is_reset_at_the_header_timeout() {
     let s = start(&["--header-timeout", "1s", "--idle-timeout", "30s"]);

@@ -478,8 +478,9 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     };
     let counters = w.counters();
     let verbose = w.settings.policy.verbose;
+    let moved = http2::output_moved_now();
     http2::serve_switched(
-        stream, read, upgrade, h2, &response, counters, verbose, drain,
+        stream, read, upgrade, h2, &response, counters, verbose, drain, moved,
     )
     .await;
 }

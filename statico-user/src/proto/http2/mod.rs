@@ -58,9 +58,10 @@ pub const GOAWAY_GRACE: std::time::Duration = super::CLOSE_GRACE;
 /// close then is closed [`GOAWAY_GRACE`] later.
 ///
 /// Idle means no stream and no output moving: a stream's future ends once its body is handed to `h2`,
-/// which may still be sending it to a slow reader long after; the connection is only idle (and after
-/// GOAWAY, only closed) once `io` has taken no bytes for the timeout, as HTTP/1.1's output may stall
-/// that long and no more.
+/// which may still be sending it to a slow reader long after; while `h2` holds a stream (or one was
+/// answered since the timer last looked), the connection is only idle (and after GOAWAY, only closed)
+/// once its output has not moved for the timeout, as HTTP/1.1's output may stall that long and no
+/// more. Output with no stream (PING answers) keeps nothing open.
 pub async fn serve<T>(
     io: Rewind<'_, T>,
     settings: H2Settings,
@@ -82,6 +83,8 @@ pub async fn serve<T>(
     };
     tokio::pin!(drain);
     let mut draining = false;
+    // A stream was answered at once since the timer last fired (its answer moved the output).
+    let mut answered = false;
     let mut streams = futures_util::stream::FuturesUnordered::new();
     // One timer: the idle timeout while no stream is open, then, after GOAWAY, the grace period.
     let mut timer = crate::kernel::timer::Coarse::after(settings.idle_timeout);
@@ -106,7 +109,10 @@ pub async fn serve<T>(
                 Some(Ok((request, respond))) => {
                     let answer = response(&request);
                     match stream::begin(request, respond, answer, settings, counters, verbose) {
-                        Begun::Ended(ended) => ended,
+                        Begun::Ended(ended) => {
+                            answered = true;
+                            ended
+                        }
                         Begun::Pending(pending) => {
                             streams.push(pending);
                             continue;
@@ -117,7 +123,10 @@ pub async fn serve<T>(
             },
             () = &mut timer, if streams.is_empty() => {
                 let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
-                if let Some(rest) = still_moving(moved.get(), wait) {
+                // Output counts as activity only for a stream: answered since the timer last
+                // looked, or still held by `h2` (a body going out). A PING's answer does not.
+                let streaming = std::mem::take(&mut answered) || conn.has_streams();
+                if let Some(rest) = still_moving(moved.get(), wait).filter(|_| streaming) {
                     timer.reset(rest);
                     continue;
                 }
@@ -149,8 +158,14 @@ fn still_moving(moved: Instant, wait: Duration) -> Option<Duration> {
         .filter(|rest| !rest.is_zero())
 }
 
-/// When a connection's output last moved: the instant `io` last took bytes.
+/// When a connection's output last moved: the instant `io` last took bytes, or (on io_uring, whose
+/// pipe takes a send's worth at a time) the socket did.
 pub type OutputMoved = Rc<Cell<Instant>>;
+
+/// An [`OutputMoved`] that starts now.
+pub fn output_moved_now() -> OutputMoved {
+    Rc::new(Cell::new(Instant::now()))
+}
 
 /// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`, and
 /// when they take bytes, that instant is noted ([`OutputMoved`]).
@@ -163,13 +178,18 @@ pub struct Rewind<'a, T> {
 }
 
 impl<'a, T> Rewind<'a, T> {
-    pub fn new(prefix: Vec<u8>, inner: T, counters: &'a WorkerCounters) -> Self {
+    pub fn new(
+        prefix: Vec<u8>,
+        inner: T,
+        counters: &'a WorkerCounters,
+        moved: OutputMoved,
+    ) -> Self {
         Rewind {
             prefix,
             pos: 0,
             inner,
             counters,
-            moved: Rc::new(Cell::new(Instant::now())),
+            moved,
         }
     }
 

@@ -6,7 +6,7 @@
 use http::Request;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::{serve, upgraded_prefix, H2Settings, Rewind};
+use super::{serve, upgraded_prefix, H2Settings, OutputMoved, Rewind};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
 use crate::proto::detect::UpgradeRequest;
@@ -26,6 +26,7 @@ pub async fn serve_switched<T: AsyncRead + AsyncWrite + Unpin>(
     counters: &WorkerCounters,
     verbose: u8,
     drain: impl std::future::Future<Output = ()>,
+    moved: OutputMoved,
 ) {
     let prefix = match upgrade {
         None => read,
@@ -45,6 +46,6 @@ pub async fn serve_switched<T: AsyncRead + AsyncWrite + Unpin>(
             }
         },
     };
-    let io = Rewind::new(prefix, stream, counters);
+    let io = Rewind::new(prefix, stream, counters, moved);
     serve(io, settings, response, counters, verbose, drain).await;
 }

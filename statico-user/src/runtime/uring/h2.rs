@@ -37,7 +37,7 @@ use statico_common::Counter;
 use crate::catalog::Local;
 use crate::observe::meter::WorkerCounters;
 use crate::proto::detect::UpgradeRequest;
-use crate::proto::http2::{self, pipe::PipeIo, H2Settings};
+use crate::proto::http2::{self, pipe::PipeIo, H2Settings, OutputMoved};
 
 use super::wake::Mailbox;
 
@@ -138,6 +138,9 @@ pub struct H2Conn<'a> {
     close_notified: bool,
     /// When the future ended (what it left unsent may take one more tick of the worker).
     pub ended: Option<Instant>,
+    /// When output last moved, shared with the future's writes: the pipe takes a send's worth at a
+    /// time, so a send that took part of it is progress too (a slow reader is not idle).
+    moved: OutputMoved,
 }
 
 /// What a switched connection brings: the bytes read so far, an upgrade's request, a TLS session.
@@ -159,6 +162,8 @@ impl<'a> H2Conn<'a> {
     ) -> Box<H2Conn<'a>> {
         let pipe = PipeIo::default();
         let io = pipe.clone();
+        let moved = http2::output_moved_now();
+        let moved_here = moved.clone();
         let Switch { read, upgrade, tls } = switch;
         let task = async move {
             let response =
@@ -174,7 +179,7 @@ impl<'a> H2Conn<'a> {
                 counters,
             } = lent;
             http2::serve_switched(
-                io, read, upgrade, settings, &response, counters, verbose, drain,
+                io, read, upgrade, settings, &response, counters, verbose, drain, moved,
             )
             .await;
         };
@@ -197,6 +202,7 @@ impl<'a> H2Conn<'a> {
             plain: Vec::new(),
             close_notified: false,
             ended: None,
+            moved: moved_here,
         })
     }
 
@@ -292,6 +298,9 @@ impl<'a> H2Conn<'a> {
 
     /// A send of [`H2Conn::output`] took `n` bytes.
     pub fn sent(&mut self, n: usize) {
+        if n > 0 {
+            self.moved.set(Instant::now());
+        }
         self.sent = (self.sent + n).min(self.sending.len());
         if self.sent == self.sending.len() {
             self.sent = 0;
