@@ -20,12 +20,13 @@ use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+mod idle;
 pub mod pipe;
 mod stream;
 mod switch;
@@ -35,6 +36,7 @@ pub use switch::serve_switched;
 use super::detect::{UpgradeRequest, PREFACE};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
+use idle::{Fired, Idle};
 use statico_common::Counter;
 use stream::{Begun, Ended};
 
@@ -57,11 +59,8 @@ pub const GOAWAY_GRACE: std::time::Duration = super::CLOSE_GRACE;
 /// `--idle-timeout` without a stream) and the streams in flight have finished; a client that does not
 /// close then is closed [`GOAWAY_GRACE`] later.
 ///
-/// Idle means no stream and no output moving: a stream's future ends once its body is handed to `h2`,
-/// which may still be sending it to a slow reader long after; while `h2` holds a stream (or one was
-/// answered since the timer last looked), the connection is only idle (and after GOAWAY, only closed)
-/// once its output has not moved for the timeout, as HTTP/1.1's output may stall that long and no
-/// more. Output with no stream (PING answers) keeps nothing open.
+/// Idle means no stream open and no stream's output moving ([`idle`]): a body still going out to a
+/// slow reader keeps its connection; the answers to a client's PINGs do not.
 pub async fn serve<T>(
     io: Rewind<'_, T>,
     settings: H2Settings,
@@ -72,7 +71,7 @@ pub async fn serve<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let moved = io.output_moved();
+    let mut idle = Idle::new(settings.idle_timeout, io.output_moved());
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_concurrent_streams)
         .handshake::<_, Bytes>(io);
@@ -82,26 +81,20 @@ pub async fn serve<T>(
         Err(_) => return counters.add(Counter::Timeouts, 1),
     };
     tokio::pin!(drain);
-    let mut draining = false;
-    // A stream was answered at once since the timer last fired (its answer moved the output).
-    let mut answered = false;
     let mut streams = futures_util::stream::FuturesUnordered::new();
-    // One timer: the idle timeout while no stream is open, then, after GOAWAY, the grace period.
-    let mut timer = crate::kernel::timer::Coarse::after(settings.idle_timeout);
     loop {
         // Biased, in this order: the drain; the streams' futures; the next stream (so that a
-        // connection taking requests never polls its idle timer); the timer.
+        // connection taking requests never polls its timer); the timer.
         let ended = tokio::select! {
             biased;
-            () = &mut drain, if !draining => {
-                draining = true;
+            () = &mut drain, if !idle.draining() => {
                 conn.graceful_shutdown();
-                timer.reset(GOAWAY_GRACE);
+                idle.goaway();
                 continue;
             }
             Some(ended) = futures_util::StreamExt::next(&mut streams), if !streams.is_empty() => {
                 if streams.is_empty() {
-                    timer.reset(if draining { GOAWAY_GRACE } else { settings.idle_timeout });
+                    idle.streams_ended();
                 }
                 ended
             }
@@ -110,7 +103,7 @@ pub async fn serve<T>(
                     let answer = response(&request);
                     match stream::begin(request, respond, answer, settings, counters, verbose) {
                         Begun::Ended(ended) => {
-                            answered = true;
+                            idle.answered();
                             ended
                         }
                         Begun::Pending(pending) => {
@@ -121,41 +114,23 @@ pub async fn serve<T>(
                 }
                 _ => break,
             },
-            () = &mut timer, if streams.is_empty() => {
-                let wait = if draining { GOAWAY_GRACE } else { settings.idle_timeout };
-                // Output counts as activity only for a stream: answered since the timer last
-                // looked, or still held by `h2` (a body going out). A PING's answer does not.
-                let streaming = std::mem::take(&mut answered) || conn.has_streams();
-                if let Some(rest) = still_moving(moved.get(), wait).filter(|_| streaming) {
-                    timer.reset(rest);
+            () = idle.due(), if streams.is_empty() => match idle.fired(conn.has_streams()) {
+                Fired::Rearmed => continue,
+                Fired::Over => break, // the grace is over: dropping the connection closes it
+                Fired::Idle => {
+                    counters.add(Counter::Timeouts, 1);
+                    conn.graceful_shutdown();
+                    idle.goaway();
                     continue;
                 }
-                if draining {
-                    break; // the grace is over: dropping the connection closes it
-                }
-                draining = true;
-                counters.add(Counter::Timeouts, 1);
-                conn.graceful_shutdown();
-                timer.reset(GOAWAY_GRACE);
-                continue;
-            }
+            },
         };
-        // A stream answered at once leaves the timer as it is: its answer moves the output, which
-        // the timer finds when it fires, and waits on from there (no re-arming per request).
-        if ended == Ended::CloseConnection && !draining {
+        if ended == Ended::CloseConnection && !idle.draining() {
             // A route's `close` fault: GOAWAY now, and the connection ends with it.
-            draining = true;
             conn.abrupt_shutdown(h2::Reason::NO_ERROR);
-            timer.reset(GOAWAY_GRACE);
+            idle.goaway();
         }
     }
-}
-
-/// How long after output last moved (at `moved`) a timer of `wait` is due, if it is not yet.
-fn still_moving(moved: Instant, wait: Duration) -> Option<Duration> {
-    (moved + wait)
-        .checked_duration_since(Instant::now())
-        .filter(|rest| !rest.is_zero())
 }
 
 /// When a connection's output last moved: the instant `io` last took bytes, or (on io_uring, whose
