@@ -174,11 +174,7 @@ fn answers_text(s: &mut String, p: &Progress) {
         return;
     };
     let names: Vec<&String> = last.keys().collect();
-    let _ = writeln!(
-        s,
-        "
-answers per second, each minute:"
-    );
+    let _ = writeln!(s, "\nanswers per second, each minute:");
     let _ = write!(s, "  {:>6}", "t (s)");
     for n in &names {
         let _ = write!(s, " {n:>16}");

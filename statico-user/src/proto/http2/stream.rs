@@ -58,7 +58,10 @@ pub fn begin<'a>(
     counters.add(Counter::Requests, 1);
     let head_only = request.method() == http::Method::HEAD;
     drop(request);
-    let (mut delivering, mut steps) = Delivering::new(respond, answer, None, head_only, verbose);
+    // Only an answer whose truth is recorded reads the clock for its held time.
+    let arrived = answer.hold.truth.map(|_| Instant::now());
+    let (mut delivering, mut steps) =
+        Delivering::new(respond, answer, None, arrived, head_only, verbose);
     match delivering.run(&mut steps, counters) {
         Next::Ended(ended) => Begun::Ended(ended),
         wait => Begun::Pending(Box::pin(delivering.finish(steps, wait, settings, counters))),
@@ -89,8 +92,8 @@ async fn answered(
     let Some((answer, ticket)) = held::admitted(answer, arrived, gone).await else {
         return Ended::Done;
     };
-    let (mut delivering, mut steps) = Delivering::new(respond, answer, ticket, head_only, verbose);
-    delivering.arrived = Some(arrived);
+    let (mut delivering, mut steps) =
+        Delivering::new(respond, answer, ticket, Some(arrived), head_only, verbose);
     let first = delivering.run(&mut steps, counters);
     delivering.finish(steps, first, settings, counters).await
 }
@@ -125,13 +128,13 @@ impl Delivering {
         respond: h2::server::SendResponse<Bytes>,
         answer: StreamAnswer,
         ticket: Option<Ticket>,
+        arrived: Option<Instant>,
         head_only: bool,
         verbose: u8,
     ) -> (Delivering, Delivery) {
         let (status, hold, recorder) = (answer.status, answer.hold, answer.recorder.clone());
         let (head, data) = answer.into_parts();
         let steps = Delivery::new(hold, data.len(), head_only);
-        let arrived = hold.truth.map(|_| Instant::now());
         let delivering = Delivering {
             respond,
             stream: None,
