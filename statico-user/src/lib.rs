@@ -18,19 +18,25 @@
 //!
 //! Start-up reads top-down: [`cli`] parses and checks the flags, [`config`] turns them into a plan
 //! with one part per component, [`server`] starts the components in order and stops them, [`check`]
-//! is `--check`'s advice, [`control`] the `--admin` API that changes a running server,
+//! is `--check`'s advice, [`control`] the `--admin` API that changes a running server, [`side`] the
+//! small server of the side ports (`--metrics`, `--admin`),
 //! [`shutdown`] the signals and draining. Imports point down that path: nothing
 //! in a layer imports a layer above it.
+//!
+//! Public are only the modules something outside the crate uses: [`cli`] and [`server`] (the
+//! binary), and the layers the fuzz targets drive ([`catalog`], [`conn`], [`observe`], [`proto`]);
+//! the rest is `pub(crate)`, so the compiler reports what nothing uses.
 
 pub mod catalog;
-pub mod check;
+pub(crate) mod check;
 pub mod cli;
-pub mod config;
+pub(crate) mod config;
 pub mod conn;
-pub mod control;
-pub mod kernel;
+pub(crate) mod control;
+pub(crate) mod kernel;
 pub mod observe;
 pub mod proto;
-pub mod runtime;
+pub(crate) mod runtime;
 pub mod server;
-pub mod shutdown;
+pub(crate) mod shutdown;
+pub(crate) mod side;

@@ -62,7 +62,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         assist.steer_quic(http3::sockets(http3));
     }
     let (main_rt, signals) = signal_handlers().map_err(Machine)?;
-    let metrics = crate::observe::metrics::listen(plan.observe.metrics).map_err(Machine)?; // before privileges drop
+    let metrics = crate::side::scrape::listen(plan.observe.metrics).map_err(Machine)?; // before privileges drop
     let admin = control::listen(plan.admin, plan.admin_token.clone()).map_err(Machine)?;
     let lines = [runtime_line, format!("{} ({why})", rung.name())];
     if plan.check {
@@ -103,10 +103,14 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         counters: &counters,
         kernel_detail: &kernel_detail,
         meter: plan.observe.meter,
-        metrics: metrics.map(|l| (l, &page as &dyn Fn() -> String)),
         truth,
     };
-    let signal = wait_for_signal(&main_rt, signals, &plan, &settings, watch, admin);
+    let scrape = crate::side::scrape::Scrape { page: &page, truth };
+    let side = SidePorts {
+        metrics: metrics.map(|door| (door, scrape)),
+        admin,
+    };
+    let signal = wait_for_signal(&main_rt, signals, &plan, &settings, watch, side);
     eprintln!(
         "statico: {signal}: stopped accepting; finishing in-flight responses (up to {})",
         humantime::format_duration(plan.runtime.shutdown_timeout)
@@ -238,7 +242,13 @@ fn protocols(plan: &Plan) -> String {
     }
 }
 
-/// Runs the meter and the metrics page until SIGINT or SIGTERM; returns the signal's name. SIGHUP
+/// The side ports the main thread serves: `--metrics` and `--admin`.
+struct SidePorts<'a> {
+    metrics: Option<(crate::side::Door, crate::side::scrape::Scrape<'a>)>,
+    admin: Option<control::Admin>,
+}
+
+/// Runs the meter and the side ports until SIGINT or SIGTERM; returns the signal's name. SIGHUP
 /// reloads (see [`reload`]) and the wait goes on.
 fn wait_for_signal(
     main_rt: &tokio::runtime::Runtime,
@@ -246,12 +256,20 @@ fn wait_for_signal(
     plan: &Plan,
     settings: &Settings,
     watch: Watch<'_>,
-    admin: Option<control::Admin>,
+    side: SidePorts<'_>,
 ) -> &'static str {
     main_rt.block_on(async {
         let watch = watch.run();
         tokio::pin!(watch);
-        let admin = async {
+        let SidePorts { metrics, admin } = side;
+        let metrics = async move {
+            match metrics {
+                Some((door, scrape)) => crate::side::serve(door, &scrape).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(metrics);
+        let admin = async move {
             match admin {
                 Some(admin) => control::serve(admin, &settings.catalog).await,
                 None => std::future::pending().await,
@@ -265,6 +283,7 @@ fn wait_for_signal(
                     shutdown::Signal::Reload => reload(plan, settings),
                 },
                 () = &mut watch => unreachable!("the meter runs until shutdown"),
+                () = &mut metrics => unreachable!("the metrics port is served until shutdown"),
                 () = &mut admin => unreachable!("the control API runs until shutdown"),
             }
         }

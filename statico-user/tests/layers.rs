@@ -6,9 +6,9 @@
 use std::path::Path;
 
 /// Top to bottom: each may use only the ones after it.
-const LAYERS: [&str; 12] = [
-    "server", "check", "config", "cli", "control", "runtime", "conn", "proto", "catalog", "kernel",
-    "observe", "shutdown",
+const LAYERS: [&str; 13] = [
+    "server", "check", "config", "cli", "control", "side", "runtime", "conn", "proto", "catalog",
+    "kernel", "observe", "shutdown",
 ];
 
 fn rank(name: &str) -> Option<usize> {

@@ -21,6 +21,7 @@ mod operations;
 mod pools;
 mod routes;
 mod scale;
+mod side_ports;
 mod site;
 mod startup;
 mod steering;

@@ -236,6 +236,16 @@ impl Server {
             .to_string()
     }
 
+    /// The `--admin` address statico printed at start-up.
+    pub fn admin_addr(&self) -> String {
+        self.stderr()
+            .lines()
+            .find_map(|l| l.strip_prefix("statico: admin on http://"))
+            .and_then(|l| l.split('/').next())
+            .unwrap_or_else(|| panic!("no admin line:\n{}", self.stderr()))
+            .to_string()
+    }
+
     /// The body of a GET for `path` on the `--metrics` listener.
     pub fn scrape(&self, path: &str) -> String {
         let url = format!("http://{}{path}", self.metrics_addr());

@@ -62,10 +62,12 @@ impl Deadlines {
     }
 
     /// How many sleeps wait.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.borrow().len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -83,13 +83,6 @@ pub struct Listeners {
     pub assist: super::Assist,
 }
 
-impl Listeners {
-    /// The start-up line that says which rung is in effect and why.
-    pub fn describe(&self) -> String {
-        format!("steering: {} ({})", self.rung.name(), self.why)
-    }
-}
-
 /// Socket options applied to every listener (inherited by accepted connections).
 #[derive(Clone, Copy, Debug)]
 pub struct SocketOptions {

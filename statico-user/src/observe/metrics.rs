@@ -5,14 +5,12 @@
 //! ground truth too, as Prometheus histograms and as JSON at `/ground-truth.json`
 //! ([`crate::observe::truth`]). The values are read
 //! from the same memory the meter reads (the workers' records, the BPF maps) when a scrape arrives: the
-//! workers do nothing for it. Served by the main thread, one short connection at a time, never on a
-//! worker; a request is framed by statico's own HTTP parser and must arrive within two seconds.
+//! workers do nothing for it. The port is served by the side-port server (`side::scrape`), on the
+//! main thread, never on a worker.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use statico_common::Counter;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::observe::meter::{Counters, KernelDetail, Shown};
 
@@ -156,85 +154,6 @@ pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: 
         info.steering
     );
     s
-}
-
-/// Answers scrapes on `listener` until the future is dropped: `/metrics` (the `page`, and the routes'
-/// histograms), and `/ground-truth.json` when there are routes.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    page: &dyn Fn() -> String,
-    truth: Option<crate::observe::truth::InForce<'_>>,
-) {
-    loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await; // out of descriptors: retry
-            continue;
-        };
-        let answer = tokio::time::timeout(Duration::from_secs(2), read_head(&mut conn)).await;
-        let response = match answer {
-            Ok(Some(path)) if path == "/metrics" || path.starts_with("/metrics?") => {
-                let mut body = page();
-                if let Some(truth) = truth {
-                    truth().prometheus(&mut body);
-                }
-                ok("text/plain; version=0.0.4; charset=utf-8", &body)
-            }
-            Ok(Some(path)) if truth.is_some() && path.split('?').next() == Some("/ground-truth.json") => {
-                ok("application/json", &truth.map(|t| t().json()).unwrap_or_default())
-            }
-            Ok(Some(_)) => "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nmetrics are /metrics\n".into(),
-            _ => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
-        };
-        let _ =
-            tokio::time::timeout(Duration::from_secs(2), conn.write_all(response.as_bytes())).await;
-    }
-}
-
-/// A 200 with `body`, closing.
-fn ok(content_type: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// Reads one request head (8 KiB at most) and returns its path. `httparse` frames it, not the
-/// workers' parser: a scrape is one GET, and the observing layer stays below the protocols it counts.
-async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
-    const MAX_HEAD: usize = 8192;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 2048];
-    while buf.len() <= MAX_HEAD {
-        let n = conn.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => return req.path.map(str::to_string),
-            Ok(httparse::Status::Partial) => {}
-            Err(_) => return None,
-        }
-    }
-    None
-}
-
-/// `--metrics`: its listener, bound now; the start-up line says where.
-pub fn listen(addr: Option<std::net::SocketAddr>) -> anyhow::Result<Option<std::net::TcpListener>> {
-    use anyhow::Context;
-    let Some(addr) = addr else {
-        return Ok(None);
-    };
-    let listener = std::net::TcpListener::bind(addr)
-        .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
-    listener.set_nonblocking(true)?;
-    eprintln!(
-        "statico: metrics on http://{}/metrics",
-        listener.local_addr()?
-    );
-    Ok(Some(listener))
 }
 
 #[cfg(test)]
