@@ -4,7 +4,7 @@
 //! component takes from which flags (`--body-delay` also sets `TCP_NODELAY`, `--http3` adds `Alt-Svc`
 //! to every answer and needs a certificate), and which combinations are refused (exit code 2). Each
 //! component defines the part it takes — [`crate::catalog::Plan`], [`crate::conn::connection::Policy`],
-//! [`crate::runtime::Plan`], [`crate::kernel::steering::Plan`], the HTTP/2 and HTTP/3 settings, the TLS
+//! [`crate::runtime::RuntimePlan`], [`crate::kernel::steering::SteeringPlan`], the HTTP/2 and HTTP/3 settings, the TLS
 //! options — and receives only that part; only `main`, `server`, `check` and this module see
 //! [`Cli`]. Nothing here does I/O: the plan is data, and `server` starts the components from it in
 //! order.
@@ -23,8 +23,8 @@ pub struct Plan {
     /// Where TCP (and with `--http3`, UDP) listens; port 0 with `--http3` is chosen at start-up.
     pub address: SocketAddr,
     pub workers: usize,
-    pub runtime: crate::runtime::Plan,
-    pub listen: crate::kernel::steering::Plan,
+    pub runtime: crate::runtime::RuntimePlan,
+    pub listen: crate::kernel::steering::SteeringPlan,
     pub policy: crate::conn::connection::Policy,
     pub catalog: crate::catalog::Plan,
     pub http2: Option<crate::proto::http2::H2Settings>,
@@ -113,9 +113,9 @@ pub fn refuse_what_this_build_lacks(cli: &Cli) -> Result<()> {
     Ok(())
 }
 
-fn runtime(cli: &Cli) -> crate::runtime::Plan {
+fn runtime(cli: &Cli) -> crate::runtime::RuntimePlan {
     let choice = cli.runtime_choice();
-    crate::runtime::Plan {
+    crate::runtime::RuntimePlan {
         kind: choice.kind,
         auto: choice.auto,
         alias: choice.alias,
@@ -130,8 +130,8 @@ fn buffer_size(v: Option<u64>) -> Option<usize> {
     v.map(|b| usize::try_from(b).unwrap_or(usize::MAX))
 }
 
-fn listen(cli: &Cli) -> crate::kernel::steering::Plan {
-    crate::kernel::steering::Plan {
+fn listen(cli: &Cli) -> crate::kernel::steering::SteeringPlan {
+    crate::kernel::steering::SteeringPlan {
         rung: cli.steering,
         sockets: crate::kernel::steering::SocketOptions {
             receive_buffer: buffer_size(cli.receive_buffer_size),

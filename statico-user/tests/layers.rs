@@ -83,3 +83,80 @@ fn every_layer_imports_only_layers_below_it() {
     );
     assert!(all.len() > 40, "read {} files", all.len());
 }
+
+/// The type names declared (`struct`, `enum`, `trait`, `type`, `union`) in a file's code, once each.
+fn declared_types(code: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in code.lines() {
+        let mut words = line.split_whitespace().skip_while(|w| w.starts_with("pub"));
+        let (Some(kind), Some(name)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if ["struct", "enum", "trait", "type", "union"].contains(&kind) {
+            let name: String = name
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name.starts_with(|c: char| c.is_ascii_uppercase()) {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// Type names that two files of `src/` still both declare. The list may only shrink: a name fixed
+/// must leave it (the test says so), and a new duplicate fails.
+const SHARED_NAMES: [&str; 20] = [
+    "Body",
+    "ConnWake",
+    "Deadlines",
+    "Ended",
+    "Http3",
+    "Kind",
+    "Limits",
+    "Next",
+    "Output",
+    "Route",
+    "RoutesFile",
+    "Slot",
+    "State",
+    "Store",
+    "Timers",
+    "TlsConfig",
+    "TlsOptions",
+    "UringOptions",
+    "Worker",
+    "Sleep",
+];
+
+#[test]
+fn one_type_per_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut by_name: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for path in &all {
+        let relative = path.strip_prefix(&src).unwrap().display().to_string();
+        for name in declared_types(&code(&std::fs::read_to_string(path).unwrap())) {
+            by_name.entry(name).or_default().push(relative.clone());
+        }
+    }
+    let shared: Vec<_> = by_name
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect();
+    let new: Vec<_> = (shared.iter())
+        .filter(|(name, _)| !SHARED_NAMES.contains(&name.as_str()))
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(new.is_empty(), "one name, two types:\n{}", new.join("\n"));
+    let fixed: Vec<_> = (SHARED_NAMES.iter())
+        .filter(|name| !shared.iter().any(|(n, _)| n == *name))
+        .collect();
+    assert!(
+        fixed.is_empty(),
+        "no longer shared, take off SHARED_NAMES: {fixed:?}"
+    );
+    assert!(by_name.contains_key("Connection"), "read the declarations");
+}

@@ -63,7 +63,7 @@ pub enum SteeringKind {
 
 /// How the listeners are made: the steering part of the start-up plan.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct SteeringPlan {
     /// `--steering`.
     pub rung: SteeringKind,
     pub sockets: SocketOptions,

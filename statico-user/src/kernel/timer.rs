@@ -9,8 +9,9 @@
 //! heap push and, when it is the earliest, one `timerfd_settime`; firing costs a heap pop per sleep
 //! and one `read` and `timerfd_settime` per expiry — O(log n) each with n sleeps waiting. A sleep
 //! dropped before its deadline (its connection closed) leaves its heap entry behind, which is popped
-//! and ignored at that deadline. The io_uring runtime needs none of this: its timeouts are the
-//! kernel's, to the nanosecond.
+//! and ignored at that deadline. The io_uring runtime needs none of this: its loop arms the ring's
+//! own timeout for its earliest deadline, rounded up to the same [`QUANTUM`]
+//! (`runtime/uring/deadlines.rs`).
 //!
 //! On a thread that runs its own loop (the io_uring worker), sleeps are entries of its
 //! [`deadlines`](super::deadlines), which the loop fires. On a thread with neither, and off Linux,

@@ -18,7 +18,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use start::{available, resolve, start_workers, worker_cores, Plan, Start, Workers};
+pub use start::{available, resolve, start_workers, worker_cores, RuntimePlan, Start, Workers};
 
 use crate::conn::connection::Policy;
 use crate::observe::meter::Counters;

@@ -16,7 +16,7 @@ use crate::shutdown;
 
 /// How the workers run: the runtime part of the start-up plan.
 #[derive(Clone, Copy, Debug)]
-pub struct Plan {
+pub struct RuntimePlan {
     pub kind: RuntimeKind,
     /// `--runtime auto`: `kind` is decided at start-up ([`resolve`]).
     pub auto: bool,
@@ -35,7 +35,7 @@ pub type UringOptions = super::uring::UringOptions;
 #[derive(Clone, Copy, Debug)]
 pub struct UringOptions;
 
-impl Plan {
+impl RuntimePlan {
     /// The io_uring settings, sized for `fd_limit` descriptors.
     pub fn uring(&self, fd_limit: u64) -> UringOptions {
         #[cfg(target_os = "linux")]
@@ -54,7 +54,7 @@ impl Plan {
 
 /// `--runtime auto` (the default): io-uring where the kernel has what it needs (it serves every flag
 /// tokio does, `--http2` included), else tokio. Returns why, for the start-up line (empty if not auto).
-pub fn resolve(plan: &mut Plan, fd_limit: u64) -> String {
+pub fn resolve(plan: &mut RuntimePlan, fd_limit: u64) -> String {
     if !plan.auto {
         return String::new();
     }
@@ -83,7 +83,7 @@ fn uring_works(_: UringOptions) -> Result<(), String> {
 
 /// Checks that the runtime asked for works here and describes it; a runtime that cannot work is an
 /// error with the reason.
-pub fn available(plan: &Plan, fd_limit: u64) -> Result<String> {
+pub fn available(plan: &RuntimePlan, fd_limit: u64) -> Result<String> {
     if let Some(alias) = plan.alias {
         eprintln!(
             "statico: runtime {alias} maps to statico's own io_uring loop (--runtime io-uring)"

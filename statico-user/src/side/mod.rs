@@ -36,6 +36,8 @@ const REFUSED_LINGER: Duration = Duration::from_secs(1);
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// A request head is at most this long on a side port.
 const MAX_HEAD: usize = 16 * 1024;
+/// One read's buffer, per connection while it reads (a side port's requests are small).
+const READ_SIZE: usize = 4096;
 
 /// What a side port answers with.
 pub trait Service {
@@ -214,7 +216,7 @@ async fn receive(
     service: &dyn Service,
 ) -> Option<(Reply, bool)> {
     let mut exchange = Exchange::new(limits, Instant::now());
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; READ_SIZE];
     loop {
         let deadline = tokio::time::Instant::from_std(exchange.deadline());
         let n = match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
@@ -242,7 +244,7 @@ async fn linger(mut stream: TcpStream) {
         return;
     }
     let linger = Linger::new(Instant::now());
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; READ_SIZE];
     while let Some(wait) = linger.next_wait(Instant::now()) {
         match tokio::time::timeout(wait, stream.read(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => {}
