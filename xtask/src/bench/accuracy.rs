@@ -16,9 +16,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{free_port, http_get, oha_at_rate, wait_port, OhaRun};
+use super::measure::oha_at_rate;
 use super::report::RunInfo;
-use super::servers::start_statico;
+use crate::tools::net::{free_port, http_get, wait_port};
+use crate::tools::oha::OhaRun;
+use crate::tools::server::start_statico;
 
 /// The route whose delays are checked.
 pub const ROUTE: &str = "/echo delay=lognormal:10ms:80ms";
@@ -309,7 +311,7 @@ mod tests {
         let json = r#"{"summary":{"total":10.0},"statusCodeDistribution":{"200":20000},
             "errorDistribution":{"aborted due to deadline":12},
             "latencyPercentiles":{"p10":0.004,"p50":0.0102,"p99":0.0815}}"#;
-        let run = super::super::measure::parse_oha(json).unwrap();
+        let run = crate::tools::oha::parse(json).unwrap();
         assert_eq!(run.ok, 20000);
         assert!((run.p50_ms - 10.2).abs() < 1e-9 && (run.p99_ms - 81.5).abs() < 1e-9);
         assert!(run.failures.is_empty());

@@ -22,12 +22,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{
-    free_port, http_get, oha_at_rate, run_queue_ns, server_cpu_us, wait_port, OhaRun,
-};
+use super::measure::{oha_at_rate, server_cpu_us};
 use super::queueing::{self, Arrivals, Mmc, Model, Prediction, Summary};
-use super::report::{line_chart, machine, Line, LinePanel, RunInfo};
-use super::servers::{start_statico, statico_bin};
+use super::report::RunInfo;
+use crate::tools::chart::{line_chart, Line, LinePanel};
+use crate::tools::net::{free_port, http_get, wait_port};
+use crate::tools::oha::OhaRun;
+use crate::tools::procfs::{machine, run_queue_ns};
+use crate::tools::server::{start_statico, statico_bin};
 
 /// The pool's servers, and their mean service time.
 const SERVERS: usize = 8;

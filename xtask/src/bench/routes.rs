@@ -31,10 +31,10 @@ use serde_json::{json, Value};
 use super::accuracy;
 use super::measure::{self, Round, Scenario, Stat};
 use super::ratio::Report;
-use super::report::{machine, RunInfo};
-use super::servers::{
-    start_fortio, start_nginx, start_statico, statico_bin, Nginx, ServerUnderTest,
-};
+use super::report::RunInfo;
+use super::servers::{start_fortio, start_nginx, Nginx};
+use crate::tools::procfs::machine;
+use crate::tools::server::{start_statico, statico_bin, ServerUnderTest};
 
 /// The target: statico's server CPU per request at most this times Fortio's.
 const TARGET_VS_FORTIO: f64 = 0.3;

@@ -21,10 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::measure::{self, server_cpu_us, status_kib, Stat};
+use super::measure::{self, server_cpu_us, Stat};
 use super::ratio::Report;
 use super::report::{work_dir, RunInfo};
-use super::servers::{start_nginx, start_statico, Nginx, ServerUnderTest};
+use super::servers::{start_nginx, Nginx};
+use crate::tools::procfs::status_kib;
+use crate::tools::server::{start_statico, ServerUnderTest};
 
 /// Where Debian's `python3.11-doc` puts the HTML documentation.
 pub const CORPUS: &str = "/usr/share/doc/python3.11/html";
