@@ -7,7 +7,7 @@
 //! (`/ground-truth.json`: per route, the delays it drew and the time it actually held each request)
 //! and shown beside what was asked and what oha saw, with whether the ground truth is within
 //! [`TOLERANCE`] of the requested p50 and p99, and how far each hold was from its draw
-//! (|held − drawn|, whose p99 the issue wants within [`OFF_P99_US`] at [`CONNS`] connections and
+//! (|held − drawn|, whose p99 must be within [`OFF_P99_US`] at [`CONNS`] connections and
 //! [`RATE`] requests/s).
 
 use std::fmt::Write as _;

@@ -12,7 +12,7 @@
 //! - req/s and server CPU µs per request (CPU ticks from /proc over the round, 200 answers from oha);
 //! - RSS and peak RSS after the load.
 //!
-//! `report.txt` holds the tables and whether statico meets the target (server CPU per request
+//! `report.txt` holds the tables and whether statico meets its target (server CPU per request
 //! ≤ [`TARGET`]× Caddy's); `chart.svg` each statico's CPU relative to Caddy's. Without caddy the run
 //! says so and measures statico alone.
 
@@ -32,7 +32,7 @@ use crate::tools::oha;
 use crate::tools::procfs::{cpu_ticks, status_kib};
 use crate::tools::server::{start_statico, ServerUnderTest};
 
-/// The target: statico's server CPU per request at most this times Caddy's.
+/// The target: statico's server CPU per request at most this times Caddy's.
 const TARGET: f64 = 0.5;
 /// Idle HTTP/3 connections held for the memory measure.
 const IDLE_CONNS: usize = 1_000;
