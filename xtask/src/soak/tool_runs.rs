@@ -148,21 +148,27 @@ fn oha(
     Ok((c, run.failures))
 }
 
-/// h2load for `secs` with `conns` connections of one stream each: its successes, its errors and
-/// timeouts as `other`, its 4xx and 5xx answers as `status`.
+/// h2load for `secs` with `conns` connections of one stream each.
 fn h2load(conns: u32, url: &str, secs: u64) -> Result<(Counts, Vec<(String, u64)>)> {
-    let report = h2load::run(&mut h2load::command(None, conns, 1, secs, url))?;
-    let c = Counts {
-        ok: report.succeeded,
-        other: report.errored + report.timeout,
-        status: report.status_4xx + report.status_5xx,
-        ..Counts::default()
-    };
+    let c = h2load_counts(&h2load::run(&mut h2load::command(
+        None, conns, 1, secs, url,
+    ))?);
     let failures = (c.other > 0)
         .then(|| ("errored or timed out".to_string(), c.other))
         .into_iter()
         .collect();
     Ok((c, failures))
+}
+
+/// What an h2load report counts: its successes as `ok`, its errors and timeouts as `other`, its 4xx
+/// and 5xx answers as `status`.
+fn h2load_counts(r: &h2load::Report) -> Counts {
+    Counts {
+        ok: r.succeeded,
+        other: r.errored + r.timeout,
+        status: r.status_4xx + r.status_5xx,
+        ..Counts::default()
+    }
 }
 
 #[cfg(test)]
@@ -178,5 +184,19 @@ mod tests {
         assert_eq!(chunk_s(30.1, 120.0, Some(-0.1), true), None);
         assert_eq!(chunk_s(115.0, 120.0, None, false), Some(5));
         assert_eq!(chunk_s(119.0, 120.0, None, false), None);
+    }
+
+    #[test]
+    fn h2load_failures_are_errors_timeouts_and_other_statuses() {
+        let report = h2load::Report {
+            rps: 28.0,
+            succeeded: 84,
+            errored: 2,
+            timeout: 1,
+            status_4xx: 3,
+            status_5xx: 1,
+        };
+        let c = h2load_counts(&report);
+        assert_eq!((c.ok, c.other, c.status), (84, 3, 4));
     }
 }

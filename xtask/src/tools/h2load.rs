@@ -105,6 +105,101 @@ time to 1st byte:        0us         0us         0us         0us     0.00%
 req/s           :       0.00        0.00        0.00        0.00   100.00%
 ";
 
+    /// h2load 1.52.0 with `-n 20 -c 1 -m 1` against statico `--http2` (h2c).
+    const ANSWERED: &str = "starting benchmark...
+spawning thread #0: 1 total client(s). 20 total requests
+Application protocol: h2c
+progress: 10% done
+progress: 20% done
+progress: 30% done
+progress: 40% done
+progress: 50% done
+progress: 60% done
+progress: 70% done
+progress: 80% done
+progress: 90% done
+progress: 100% done
+
+finished in 1.37ms, 14652.01 req/s, 599.53KB/s
+requests: 20 total, 20 started, 20 done, 20 succeeded, 0 failed, 0 errored, 0 timeout
+status codes: 20 2xx, 0 3xx, 0 4xx, 0 5xx
+traffic: 838B (838) total, 194B (194) headers (space savings 87.56%), 260B (260) data
+                     min         max         mean         sd        +/- sd
+time for request:        9us       292us        29us        62us    95.00%
+time for connect:      441us       441us       441us         0us   100.00%
+time to 1st byte:      772us       772us       772us         0us   100.00%
+req/s           :   16515.62    16515.62    16515.62        0.00   100.00%
+";
+
+    /// The same with `-n 10` for a route answering 404.
+    const NOT_FOUND: &str = "starting benchmark...
+spawning thread #0: 1 total client(s). 10 total requests
+Application protocol: h2c
+progress: 10% done
+progress: 20% done
+progress: 30% done
+progress: 40% done
+progress: 50% done
+progress: 60% done
+progress: 70% done
+progress: 80% done
+progress: 90% done
+progress: 100% done
+
+finished in 1.15ms, 8673.03 req/s, 184.64KB/s
+requests: 10 total, 10 started, 10 done, 0 succeeded, 10 failed, 0 errored, 0 timeout
+status codes: 0 2xx, 0 3xx, 10 4xx, 0 5xx
+traffic: 218B (218) total, 104B (104) headers (space savings 86.49%), 0B (0) data
+                     min         max         mean         sd        +/- sd
+time for request:       11us       495us        66us       150us    90.00%
+time for connect:      149us       149us       149us         0us   100.00%
+time to 1st byte:      689us       689us       689us         0us   100.00%
+req/s           :   10804.98    10804.98    10804.98        0.00   100.00%
+";
+
+    /// `-t 1 -c 1 -m 1 -D 1`: a timed run, which ends with one request started and not done.
+    const TIMED: &str = "starting benchmark...
+spawning thread #0: 1 total client(s). Timing-based test with 0s of warm-up time and 1s of main duration for measurements.
+Warm-up started for thread #0.
+progress: 100% of clients started
+Warm-up phase is over for thread #0.
+Main benchmark duration is started for thread #0.
+Application protocol: h2c
+Main benchmark duration is over for thread #0. Stopping all clients.
+Stopped all clients for thread #0
+
+finished in 1.00s, 71894.00 req/s, 2.67MB/s
+requests: 71894 total, 71895 started, 71894 done, 71894 succeeded, 0 failed, 0 errored, 0 timeout
+status codes: 71894 2xx, 0 3xx, 0 4xx, 0 5xx
+traffic: 2.67MB (2803948) total, 561.73KB (575210) headers (space savings 89.74%), 912.72KB (934622) data
+                     min         max         mean         sd        +/- sd
+time for request:        8us      5.27ms        12us        57us    99.84%
+time for connect:       49us        49us        49us         0us   100.00%
+time to 1st byte:      245us       245us       245us         0us   100.00%
+req/s           :   71874.48    71874.48    71874.48        0.00   100.00%
+";
+
+    #[test]
+    fn answered_runs_count_their_successes_and_rate() {
+        let r = parse(ANSWERED).unwrap();
+        assert_eq!(
+            (r.succeeded, r.errored, r.timeout, r.rps),
+            (20, 0, 0, 14652.01)
+        );
+        assert_eq!((r.status_4xx, r.status_5xx), (0, 0));
+        let r = parse(TIMED).unwrap();
+        assert_eq!((r.succeeded, r.rps), (71894, 71894.0));
+    }
+
+    #[test]
+    fn answers_with_4xx_count_as_such_not_as_successes() {
+        let r = parse(NOT_FOUND).unwrap();
+        assert_eq!(
+            (r.succeeded, r.errored, r.status_4xx, r.status_5xx),
+            (0, 0, 10, 0)
+        );
+    }
+
     #[test]
     fn a_refused_run_is_all_errored() {
         let r = parse(REFUSED).unwrap();
