@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::tools::h2load;
 use crate::tools::net::Stream;
 use crate::tools::oha::{self, OhaRun};
 use crate::tools::procfs::{clock_ticks_per_second, cpu_ticks, status_kib};
+use crate::tools::{h2load, pinned};
 
 /// The body every server answers with.
 pub const BODY: &str = "Hello, World!";
@@ -141,8 +141,8 @@ pub fn wrk_command(
     lua: &Path,
     url: &str,
 ) -> Command {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", client_cpus, "wrk", "-t1", "--latency"])
+    let mut cmd = pinned(Some(client_cpus), "wrk");
+    cmd.args(["-t1", "--latency"])
         .arg(format!("-c{}", sc.connections))
         .arg(format!("-d{duration}s"));
     if sc.close {

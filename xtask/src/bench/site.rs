@@ -25,6 +25,7 @@ use super::measure::{self, server_cpu_us, Stat};
 use super::ratio::Report;
 use super::report::{work_dir, RunInfo};
 use super::servers::{start_nginx, Nginx};
+use crate::tools::pinned;
 use crate::tools::procfs::status_kib;
 use crate::tools::server::{start_statico, ServerUnderTest};
 
@@ -147,8 +148,8 @@ fn memory_and_startup(
 
 /// One wrk round with the server's script: (req/s, server CPU µs per request, Gbit/s).
 fn round(s: &ServerUnderTest, conns: u32, run: &RunInfo, script: &Path) -> Result<(f64, f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", run.client_cpus, "wrk", "-t1"])
+    let mut cmd = pinned(Some(run.client_cpus), "wrk");
+    cmd.arg("-t1")
         .arg(format!("-c{conns}"))
         .arg(format!("-d{}s", run.duration))
         .arg("-s")

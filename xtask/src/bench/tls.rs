@@ -33,6 +33,7 @@ use super::ratio::{interleave, Report};
 use super::report::{work_dir, RunInfo};
 use super::servers::{certificate, start_nginx, statico_args, Cert};
 use crate::tools::net::Stream;
+use crate::tools::pinned;
 use crate::tools::server::{start_statico, ServerUnderTest};
 use crate::tools::tls::{self, Groups};
 
@@ -266,8 +267,8 @@ fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Re
 /// (connections/s, server CPU µs per connection). Its `-reuse` is not used: it does not resume TLS 1.3
 /// sessions, so it measures full handshakes again.
 fn s_time_round(s: &ServerUnderTest, client_cpus: &str) -> Result<(f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", client_cpus, "openssl", "s_time", "-connect"])
+    let mut cmd = pinned(Some(client_cpus), "openssl");
+    cmd.args(["s_time", "-connect"])
         .arg(format!("127.0.0.1:{}", s.port))
         .args(["-new", "-time", &S_TIME_SECONDS.to_string()]);
     let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run openssl s_time"))?;
