@@ -40,6 +40,7 @@ mod package;
 mod setup;
 #[cfg(target_os = "linux")]
 mod soak;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -239,7 +240,7 @@ fn test() -> Result<()> {
     }
     suites()?;
     smoke_benches()?;
-    // A short soak (issue 33): the io_uring runtime, whose ring code holds the `unsafe`.
+    // A short soak on the io_uring runtime, whose ring code holds the `unsafe`.
     #[cfg(target_os = "linux")]
     {
         eprintln!("xtask test: soak stage: cargo xtask soak --minutes 2 --runtime io-uring");

@@ -1,5 +1,6 @@
 //! `cargo xtask soak --minutes N [--runtime tokio|io-uring] [--out DIR]`: statico under every kind of
-//! client for N minutes at a modest load, to see that it stays flat over time (issue 33, point 3).
+//! client for N minutes at a modest load, to see that its memory, descriptors and answers stay flat
+//! over time.
 //! Throughput is not the point: each client kind sends a few hundred requests a second at most.
 //!
 //! **What runs.** One statico on 127.0.0.1 with `--tls-self-signed --http2 --http3`, a small site
@@ -12,7 +13,7 @@
 //! - keep-alive, `Connection: close` and pipelined (16 a write) HTTP/1.1, TLS and plain, from this
 //!   module's own clients (`clients`), which tell a reset, a close and a truncation apart;
 //! - oha: HTTP/1.1 keep-alive over TLS (`/pool`), HTTP/2 (`/fault`), HTTP/3 (`/delay`, `/fault`);
-//!   h2load: HTTP/2 over TLS (`/delay`) (`tools`);
+//!   h2load: HTTP/2 over TLS (`/delay`) (`tool_runs`);
 //! - slowloris (a head a byte a second: closed at `--header-timeout`), never-reading clients (16
 //!   requests for 2 MiB, nothing read: closed at `--idle-timeout`), the stall route's client;
 //! - SIGHUP every 30 s, and `PUT /routes` every 60 s (from 45 s) alternating the start-up table
@@ -44,29 +45,29 @@
 //! Written to `--out` (default `target/soak/<timestamp>`): `report.txt`, `results.json`, `chart.svg`
 //! (RSS, descriptors, CPU over time), statico's stderr (`statico-*.log`), the site and routes file.
 //!
-//! Layers: `soak` (this file: flags, servers, the run, swaps, drain) ─ `clients`, `tools` ─
-//! `judge` (pure) ─ `report`; it imports `bench::{measure, report, servers}`, nothing imports it.
+//! Layers: `soak` (this file: flags, servers, the run, swaps, drain) ─ `clients`, `tool_runs` ─
+//! `judge` (pure) ─ `report`, all on `crate::tools` (h2load, oha, the statico guard, /proc, ports and
+//! GET, TLS clients, charts), as `bench` is; nothing imports this module but `main`.
 
 mod clients;
 mod judge;
 mod report;
-mod tools;
+mod tool_runs;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::{sleep, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::bench::measure::{free_port, http_get, wait_port};
-use crate::bench::servers::{statico_bin, ServerUnderTest};
+use crate::tools::net::{free_port, http_get, http_request};
+use crate::tools::procfs::{cpu_ticks, fd_count, parse_status_kib};
+use crate::tools::server::{signal, start_statico_on, ServerUnderTest};
+use crate::tools::tls::{self, Groups};
 use clients::{Shared, Target};
 use judge::{Sample, Swap, SAMPLE_EVERY_S};
 
@@ -117,10 +118,10 @@ impl Statico {
 
 /// Runs the soak; fails, naming every reason, unless it passed.
 pub fn run(root: &Path, args: SoakArgs) -> Result<()> {
-    let out = out_dir(root, &args)?;
+    let out = crate::tools::out_dir(root, args.out.as_deref(), "soak")?;
     let site = make_site(&out)?;
     let (tls, plain) = start_both(root, &out, &site, &args.runtime)?;
-    let config = client_config(&out.join("cert/cert.pem"))?;
+    let config = tls::client_config(&out.join("cert/cert.pem"), Groups::Default)?;
     let admin = tls.admin.expect("the TLS statico has --admin");
     let table = http_get(admin, "/routes").context("GET /routes")?;
     let mut run = Run {
@@ -156,18 +157,6 @@ pub fn run(root: &Path, args: SoakArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--out`, or `target/soak/<timestamp>`; created, absolute.
-fn out_dir(root: &Path, args: &SoakArgs) -> Result<PathBuf> {
-    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let dir = root.join(
-        args.out
-            .clone()
-            .unwrap_or_else(|| root.join("target/soak").join(stamp.to_string())),
-    );
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir.canonicalize()?)
-}
-
 /// A small site: an index, a stylesheet, and `big.bin` (2 MiB) for the never-reading clients.
 fn make_site(out: &Path) -> Result<PathBuf> {
     let site = out.join("site");
@@ -185,11 +174,12 @@ fn make_site(out: &Path) -> Result<PathBuf> {
 
 /// The TLS statico (HTTP/1.1, h2, h3; admin; routes file) and the plain one, on `runtime`.
 fn start_both(root: &Path, out: &Path, site: &Path, runtime: &str) -> Result<(Statico, Statico)> {
-    let common = |port: u16, metrics: u16| -> Vec<String> {
-        let mut a: Vec<String> = ["-a", "127.0.0.1", "-p", &port.to_string(), "--http2"]
-            .map(String::from)
-            .to_vec();
-        a.extend(["--root".into(), site.display().to_string()]);
+    let common = |metrics: u16| -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--http2".into(),
+            "--root".into(),
+            site.display().to_string(),
+        ];
         for r in ROUTES {
             a.extend(["--route".into(), r.into()]);
         }
@@ -200,7 +190,7 @@ fn start_both(root: &Path, out: &Path, site: &Path, runtime: &str) -> Result<(St
         a
     };
     let (port, metrics, admin) = (free_port()?, free_port()?, free_port()?);
-    let mut tls = common(port, metrics);
+    let mut tls = common(metrics);
     tls.extend(["--tls-self-signed", "--tls-self-signed-out"].map(String::from));
     tls.push(out.join("cert").display().to_string());
     tls.extend([
@@ -214,12 +204,12 @@ fn start_both(root: &Path, out: &Path, site: &Path, runtime: &str) -> Result<(St
     ]);
     let tls = spawn_statico(root, out, "statico-tls", port, metrics, Some(admin), &tls)?;
     let (port, metrics) = (free_port()?, free_port()?);
-    let plain = common(port, metrics);
+    let plain = common(metrics);
     let plain = spawn_statico(root, out, "statico-plain", port, metrics, None, &plain)?;
     Ok((tls, plain))
 }
 
-/// Starts statico with `args`, its stderr copied to `OUT/NAME.log`; waits for "listening on".
+/// Starts statico on `port` with `args`, its stderr copied to `OUT/NAME.log`.
 fn spawn_statico(
     root: &Path,
     out: &Path,
@@ -229,57 +219,15 @@ fn spawn_statico(
     admin: Option<u16>,
     args: &[String],
 ) -> Result<Statico> {
-    let mut child = Command::new(statico_bin(root))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("start statico")?;
-    let stderr = child.stderr.take().expect("piped");
-    let guard = ServerUnderTest {
-        name: name.into(),
-        command: format!("statico {}", args.join(" ")),
-        child,
-        port,
-        tls: admin.is_some(),
-    };
     let log = out.join(format!("{name}.log"));
-    let mut file = std::fs::File::create(&log)?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = writeln!(file, "{line}");
-            if line.contains("listening on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-        bail!("{name} did not start: see {}", log.display());
-    }
-    wait_port(port)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let guard = start_statico_on(root, name, None, port, &args, Some(&log))?;
     Ok(Statico {
         guard,
         metrics,
         admin,
         log,
     })
-}
-
-/// A TLS client trusting statico's self-signed certificate.
-fn client_config(cert: &Path) -> Result<Arc<rustls::ClientConfig>> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(cert).context("read statico's certificate")? {
-        roots.add(c?)?;
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
 }
 
 /// A soak in progress.
@@ -376,7 +324,7 @@ impl Run {
 
     /// oha and h2load against the TLS statico.
     fn tools(&self, cacert: &Path) -> Vec<JoinHandle<()>> {
-        use tools::{Kind, Tool};
+        use tool_runs::{Kind, Tool};
         let oha = |version, conns, rate| Kind::Oha {
             version,
             conns,
@@ -403,7 +351,7 @@ impl Run {
                 let (shared, cacert) = (self.shared.clone(), cacert.to_path_buf());
                 let (schedule, start, end) = (self.schedule.clone(), self.start, self.total_s);
                 std::thread::spawn(move || {
-                    tools::run(&shared, &tool, &url, &cacert, &schedule, start, end)
+                    tool_runs::run(&shared, &tool, &url, &cacert, &schedule, start, end)
                 })
             })
             .collect()
@@ -465,13 +413,12 @@ impl Run {
 /// statico's RSS, descriptors and CPU now.
 fn sample(pid: u32, t_s: f64) -> Result<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     Ok(Sample {
         t_s,
-        rss_kib: judge::vm_rss_kib(&status).context("VmRSS")?,
-        rss_anon_kib: judge::status_kib(&status, "RssAnon:").context("RssAnon")?,
-        fds: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64,
-        cpu_ticks: judge::stat_cpu_ticks(&stat).context("/proc/PID/stat")?,
+        rss_kib: parse_status_kib(&status, "VmRSS:").context("VmRSS")?,
+        rss_anon_kib: parse_status_kib(&status, "RssAnon:").context("RssAnon")?,
+        fds: fd_count(pid)?,
+        cpu_ticks: cpu_ticks(pid)?,
     })
 }
 
@@ -542,32 +489,9 @@ impl Run {
     }
 }
 
-/// `kill SIGNAL PID`.
-fn signal(pid: u32, sig: &str) -> Result<()> {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()?;
-    if !status.success() {
-        bail!("kill {sig} {pid}: {status}");
-    }
-    Ok(())
-}
-
 /// `PUT /routes` with `table` on the control API.
 fn put_routes(admin: u16, table: &str) -> Result<()> {
-    let mut c = TcpStream::connect(("127.0.0.1", admin)).context("connect to --admin")?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        c,
-        "PUT /routes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{table}",
-        table.len()
-    )?;
-    let mut answer = String::new();
-    c.read_to_string(&mut answer)?;
-    if !answer.starts_with("HTTP/1.1 200") {
-        bail!("PUT /routes: {}", answer.lines().next().unwrap_or(""));
-    }
-    Ok(())
+    http_request(admin, "PUT", "/routes", table).map(drop)
 }
 
 impl Run {

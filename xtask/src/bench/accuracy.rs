@@ -7,7 +7,7 @@
 //! (`/ground-truth.json`: per route, the delays it drew and the time it actually held each request)
 //! and shown beside what was asked and what oha saw, with whether the ground truth is within
 //! [`TOLERANCE`] of the requested p50 and p99, and how far each hold was from its draw
-//! (|held − drawn|, whose p99 the issue wants within [`OFF_P99_US`] at [`CONNS`] connections and
+//! (|held − drawn|, whose p99 must be within [`OFF_P99_US`] at [`CONNS`] connections and
 //! [`RATE`] requests/s).
 
 use std::fmt::Write as _;
@@ -16,9 +16,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{free_port, http_get, oha_at_rate, wait_port, OhaRun};
+use super::measure::oha_at_rate;
 use super::report::RunInfo;
-use super::servers::start_statico;
+use crate::tools::net::{free_port, http_get, wait_port};
+use crate::tools::oha::OhaRun;
+use crate::tools::server::start_statico;
 
 /// The route whose delays are checked.
 pub const ROUTE: &str = "/echo delay=lognormal:10ms:80ms";
@@ -309,7 +311,7 @@ mod tests {
         let json = r#"{"summary":{"total":10.0},"statusCodeDistribution":{"200":20000},
             "errorDistribution":{"aborted due to deadline":12},
             "latencyPercentiles":{"p10":0.004,"p50":0.0102,"p99":0.0815}}"#;
-        let run = super::super::measure::parse_oha(json).unwrap();
+        let run = crate::tools::oha::parse(json).unwrap();
         assert_eq!(run.ok, 20000);
         assert!((run.p50_ms - 10.2).abs() < 1e-9 && (run.p99_ms - 81.5).abs() < 1e-9);
         assert!(run.failures.is_empty());

@@ -10,7 +10,7 @@
 //! oha's deadline), with M/M/c (Erlang C) shown as the Poisson reference. The knee — where the mean
 //! wait reaches the mean service time — is found on both and compared.
 //!
-//! The queue is unbounded, as in the issue's route: above capacity it grows through the run, the
+//! The queue is unbounded: above capacity it grows through the run, the
 //! throughput caps at 800/s and the latency climbs with the run's length, as in front of any saturated
 //! backend — and the simulation of a run of the same length predicts exactly that.
 
@@ -22,12 +22,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{
-    free_port, http_get, oha_at_rate, run_queue_ns, server_cpu_us, wait_port, OhaRun,
-};
+use super::measure::{oha_at_rate, server_cpu_us};
 use super::queueing::{self, Arrivals, Mmc, Model, Prediction, Summary};
-use super::report::{line_chart, machine, Line, LinePanel, RunInfo};
-use super::servers::{start_statico, statico_bin};
+use super::report::RunInfo;
+use crate::tools::chart::{line_chart, Line, LinePanel};
+use crate::tools::net::{free_port, http_get, wait_port};
+use crate::tools::oha::OhaRun;
+use crate::tools::procfs::{machine, run_queue_ns};
+use crate::tools::server::{start_statico, statico_bin};
 
 /// The pool's servers, and their mean service time.
 const SERVERS: usize = 8;
@@ -390,13 +392,13 @@ fn heading(run: &RunInfo, secs: u64, pools: bool) -> String {
         "capacity: statico --route '{ROUTE}' (one worker on CPU {}, --seed LOAD%), a fresh statico per load;\n\
          oha -q RATE -c CONNS --latency-correction for {secs} s on CPU {}, CONNS 1.5 times the most requests\n\
          the model has in flight, plus 64 (so oha never holds one back: open loop). Capacity C/E[S] = {SERVERS} / {MEAN_SERVICE_MS} ms = {:.0} req/s.\n\
-         The queue is unbounded (the issue's route): above capacity it grows all run long, the throughput caps\n\
+         The queue is unbounded: above capacity it grows all run long, the throughput caps\n\
          at capacity and the latency grows with the run's length, as before any saturated backend.\n\
          model (the measurement is held to it): oha's arrivals (request i due at i/rate, rounded up to the ms\n\
          by tokio's timer) into {SERVERS} FIFO servers with exponential service of mean {MEAN_SERVICE_MS} ms, from an empty queue\n\
          for the run's {secs} s, answers after oha's deadline not counted; {RUNS} seeded runs pooled. That is D/M/c\n\
          (GI/M/c with even arrivals), run for as long as the measurement. M/M/c (Erlang C: Poisson arrivals,\n\
-         steady state, none at or above capacity) is the issue's reference; oha does not send Poisson arrivals,\n\
+         steady state, none at or above capacity) is the reference; oha does not send Poisson arrivals,\n\
          and even ones queue less.\n",
         run.server_cpus,
         run.client_cpus,

@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::measure::{h2load_round, interleave, status_kib, Stat};
+use super::measure::{h2load_round, interleave, Stat};
 use super::report::{work_dir, RunInfo};
-use super::servers::{start_nginx, start_statico, statico_args, Nginx, ServerUnderTest};
+use super::servers::{start_nginx, statico_args, Nginx};
+use crate::tools::procfs::status_kib;
+use crate::tools::server::{start_statico, ServerUnderTest};
 
 /// statico's server CPU per request must be at most this times nginx's.
 const TARGET: f64 = 0.35;

@@ -12,7 +12,7 @@
 //! - req/s and server CPU µs per request (CPU ticks from /proc over the round, 200 answers from oha);
 //! - RSS and peak RSS after the load.
 //!
-//! `report.txt` holds the tables and whether statico meets the target (server CPU per request
+//! `report.txt` holds the tables and whether statico meets its target (server CPU per request
 //! ≤ [`TARGET`]× Caddy's); `chart.svg` each statico's CPU relative to Caddy's. Without caddy the run
 //! says so and measures statico alone.
 
@@ -24,14 +24,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::measure::{cpu_ticks, parse_oha, status_kib, Oha};
+use super::measure::Oha;
 use super::ratio::{interleave, Report};
 use super::report::{work_dir, RunInfo};
-use super::servers::{
-    certificate, start_caddy, start_statico, statico_args, Cert, ServerUnderTest,
-};
+use super::servers::{certificate, start_caddy, statico_args, Cert};
+use crate::tools::oha;
+use crate::tools::procfs::{cpu_ticks, status_kib};
+use crate::tools::server::{start_statico, ServerUnderTest};
 
-/// The target: statico's server CPU per request at most this times Caddy's.
+/// The target: statico's server CPU per request at most this times Caddy's.
 const TARGET: f64 = 0.5;
 /// Idle HTTP/3 connections held for the memory measure.
 const IDLE_CONNS: usize = 1_000;
@@ -95,7 +96,7 @@ fn wait_h3(s: &ServerUnderTest, oha: &Oha) -> Result<()> {
         let mut cmd = oha.command(&s.url(), 1, 1)?;
         cmd.args(["-n", "16", "--connect-timeout", "1s", "-t", "2s"]);
         let out = cmd.output().context("run oha")?;
-        let run = parse_oha(&String::from_utf8_lossy(&out.stdout));
+        let run = oha::parse(&String::from_utf8_lossy(&out.stdout));
         let checked = run.and_then(|r| r.check(&s.url()).map(|_| r.ok));
         match checked {
             Ok(16) => return Ok(()),
@@ -125,7 +126,7 @@ fn idle_memory(report: &mut Report, servers: &[ServerUnderTest], oha: &Oha) -> R
         let rss = status_kib(s.pid(), "VmRSS:").unwrap_or(0);
         let out = client.wait_with_output()?;
         quiet?;
-        let run = parse_oha(&String::from_utf8_lossy(&out.stdout))?;
+        let run = oha::parse(&String::from_utf8_lossy(&out.stdout))?;
         if run.ok == 0 {
             bail!("no answer over {IDLE_CONNS} idle connections to {}", s.name);
         }

@@ -1,18 +1,21 @@
-//! The bottom layer of every benchmark mode: what a load looks like (scenarios), how it is driven (wrk,
-//! h2load, oha for HTTP/3), and how a server is measured — CPU ticks from /proc over the measured window, RSS from
-//! /proc/PID/status, ports, rounds taken in turn, and medians with their min–max. It knows nothing of
-//! which servers run.
+//! The bottom layer of every benchmark mode: what a load looks like (scenarios), how a round is
+//! driven and measured (wrk, h2load, oha for HTTP/3 and at a fixed rate; the server's CPU over the
+//! round's window), rounds taken in turn, medians with their min–max, and RSS with idle connections.
+//! It knows nothing of which servers run; the tools themselves and /proc are read by `crate::tools`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-
-use serde_json::Value;
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+
+use crate::tools::net::Stream;
+use crate::tools::oha::{self, OhaRun};
+use crate::tools::procfs::{clock_ticks_per_second, cpu_ticks, status_kib};
+use crate::tools::{h2load, pinned};
 
 /// The body every server answers with.
 pub const BODY: &str = "Hello, World!";
@@ -119,67 +122,6 @@ pub fn interleave<S, R>(
     Ok(results)
 }
 
-pub fn cpu_count() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// A port on 127.0.0.1 free for TCP and for UDP alike (a server with HTTP/3 takes both).
-pub fn free_port() -> Result<u16> {
-    for _ in 0..20 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    bail!("no port on 127.0.0.1 free for both TCP and UDP in 20 tries")
-}
-
-/// Waits (up to 10 s) until something accepts connections on 127.0.0.1:`port`.
-pub fn wait_port(port: u16) -> Result<()> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        sleep(Duration::from_millis(50));
-    }
-    bail!("server on port {port} did not come up")
-}
-
-/// utime + stime of a whole process, in clock ticks.
-pub fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = &stat[stat.rfind(')').context("stat format")? + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
-}
-
-pub fn clock_ticks_per_second() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// The time every thread of process `pid` has spent runnable but waiting for a CPU (the second field
-/// of /proc/PID/task/TID/schedstat), in ns: how much other work on its CPUs held it back.
-pub fn run_queue_ns(pid: u32) -> Result<u64> {
-    let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let stat = std::fs::read_to_string(task?.path().join("schedstat")).unwrap_or_default();
-        total += stat
-            .split_whitespace()
-            .nth(1)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    Ok(total)
-}
-
 /// Runs `work` and returns what it returned with the CPU time (µs) process `pid` used meanwhile.
 pub fn server_cpu_us<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
     let before = cpu_ticks(pid)?;
@@ -191,18 +133,6 @@ pub fn server_cpu_us<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T
     ))
 }
 
-/// A `Vm…:` line of /proc/PID/status, in KiB.
-pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with(key))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// The wrk command for a scenario against `url`, pinned to `client_cpus`.
 pub fn wrk_command(
     sc: Scenario,
@@ -211,8 +141,8 @@ pub fn wrk_command(
     lua: &Path,
     url: &str,
 ) -> Command {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", client_cpus, "wrk", "-t1", "--latency"])
+    let mut cmd = pinned(Some(client_cpus), "wrk");
+    cmd.args(["-t1", "--latency"])
         .arg(format!("-c{}", sc.connections))
         .arg(format!("-d{duration}s"));
     if sc.close {
@@ -298,42 +228,12 @@ pub fn h2load_round(
     conns: u32,
     streams: u32,
 ) -> Result<(f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", client_cpus, "h2load", "-t", "1"])
-        .args(["-c", &conns.to_string(), "-m", &streams.to_string()])
-        .args(["-D", &duration.to_string()])
-        .arg(url);
-    let (out, cpu_us) = server_cpu_us(pid, || {
-        cmd.output()
-            .context("run h2load (cargo xtask setup installs nghttp2-client)")
-    })?;
-    let (done, rps) = parse_h2load(&String::from_utf8_lossy(&out.stdout));
-    if done == 0.0 {
+    let mut cmd = h2load::command(Some(client_cpus), conns, streams, duration, url);
+    let (report, cpu_us) = server_cpu_us(pid, || h2load::run(&mut cmd))?;
+    if report.succeeded == 0 {
         bail!("h2load got no answer from {url}");
     }
-    Ok((rps, cpu_us / done))
-}
-
-/// h2load's report: (requests succeeded, req/s).
-pub fn parse_h2load(text: &str) -> (f64, f64) {
-    let done: f64 = text
-        .lines()
-        .find(|l| l.starts_with("requests:"))
-        .and_then(|l| {
-            l.split(',')
-                .find(|p| p.contains("succeeded"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0);
-    let rps: f64 = text
-        .lines()
-        .find(|l| l.starts_with("finished in"))
-        .and_then(|l| l.split(',').nth(1)?.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    (done, rps)
+    Ok((report.rps, cpu_us / report.succeeded as f64))
 }
 
 /// HTTP/3 load from oha (built with its `http3` feature; `cargo xtask setup` installs it): one runtime
@@ -348,13 +248,8 @@ impl Oha<'_> {
     /// `oha` against `url` over HTTP/3 with `conns` connections × `streams` concurrent streams; the
     /// caller adds how long (`-z`) and how fast (`-q`).
     pub fn command(&self, url: &str, conns: usize, streams: usize) -> Result<Command> {
-        let oha = crate::setup::oha_path()
-            .context("oha is not installed (cargo xtask setup installs it with HTTP/3)")?;
-        let mut cmd = Command::new("taskset");
-        cmd.args(["-c", self.client_cpus])
-            .arg(oha)
-            .args(["--no-tui", "--http-version", "3", "--worker-threads", "1"])
-            .args(["--output-format", "json", "--cacert"])
+        let mut cmd = oha::command(Some(self.client_cpus), oha::Output::Json)?;
+        cmd.args(["--http-version", "3", "--cacert"])
             .arg(self.cacert)
             .args(["-c", &conns.to_string(), "-p", &streams.to_string()])
             .arg(url);
@@ -375,7 +270,7 @@ impl Oha<'_> {
         sleep(Duration::from_secs(duration) + OHA_START);
         let cpu_us = cpu_ticks(pid)?.saturating_sub(before) as f64 / clock_ticks_per_second() * 1e6;
         let out = client.wait_with_output()?;
-        let run = parse_oha(&String::from_utf8_lossy(&out.stdout))
+        let run = oha::parse(&String::from_utf8_lossy(&out.stdout))
             .with_context(|| format!("oha: {}", String::from_utf8_lossy(&out.stderr)))?;
         run.check(url)?;
         Ok((run.ok as f64 / duration as f64, cpu_us / run.ok as f64))
@@ -392,114 +287,15 @@ pub fn oha_at_rate(
     conns: u32,
     secs: u64,
 ) -> Result<OhaRun> {
-    let oha =
-        crate::setup::oha_path().context("oha is not installed (cargo xtask setup installs it)")?;
-    let out = Command::new("taskset")
-        .args(["-c", client_cpus])
-        .arg(oha)
-        .args([
-            "--no-tui",
-            "--output-format",
-            "json",
-            "--worker-threads",
-            "1",
-        ])
-        .arg("--latency-correction")
+    let mut cmd = oha::command(Some(client_cpus), oha::Output::Json)?;
+    cmd.arg("--latency-correction")
         .args(["-q", &rate.to_string(), "-c", &conns.to_string()])
-        .args(["-z", &format!("{secs}s"), url])
-        .output()
-        .context("run oha")?;
-    parse_oha(&String::from_utf8_lossy(&out.stdout))
-        .with_context(|| format!("oha: {}", String::from_utf8_lossy(&out.stderr)))
+        .args(["-z", &format!("{secs}s"), url]);
+    oha::run(&mut cmd)
 }
 
 /// How long oha takes to start its clock, added to a round's measured window.
 const OHA_START: Duration = Duration::from_millis(100);
-
-/// What an oha run reports: 200 answers, its seconds, and its failures other than the requests in flight
-/// it aborts at its deadline (other statuses, and errors by message).
-#[derive(Debug, Default, PartialEq)]
-pub struct OhaRun {
-    pub ok: u64,
-    pub seconds: f64,
-    pub failures: Vec<(String, u64)>,
-    /// Latency percentiles over every answer, in ms.
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    /// Mean latency over every answer, in ms.
-    pub mean_ms: f64,
-    /// Requests in flight at the deadline, which oha aborts (not failures).
-    pub aborted: u64,
-}
-
-impl OhaRun {
-    /// Fails unless the run had answers and no failure.
-    pub fn check(&self, url: &str) -> Result<()> {
-        if self.ok == 0 || self.seconds <= 0.0 || !self.failures.is_empty() {
-            bail!(
-                "oha against {url}: {} answers with 200 in {:.1} s, failures {:?}",
-                self.ok,
-                self.seconds,
-                self.failures
-            );
-        }
-        Ok(())
-    }
-}
-
-/// oha's `--output-format json`.
-pub fn parse_oha(json: &str) -> Result<OhaRun> {
-    let doc: Value = serde_json::from_str(json).context("oha's JSON report")?;
-    let count = |v: &Value| v.as_u64().unwrap_or(0);
-    let ms = |p: &str| doc["latencyPercentiles"][p].as_f64().unwrap_or(0.0) * 1e3;
-    let mut run = OhaRun {
-        seconds: doc["summary"]["total"].as_f64().unwrap_or(0.0),
-        p50_ms: ms("p50"),
-        p99_ms: ms("p99"),
-        mean_ms: doc["summary"]["average"].as_f64().unwrap_or(0.0) * 1e3,
-        ..OhaRun::default()
-    };
-    for (status, n) in doc["statusCodeDistribution"]
-        .as_object()
-        .into_iter()
-        .flatten()
-    {
-        if status == "200" {
-            run.ok = count(n);
-        } else {
-            run.failures.push((format!("status {status}"), count(n)));
-        }
-    }
-    for (error, n) in doc["errorDistribution"].as_object().into_iter().flatten() {
-        if error.contains("deadline") {
-            run.aborted += count(n);
-        } else {
-            run.failures.push((error.clone(), count(n)));
-        }
-    }
-    Ok(run)
-}
-
-/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.1, `Connection: close`), if the answer is 200.
-pub fn http_get(port: u16, path: &str) -> Result<String> {
-    let mut c =
-        TcpStream::connect(("127.0.0.1", port)).context("connect to statico's --metrics")?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    c.read_to_string(&mut answer)?;
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!(
-            "GET {path} on port {port}: {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    Ok(body.to_string())
-}
 
 /// RSS with `n` idle keep-alive connections, each having made one request.
 pub struct Memory {
@@ -509,10 +305,6 @@ pub struct Memory {
     pub rss_kib: u64,
     pub peak_kib: u64,
 }
-
-/// A client connection the idle-memory measure can talk through: a TCP stream, or TLS over one.
-pub trait Stream: Read + Write {}
-impl<T: Read + Write> Stream for T {}
 
 /// Opens `n` keep-alive connections to the server `pid` on `port`, one request each, and reads its RSS
 /// while they sit idle.
@@ -619,40 +411,10 @@ mod tests {
     }
 
     #[test]
-    fn a_process_has_a_run_queue_delay() {
-        let me = std::process::id();
-        let before = run_queue_ns(me).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(run_queue_ns(me).unwrap() >= before);
-        assert!(run_queue_ns(u32::MAX).is_err());
-    }
-
-    #[test]
-    fn wrk_and_h2load_reports_parse() {
+    fn wrk_reports_parse() {
         let wrk = "  Latency Distribution\n     50%  250.00us\n     99%    1.20ms\n  1000 requests in 2.00s, 1 MB read\n  Socket errors: connect 0, read 2, write 0, timeout 1\nRequests/sec:    500.00\n";
         let r = parse_wrk(wrk);
         assert_eq!((r.requests, r.rps, r.errors), (1000, 500.0, 3));
         assert_eq!((r.p50_ms, r.p99_ms), (0.25, 1.2));
-        let h2 = "finished in 2.00s, 1234.50 req/s, 1MB/s\nrequests: 2469 total, 2469 started, 2469 done, 2469 succeeded, 0 failed\n";
-        assert_eq!(parse_h2load(h2), (2469.0, 1234.5));
-    }
-
-    #[test]
-    fn oha_reports_parse_and_only_the_deadline_aborts_pass() {
-        let json = r#"{"summary":{"successRate":1.0,"total":2.004,"requestsPerSec":5000.0},
-            "statusCodeDistribution":{"200":10000},
-            "errorDistribution":{"aborted due to deadline":800}}"#;
-        let run = parse_oha(json).unwrap();
-        assert_eq!((run.ok, run.seconds, run.aborted), (10000, 2.004, 800));
-        run.check("u").unwrap();
-        let json = r#"{"summary":{"total":2.0},"statusCodeDistribution":{"200":5,"503":2},
-            "errorDistribution":{"connection refused":3}}"#;
-        let run = parse_oha(json).unwrap();
-        assert_eq!(
-            run.failures,
-            [("status 503".into(), 2), ("connection refused".into(), 3)]
-        );
-        assert!(run.check("u").is_err());
-        assert!(parse_oha("not json").is_err());
     }
 }

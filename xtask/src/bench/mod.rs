@@ -8,10 +8,14 @@
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
 //!       │            fortio for routes)
-//!       ├─ report   (table, results.json, bar and line charts)  ─┐ both on measure,
-//!       ├─ servers  (statico, nginx, caddy, fortio, peers, the  │ not on each other
-//!       │            TLS certificate; one guard)               ─┘
-//!       └─ measure  (scenarios, wrk/h2load/oha, CPU ticks, RSS, ports, Stat, interleave, GET)
+//!       ├─ report   (table, results.json, bar charts)          ─┐ both on measure,
+//!       ├─ servers  (nginx, caddy, fortio, peers, the TLS       │ not on each other
+//!       │            certificate; statico's suite flags)       ─┘
+//!       └─ measure  (scenarios, a round of wrk/h2load/oha and the server's CPU over it, RSS with
+//!                    idle connections, Stat, interleave)
+//!
+//! all on `crate::tools` (h2load, oha, statico and the server guard, /proc, ports and GET, TLS
+//! clients, line charts), which `soak` uses too; bench and soak import nothing of each other.
 //! ```
 //!
 //! A report names servers by `report::Started` (name, command), so it is written and tested without
@@ -21,21 +25,20 @@ mod accuracy;
 mod capacity;
 mod http2;
 mod http3;
-pub(crate) mod measure;
+mod measure;
 mod pause_demo;
 mod profile;
 mod queueing;
 mod ratio;
-pub(crate) mod report;
+mod report;
 mod routes;
-pub(crate) mod servers;
+mod servers;
 mod site;
 mod steering;
 mod suite;
 mod tls;
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 
@@ -171,7 +174,7 @@ fn run_info<'a>(
 }
 
 fn placement(args: &BenchArgs) -> (String, String) {
-    let n = measure::cpu_count();
+    let n = crate::tools::procfs::cpu_count();
     let server = args
         .server_cpus
         .clone()
@@ -186,15 +189,7 @@ fn placement(args: &BenchArgs) -> (String, String) {
     (server, client)
 }
 
-/// `--out`, or `target/bench/<timestamp>`; created, and absolute (nginx resolves relative paths against
-/// its own prefix).
+/// `--out`, or `target/bench/<timestamp>`; created, absolute.
 fn out_dir(root: &Path, args: &BenchArgs) -> Result<PathBuf> {
-    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let dir = root.join(
-        args.out
-            .clone()
-            .unwrap_or_else(|| root.join("target/bench").join(stamp.to_string())),
-    );
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir.canonicalize()?)
+    crate::tools::out_dir(root, args.out.as_deref(), "bench")
 }

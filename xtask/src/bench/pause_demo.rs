@@ -33,9 +33,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::measure::{free_port, http_get, wait_port};
-use super::report::{line_chart, machine, Line, LinePanel, RunInfo};
-use super::servers::{start_statico, statico_bin};
+use super::report::RunInfo;
+use crate::tools::chart::{line_chart, Line, LinePanel};
+use crate::tools::net::{free_port, http_get, wait_port};
+use crate::tools::oha;
+use crate::tools::procfs::machine;
+use crate::tools::server::{signal, start_statico, statico_bin};
 
 /// oha's fixed rate over all its connections, and the connections (wrk2's demonstration's scale).
 const RATE: u32 = 1000;
@@ -278,21 +281,21 @@ fn statico_flags(metrics: &str, stall: Stall, plan: Plan) -> Vec<String> {
 
 /// oha at [`RATE`] over [`CONNS`] for `secs`, one runtime thread pinned to `client_cpus`, every
 /// request written to `csv`.
-fn oha_command(client_cpus: &str, url: &str, corrected: bool, secs: u64, csv: &Path) -> Command {
-    let oha = crate::setup::oha_path().unwrap_or_else(|| "oha".into());
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", client_cpus])
-        .arg(oha)
-        .args(["--no-tui", "--output-format", "csv", "-o"])
-        .arg(csv)
-        .args(["--worker-threads", "1"])
-        .args(["-q", &RATE.to_string(), "-c", &CONNS.to_string()])
+fn oha_command(
+    client_cpus: &str,
+    url: &str,
+    corrected: bool,
+    secs: u64,
+    csv: &Path,
+) -> Result<Command> {
+    let mut cmd = oha::command(Some(client_cpus), oha::Output::Csv(csv))?;
+    cmd.args(["-q", &RATE.to_string(), "-c", &CONNS.to_string()])
         .args(["-z", &format!("{secs}s")]);
     if corrected {
         cmd.arg("--latency-correction");
     }
     cmd.arg(url);
-    cmd
+    Ok(cmd)
 }
 
 /// The file oha's CSV of one run goes to.
@@ -327,7 +330,7 @@ fn measure(
         corrected,
         plan.secs,
         &dir.join(&csv),
-    );
+    )?;
     eprintln!(
         "bench: pause-demo {} {}: oha -q {RATE} -c {CONNS} for {} s",
         stall.name(),
@@ -380,19 +383,13 @@ pub fn held_by(samples: &[Sample], (begin, end): (f64, f64)) -> u64 {
 
 /// wrk2's ^Z: SIGSTOP to `pid` at `plan.at_s` after `ready`, SIGCONT `plan.for_s` later.
 fn sigstop_for(pid: u32, ready: Instant, plan: Plan) {
-    let signal = |sig: &str| {
-        Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
     sleep((ready + Duration::from_secs_f64(plan.at_s)).saturating_duration_since(Instant::now()));
-    if !signal("-STOP") {
+    if signal(pid, "-STOP").is_err() {
         eprintln!("bench: pause-demo: SIGSTOP to {pid} failed");
         return;
     }
     sleep(Duration::from_secs_f64(plan.for_s));
-    if !signal("-CONT") {
+    if signal(pid, "-CONT").is_err() {
         eprintln!("bench: pause-demo: SIGCONT to {pid} failed (it is stopped at the end)");
     }
 }

@@ -28,8 +28,9 @@ use anyhow::{bail, Context, Result};
 
 use super::measure::{interleave, measure, Scenario, Stat, SCENARIOS};
 use super::report::{work_dir, RunInfo};
-use super::servers::{start_nginx, statico_on, Nginx, ServerUnderTest};
+use super::servers::{start_nginx, statico_on, Nginx};
 use crate::setup::which;
+use crate::tools::server::{signal, ServerUnderTest};
 
 /// The buckets, in report order.
 const BUCKETS: [&str; 4] = [
@@ -127,10 +128,8 @@ fn start_perf(pid: u32, data: &Path) -> Result<Child> {
 /// SIGINT makes perf write its data and exit (it then ends by that SIGINT); if it cannot be
 /// signalled it is killed, so it never outlives the round.
 fn stop_perf(mut perf: Child) -> Result<()> {
-    let sent = Command::new("kill")
-        .args(["-INT", &perf.id().to_string()])
-        .status();
-    if !sent.as_ref().is_ok_and(|s| s.success()) {
+    let sent = signal(perf.id(), "-INT");
+    if sent.is_err() {
         let _ = perf.kill();
         let _ = perf.wait();
         bail!("could not signal perf record: {sent:?}");

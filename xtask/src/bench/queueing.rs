@@ -1,7 +1,7 @@
 //! The queueing theory `bench --capacity` holds statico's pools to: c servers, exponential service,
 //! FIFO, no queue limit. Pure functions, no I/O.
 //!
-//! - M/M/c (Poisson arrivals), the reference: Erlang C for P(wait), the wait's tail
+//! - M/M/c (Poisson arrivals), the reference: Erlang C for P(wait), the wait's tail
 //!   `P(W > t) = C·e^{-(cμ-λ)t}`, the sojourn's (wait + service) by its closed form, all in steady
 //!   state, which exists only below capacity (λ < cμ).
 //! - D/M/c (evenly spaced arrivals, as oha sends them): GI/M/c theory says an arrival finds all c

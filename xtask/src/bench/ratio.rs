@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use super::measure::{self, Stat};
 use super::report::bar_chart;
-use super::servers::ServerUnderTest;
+use crate::tools::server::ServerUnderTest;
 
 /// The rows a [`Report`] table takes: [`measure::interleave`] over the servers for rounds that yield
 /// (rate, server CPU µs per unit), each round's figures shown as it ends.

@@ -13,7 +13,7 @@
 //! rate by oha, statico's own ground truth (`/ground-truth.json` on its `--metrics` listener) beside
 //! what was asked and what oha saw.
 //!
-//! `report.txt` (also printed) holds the tables and the targets: statico's server CPU per
+//! `report.txt` (also printed) holds the tables and the targets: statico's server CPU per
 //! request ≤ [`TARGET_VS_FORTIO`]× Fortio's, and its delay route ≤ [`TARGET_DELAY`]× the same route
 //! without delay; `results.json` every round; `chart.svg` each statico's CPU relative to Fortio's.
 //!
@@ -31,14 +31,14 @@ use serde_json::{json, Value};
 use super::accuracy;
 use super::measure::{self, Round, Scenario, Stat};
 use super::ratio::Report;
-use super::report::{machine, RunInfo};
-use super::servers::{
-    start_fortio, start_nginx, start_statico, statico_bin, Nginx, ServerUnderTest,
-};
+use super::report::RunInfo;
+use super::servers::{start_fortio, start_nginx, Nginx};
+use crate::tools::procfs::machine;
+use crate::tools::server::{start_statico, statico_bin, ServerUnderTest};
 
-/// The target: statico's server CPU per request at most this times Fortio's.
+/// The target: statico's server CPU per request at most this times Fortio's.
 const TARGET_VS_FORTIO: f64 = 0.3;
-/// The target: a delay route's server CPU per request at most this times the same route's
+/// The target: a delay route's server CPU per request at most this times the same route's
 /// without the delay.
 const TARGET_DELAY: f64 = 1.3;
 /// The body every route answers with, in bytes.
@@ -114,7 +114,7 @@ pub const SCENARIOS: [RouteScenario; 5] = [
 const BASE: usize = 1;
 const DELAYED: usize = 2;
 const POOLED: usize = 3;
-/// The target: a pooled route's server CPU per request at most this times the same held
+/// The target: a pooled route's server CPU per request at most this times the same held
 /// route's without a pool, at the same load.
 const TARGET_POOL: f64 = 1.2;
 
@@ -402,7 +402,7 @@ pub fn verdict(ratio: f64, target: f64) -> String {
     format!("{ratio:.2}x ({met})")
 }
 
-/// The targets, appended to the report; returned for results.json.
+/// The targets, appended to the report; returned for results.json.
 fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
     let _ = writeln!(report.text, "\ntargets");
     let mut doc = Vec::new();

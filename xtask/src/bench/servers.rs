@@ -1,149 +1,19 @@
 //! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site,
 //! an echo of one body), Caddy from Debian (the HTTP/3 peer), Fortio's echo server (the peer of
 //! `--routes`), the peers under `bench/peers/`, and the certificate the TLS and
-//! QUIC modes give them all. Each runs behind one guard, [`ServerUnderTest`], which stops it by PID however
-//! the benchmark ends — an error return included — so no mode can leak a server.
+//! QUIC modes give them all. Each runs behind the guard [`ServerUnderTest`] (`crate::tools::server`),
+//! so no mode can leak a server.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::measure::{free_port, wait_port, BODY};
+use super::measure::BODY;
 use crate::setup::which;
-
-/// A running server, stopped (SIGTERM, then reaped) when dropped.
-pub struct ServerUnderTest {
-    pub name: String,
-    /// How it was started, for the report.
-    pub command: String,
-    pub child: Child,
-    pub port: u16,
-    /// It serves HTTPS.
-    pub tls: bool,
-}
-
-impl ServerUnderTest {
-    /// Spawns `cmd` and waits until it accepts connections on `port`; if it does not, it is stopped.
-    fn spawn(name: &str, command: String, mut cmd: Command, port: u16) -> Result<Self> {
-        let child = cmd.spawn().with_context(|| format!("start {name}"))?;
-        let s = ServerUnderTest {
-            name: name.to_string(),
-            command,
-            child,
-            port,
-            tls: false,
-        };
-        wait_port(port)?;
-        Ok(s)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// `http://127.0.0.1:PORT/`, or https for a TLS server.
-    pub fn url(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for ServerUnderTest {
-    fn drop(&mut self) {
-        stop(&mut self.child, STOP_GRACE);
-    }
-}
-
-/// How long a server has to exit after SIGTERM (statico removes its BPF pins then) before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// Stops `child` by its PID: SIGTERM, up to `grace` to exit, then SIGKILL; always reaped. A child
-/// already reaped is not signalled (its PID may belong to another process by now).
-fn stop(child: &mut Child, grace: Duration) {
-    if !matches!(child.try_wait(), Ok(None)) {
-        return;
-    }
-    let term = Command::new("kill")
-        .arg(child.id().to_string())
-        .stderr(Stdio::null())
-        .status();
-    let deadline = Instant::now() + grace;
-    while term.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
-        if !matches!(child.try_wait(), Ok(None)) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// `taskset -c CPUS program`, or just `program` without CPUs.
-fn pinned(cpus: Option<&str>, program: &Path) -> Command {
-    match cpus {
-        Some(cpus) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus]).arg(program);
-            c
-        }
-        None => Command::new(program),
-    }
-}
-
-/// The statico a bench runs: `STATICO_BIN` (relative to `root`, or absolute), else the release build.
-pub fn statico_bin(root: &Path) -> PathBuf {
-    std::env::var_os("STATICO_BIN")
-        .map_or_else(|| root.join("target/release/statico"), |bin| root.join(bin))
-}
-
-/// statico (see [`statico_bin`]) on a free loopback port with `args`, pinned to `cpus` if given. Waits
-/// for its "listening on" line; if it exits first, the error says what it printed.
-pub fn start_statico(
-    root: &Path,
-    name: &str,
-    cpus: Option<&str>,
-    args: &[&str],
-) -> Result<ServerUnderTest> {
-    let port = free_port()?;
-    let port_s = port.to_string();
-    let args: Vec<&str> = ["-a", "127.0.0.1", "-p", &port_s]
-        .into_iter()
-        .chain(args.iter().copied())
-        .collect();
-    let mut cmd = pinned(cpus, &statico_bin(root));
-    cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
-    let prefix = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
-    // In its guard from the start: every way out of here below stops it.
-    let mut s = ServerUnderTest {
-        name: name.to_string(),
-        command: format!("{prefix}statico {}", args.join(" ")),
-        tls: args.iter().any(|a| a.starts_with("--tls")),
-        child: cmd.spawn().context("start statico")?,
-        port,
-    };
-    let stderr = s.child.stderr.take().expect("piped");
-    wait_listening(name, stderr)?;
-    wait_port(port)?;
-    Ok(s)
-}
-
-/// Reads statico's stderr up to its "listening on" line, then drains the rest on a thread (so the
-/// server never blocks on a full pipe); the error holds what it printed if it ended first.
-fn wait_listening(name: &str, stderr: ChildStderr) -> Result<()> {
-    let mut lines = BufReader::new(stderr).lines();
-    let mut said = String::new();
-    while !said.contains("listening on") {
-        match lines.next() {
-            Some(line) => said.push_str(&(line? + "\n")),
-            None => bail!("{name} did not start: {said}"),
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(())
-}
+use crate::tools::net::free_port;
+use crate::tools::pinned;
+use crate::tools::server::{start_statico, ServerUnderTest};
 
 /// The suite's statico flags: one worker on `runtime`, answering [`BODY`] as text/plain.
 pub fn statico_args(runtime: &str) -> [&str; 8] {
@@ -511,44 +381,4 @@ pub fn start_peer(peer: &Peer, bin: &Path, cpus: &str) -> Result<ServerUnderTest
         .stderr(Stdio::null());
     let command = format!("taskset -c {cpus} {} {port}", bin.display());
     ServerUnderTest::spawn(peer.name, command, cmd, port)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    fn guarded(script: &str) -> ServerUnderTest {
-        let child = Command::new("sh").args(["-c", script]).spawn().unwrap();
-        ServerUnderTest {
-            name: "sh".into(),
-            command: script.into(),
-            child,
-            port: 0,
-            tls: false,
-        }
-    }
-
-    #[test]
-    fn the_guard_stops_its_server_on_an_error_return() {
-        let mut pid = 0;
-        let mut failing = || -> Result<()> {
-            let server = guarded("exec sleep 30");
-            pid = server.pid();
-            bail!("the bench failed")
-        };
-        assert!(failing().is_err());
-        assert!(!Path::new(&format!("/proc/{pid}")).exists());
-    }
-
-    #[test]
-    fn a_server_that_ignores_sigterm_gets_sigkill_after_the_grace() {
-        let mut server = guarded("trap '' TERM; exec sleep 30");
-        std::thread::sleep(Duration::from_millis(200));
-        let start = Instant::now();
-        stop(&mut server.child, Duration::from_millis(200));
-        assert!(start.elapsed() < Duration::from_secs(5));
-        let status = server.child.try_wait().unwrap().expect("reaped");
-        assert_eq!(status.signal(), Some(9));
-    }
 }

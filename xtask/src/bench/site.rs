@@ -21,10 +21,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::measure::{self, server_cpu_us, status_kib, Stat};
+use super::measure::{self, server_cpu_us, Stat};
 use super::ratio::Report;
 use super::report::{work_dir, RunInfo};
-use super::servers::{start_nginx, start_statico, Nginx, ServerUnderTest};
+use super::servers::{start_nginx, Nginx};
+use crate::tools::pinned;
+use crate::tools::procfs::status_kib;
+use crate::tools::server::{start_statico, ServerUnderTest};
 
 /// Where Debian's `python3.11-doc` puts the HTML documentation.
 pub const CORPUS: &str = "/usr/share/doc/python3.11/html";
@@ -145,8 +148,8 @@ fn memory_and_startup(
 
 /// One wrk round with the server's script: (req/s, server CPU µs per request, Gbit/s).
 fn round(s: &ServerUnderTest, conns: u32, run: &RunInfo, script: &Path) -> Result<(f64, f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", run.client_cpus, "wrk", "-t1"])
+    let mut cmd = pinned(Some(run.client_cpus), "wrk");
+    cmd.arg("-t1")
         .arg(format!("-c{conns}"))
         .arg(format!("-d{}s", run.duration))
         .arg("-s")

@@ -13,8 +13,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use super::measure::{cpu_count, interleave, parse_wrk, server_cpu_us, Stat, BODY};
-use super::servers::start_statico;
+use super::measure::{interleave, parse_wrk, server_cpu_us, Stat, BODY};
+use crate::tools::procfs::cpu_count;
+use crate::tools::server::start_statico;
 
 const RUNGS: [&str; 3] = ["ebpf", "incoming-cpu", "reuseport"];
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";

@@ -19,12 +19,12 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::measure::{
-    idle_rss, interleave, measure, status_kib, Memory, IDLE_SCENARIO, PIPELINE_LUA, SCENARIOS,
+    idle_rss, interleave, measure, Memory, IDLE_SCENARIO, PIPELINE_LUA, SCENARIOS,
 };
 use super::report::{self, RunInfo, Started, Table};
-use super::servers::{
-    build_peer, start_nginx, start_peer, statico_on, Nginx, ServerUnderTest, PEERS,
-};
+use super::servers::{build_peer, start_nginx, start_peer, statico_on, Nginx, PEERS};
+use crate::tools::procfs::status_kib;
+use crate::tools::server::ServerUnderTest;
 
 /// Runs every scenario against every server, then the idle-connection memory, and writes the report
 /// into `dir`.

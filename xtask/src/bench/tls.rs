@@ -27,13 +27,15 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::measure::{
-    h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, Stream, PIPELINE_LUA, SCENARIOS,
+    h2load_round, idle_rss_with, measure, server_cpu_us, Scenario, PIPELINE_LUA, SCENARIOS,
 };
 use super::ratio::{interleave, Report};
 use super::report::{work_dir, RunInfo};
-use super::servers::{
-    certificate, start_nginx, start_statico, statico_args, Cert, ServerUnderTest,
-};
+use super::servers::{certificate, start_nginx, statico_args, Cert};
+use crate::tools::net::Stream;
+use crate::tools::pinned;
+use crate::tools::server::{start_statico, ServerUnderTest};
+use crate::tools::tls::{self, Groups};
 
 /// Seconds of each handshake round (`s_time` or the rustls client; connections are counted in that time).
 const S_TIME_SECONDS: u64 = 3;
@@ -65,7 +67,7 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         &servers,
         &rows,
     );
-    let config = client_config(&cert)?;
+    let config = tls::client_config(&cert.cert, Groups::X25519)?;
     for resume in [false, true] {
         let rows = interleave(&servers, run.rounds, |s| {
             handshake_round(s, run.client_cpus, &config, resume)
@@ -101,7 +103,7 @@ fn idle_memory(
     n: usize,
     cert: &Cert,
 ) -> Result<()> {
-    let config = client_config(cert)?;
+    let config = tls::client_config(&cert.cert, Groups::X25519)?;
     let _ = writeln!(
         report.text,
         "\nidle keep-alive over TLS\n  {:<17} {:>11} {:>10} {:>10} {:>14}",
@@ -196,44 +198,16 @@ fn pin_this_thread(cpus: &str) -> Result<()> {
     Ok(())
 }
 
-/// A TLS client trusting the run's certificate, offering X25519 only (OpenSSL 3.0's nginx knows no
-/// hybrid post-quantum group; statico would pick one, and so pay more, if offered).
-fn client_config(cert: &Cert) -> Result<Arc<rustls::ClientConfig>> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&cert.cert).context("read the run's certificate")? {
-        roots.add(c?)?;
-    }
-    let provider = Arc::new(rustls::crypto::CryptoProvider {
-        kx_groups: vec![rustls::crypto::aws_lc_rs::kx_group::X25519],
-        ..rustls::crypto::aws_lc_rs::default_provider()
-    });
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
-
 /// A TLS connection to 127.0.0.1:`port` whose handshake is done.
 fn tls_connection(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<Box<dyn Stream>> {
     Ok(Box::new(tls_stream(config, port)?))
 }
 
-type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-fn tls_stream(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<TlsStream> {
+/// A TLS connection to 127.0.0.1:`port`, 10 s timeout on reads, whose handshake is done.
+fn tls_stream(config: &Arc<rustls::ClientConfig>, port: u16) -> Result<tls::TlsStream> {
     let tcp = TcpStream::connect(("127.0.0.1", port)).context("open an idle TLS connection")?;
     tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let name = rustls::pki_types::ServerName::try_from("localhost")?;
-    let mut tls =
-        rustls::StreamOwned::new(rustls::ClientConnection::new(config.clone(), name)?, tcp);
-    while tls.conn.is_handshaking() {
-        tls.conn
-            .complete_io(&mut tls.sock)
-            .context("TLS handshake")?;
-    }
-    Ok(tls)
+    tls::handshake(config, tcp).context("TLS handshake")
 }
 
 /// statico over HTTPS on each runtime, and nginx with TLS.
@@ -293,8 +267,8 @@ fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Re
 /// (connections/s, server CPU µs per connection). Its `-reuse` is not used: it does not resume TLS 1.3
 /// sessions, so it measures full handshakes again.
 fn s_time_round(s: &ServerUnderTest, client_cpus: &str) -> Result<(f64, f64)> {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", client_cpus, "openssl", "s_time", "-connect"])
+    let mut cmd = pinned(Some(client_cpus), "openssl");
+    cmd.args(["s_time", "-connect"])
         .arg(format!("127.0.0.1:{}", s.port))
         .args(["-new", "-time", &S_TIME_SECONDS.to_string()]);
     let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run openssl s_time"))?;

@@ -17,6 +17,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use super::judge::Counts;
+use crate::tools::net::Stream;
+use crate::tools::tls;
 
 /// Requests in flight through the gate, and whether a swap waits for them to end.
 #[derive(Default)]
@@ -112,9 +114,6 @@ pub struct Target {
     pub paths: Vec<&'static str>,
 }
 
-pub trait Stream: Read + Write + Send {}
-impl<T: Read + Write + Send> Stream for T {}
-
 /// How long a client waits for a byte before calling it a timeout.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -124,17 +123,10 @@ impl Target {
         let tcp = TcpStream::connect(("127.0.0.1", self.port))?;
         tcp.set_read_timeout(Some(timeout))?;
         tcp.set_write_timeout(Some(READ_TIMEOUT))?;
-        let Some(config) = &self.tls else {
-            return Ok(Box::new(tcp));
-        };
-        let name = rustls::pki_types::ServerName::try_from("localhost").expect("a valid name");
-        let conn =
-            rustls::ClientConnection::new(config.clone(), name).map_err(std::io::Error::other)?;
-        let mut tls = rustls::StreamOwned::new(conn, tcp);
-        while tls.conn.is_handshaking() {
-            tls.conn.complete_io(&mut tls.sock)?;
+        match &self.tls {
+            Some(config) => Ok(Box::new(tls::handshake(config, tcp)?)),
+            None => Ok(Box::new(tcp)),
         }
-        Ok(Box::new(tls))
     }
 }
 

@@ -1,4 +1,4 @@
-//! The soak's pure parts: reading /proc, the swap schedule, what a client saw ([`Counts`]), the
+//! The soak's pure parts: the swap schedule, what a client saw ([`Counts`]), the
 //! ground truth summed over generations, and the verdicts (flatness, errors against the truth, the
 //! timeouts seen by the hostile clients). No sockets or processes here, so all of it is unit-tested.
 
@@ -20,30 +20,6 @@ pub struct Sample {
 }
 
 pub const SAMPLE_EVERY_S: f64 = 10.0;
-
-/// `VmRSS:` of a /proc/PID/status text, in KiB.
-pub fn vm_rss_kib(status: &str) -> Option<u64> {
-    status_kib(status, "VmRSS:")
-}
-
-/// The field `name` (with its colon) of a /proc/PID/status text, in KiB.
-pub fn status_kib(status: &str, name: &str) -> Option<u64> {
-    status
-        .lines()
-        .find(|l| l.starts_with(name))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// utime + stime (fields 14 and 15) of a /proc/PID/stat text, in clock ticks; the command name may
-/// hold spaces and parentheses, so fields are counted after its last ')'.
-pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let after = stat.get(stat.rfind(')')? + 1..)?;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
 
 /// Connections statico holds open per its `/metrics` (accepted − closed, over workers): the
 /// descriptor count of the io_uring runtime, whose connections are direct descriptors that
@@ -259,20 +235,6 @@ pub fn judge_closes(what: &str, closes: &[Option<f64>], lo: f64, hi: f64) -> Vec
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn proc_files_parse() {
-        let status = "Name:\tstatico\nVmPeak:\t  99 kB\nVmRSS:\t   12345 kB\nThreads: 4\n";
-        assert_eq!(vm_rss_kib(status), Some(12345));
-        assert_eq!(vm_rss_kib("Name: x\n"), None);
-        assert_eq!(
-            status_kib("VmRSS: 9 kB\nRssAnon:\t  77 kB\n", "RssAnon:"),
-            Some(77)
-        );
-        let stat = "4242 (stat ico) (x) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 4 0 100";
-        assert_eq!(stat_cpu_ticks(stat), Some(175));
-        assert_eq!(stat_cpu_ticks("4242 (x) S 1 2"), None);
-    }
 
     #[test]
     fn open_connections_are_accepted_less_closed() {

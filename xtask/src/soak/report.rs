@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::clients::Shared;
 use super::judge::{add_truth, Counts, Sample, Swap, Truth, SAMPLE_EVERY_S};
 use super::{route_totals, SoakArgs, SERVER_NAMES};
-use crate::bench::measure::clock_ticks_per_second;
-use crate::bench::report::{line_chart, machine, Line, LinePanel};
+use crate::tools::chart::{line_chart, Line, LinePanel};
+use crate::tools::procfs::{clock_ticks_per_second, machine};
 
 /// One swap as made.
 #[derive(Clone, Debug)]

@@ -5,15 +5,14 @@
 //! before the next routes swap.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::clients::Shared;
 use super::judge::{next_swap_in, Counts, Swap};
-use crate::bench::measure::parse_oha;
+use crate::tools::{h2load, oha};
 
 /// One tool's load.
 pub struct Tool {
@@ -127,24 +126,12 @@ fn oha(
     cacert: &Path,
     secs: u64,
 ) -> Result<(Counts, Vec<(String, u64)>)> {
-    let oha = crate::setup::oha_path().context("oha is not installed (cargo xtask setup)")?;
-    let out = Command::new(oha)
-        .args([
-            "--no-tui",
-            "--output-format",
-            "json",
-            "--worker-threads",
-            "1",
-        ])
-        .args(["--http-version", version, "--cacert"])
+    let mut cmd = oha::command(None, oha::Output::Json)?;
+    cmd.args(["--http-version", version, "--cacert"])
         .arg(cacert)
         .args(["-c", &conns.to_string(), "-q", &rate.to_string()])
-        .args(["-n", &(u64::from(rate) * secs).to_string(), url])
-        .stdin(Stdio::null())
-        .output()
-        .context("run oha")?;
-    let run = parse_oha(&String::from_utf8_lossy(&out.stdout))
-        .with_context(|| format!("oha: {}", String::from_utf8_lossy(&out.stderr)))?;
+        .args(["-n", &(u64::from(rate) * secs).to_string(), url]);
+    let run = oha::run(&mut cmd)?;
     let mut c = Counts {
         ok: run.ok,
         ..Counts::default()
@@ -161,15 +148,11 @@ fn oha(
     Ok((c, run.failures))
 }
 
+/// h2load for `secs` with `conns` connections of one stream each.
 fn h2load(conns: u32, url: &str, secs: u64) -> Result<(Counts, Vec<(String, u64)>)> {
-    let out = Command::new("h2load")
-        .args(["-t", "1", "-c", &conns.to_string(), "-m", "1"])
-        .args(["-D", &secs.to_string(), url])
-        .stdin(Stdio::null())
-        .output()
-        .context("run h2load (cargo xtask setup installs nghttp2-client)")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let c = parse_h2load(&text).with_context(|| format!("h2load's report: {text}"))?;
+    let c = h2load_counts(&h2load::run(&mut h2load::command(
+        None, conns, 1, secs, url,
+    ))?);
     let failures = (c.other > 0)
         .then(|| ("errored or timed out".to_string(), c.other))
         .into_iter()
@@ -177,23 +160,15 @@ fn h2load(conns: u32, url: &str, secs: u64) -> Result<(Counts, Vec<(String, u64)
     Ok((c, failures))
 }
 
-/// h2load's `requests:` and `status codes:` lines: succeeded, errored + timeout, 4xx + 5xx.
-pub fn parse_h2load(text: &str) -> Option<Counts> {
-    let field = |line: &str, name: &str| -> Option<u64> {
-        let l = text.lines().find(|l| l.starts_with(line))?;
-        l.split(&[':', ','][..])
-            .find(|p| p.trim().ends_with(name))?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    };
-    Some(Counts {
-        ok: field("requests:", "succeeded")?,
-        other: field("requests:", "errored")? + field("requests:", "timeout")?,
-        status: field("status codes:", "4xx")? + field("status codes:", "5xx")?,
+/// What an h2load report counts: its successes as `ok`, its errors and timeouts as `other`, its 4xx
+/// and 5xx answers as `status`.
+fn h2load_counts(r: &h2load::Report) -> Counts {
+    Counts {
+        ok: r.succeeded,
+        other: r.errored + r.timeout,
+        status: r.status_4xx + r.status_5xx,
         ..Counts::default()
-    })
+    }
 }
 
 #[cfg(test)]
@@ -212,12 +187,16 @@ mod tests {
     }
 
     #[test]
-    fn h2load_report_is_read() {
-        let text = "finished in 3.00s, 28.00 req/s, 227.52KB/s\n\
-            requests: 86 total, 88 started, 86 done, 84 succeeded, 2 failed, 2 errored, 1 timeout\n\
-            status codes: 86 2xx, 0 3xx, 3 4xx, 1 5xx\n";
-        let c = parse_h2load(text).unwrap();
+    fn h2load_failures_are_errors_timeouts_and_other_statuses() {
+        let report = h2load::Report {
+            rps: 28.0,
+            succeeded: 84,
+            errored: 2,
+            timeout: 1,
+            status_4xx: 3,
+            status_5xx: 1,
+        };
+        let c = h2load_counts(&report);
         assert_eq!((c.ok, c.other, c.status), (84, 3, 4));
-        assert_eq!(parse_h2load("nothing"), None);
     }
 }
