@@ -1,4 +1,4 @@
-//! Changes during a run (issue 31) as a client sees them: phases (`--phase`, `[[phase]]`) that give a
+//! Changes during a run as a client sees them: phases (`--phase`, `[[phase]]`) that give a
 //! route other keys from `at` for `for` (again every `every`) — its status, its delay, its pool keys —
 //! and give it back after; whole-server pauses (`--pause`, `POST /pause`, `POST /resume`) that hold
 //! every answer, in flight or arriving, until the pause ends while connections are still accepted and
@@ -22,7 +22,7 @@
 //! gap has some wholly inside it, which is checked too. A pause's end is checked the same way: an
 //! answer held by it comes no earlier than the pause's end after the bracket's start, and no later
 //! than [`PAUSE_SLACK`] after it after the bracket's end; other upper bounds allow ~100 ms of
-//! scheduling noise, as `pools.rs` does, since the suite shares two cores with other tests and builds.
+//! scheduling noise, as `pools/` does, since the suite shares two cores with other tests and builds.
 //!
 //! HTTP/1.1 and HTTP/2 run on the runtime under test; the control API is spoken over raw sockets.
 
@@ -38,7 +38,7 @@ use statico_tests::{get, scratch_dir, signal, Reader, Response, Server, WAIT};
 
 const MS: Duration = Duration::from_millis(1);
 
-/// Scheduling noise allowed in an upper bound (as in `pools.rs`).
+/// Scheduling noise allowed in an upper bound (as in `pools/`).
 const SLACK: Duration = Duration::from_millis(100);
 
 /// How late, past the end of a pause, an answer it held may go out (the issue says ~10 ms; this is
