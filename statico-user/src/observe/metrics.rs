@@ -4,13 +4,14 @@
 //! the totals), the steering and XDP counters per CPU, and `statico_build_info`; with routes, their
 //! ground truth too, as Prometheus histograms and as JSON at `/ground-truth.json`
 //! ([`crate::observe::truth`]). The values are read
-//! from the same memory the meter reads (the workers' records, the BPF maps) when a scrape arrives: the
-//! workers do nothing for it. The port is served by the side-port server (`side::scrape`), on the
-//! main thread, never on a worker.
+//! from the same memory the meter reads (the workers' records, the BPF maps) when a scrape arrives,
+//! into metric families that the `prometheus` crate's text encoder writes out: nothing is registered,
+//! and the workers do nothing for it. The port is served by the side-port server (`side::scrape`),
+//! on the main thread, never on a worker.
 
-use std::fmt::Write as _;
-
-use statico_common::Counter;
+use prometheus::proto::{self, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::TextEncoder;
+use statico_common::{Counter, QuicSteerCounters, SteerCounters, XdpCounters};
 
 use crate::observe::meter::{Counters, KernelDetail, Shown};
 
@@ -77,83 +78,208 @@ fn help(c: Counter) -> &'static str {
 
 /// The whole exposition: counters per worker, steering and XDP per CPU, build info.
 pub fn render(counters: &Counters, workers: usize, kernel: &KernelDetail, info: &Info) -> String {
-    let mut s = String::new();
-    for (c, name) in Counter::ALL {
-        if !info.shown.shows(name) {
-            continue;
-        }
-        let metric = format!("statico_{name}_total");
-        let _ = writeln!(s, "# HELP {metric} {}\n# TYPE {metric} counter", help(c));
-        for w in 0..workers {
-            let value = counters.worker_snapshot(w).get(c);
-            let _ = writeln!(s, "{metric}{{worker=\"{w}\"}} {value}");
-        }
-    }
-    let steering = [
-        ("runs", "Runs of the steering program (new connections).", 0),
+    let mut families = worker_families(counters, workers, &info.shown);
+    families.extend(kernel_families(kernel, &info.shown));
+    families.push(build_info(info));
+    let mut page = String::new();
+    encode(families, &mut page);
+    page
+}
+
+/// `statico_<counter>_total{worker}`, for every counter the server's protocols show.
+fn worker_families(counters: &Counters, workers: usize, shown: &Shown) -> Vec<Family> {
+    let snapshots: Vec<_> = (0..workers).map(|w| counters.worker_snapshot(w)).collect();
+    let shown = Counter::ALL
+        .into_iter()
+        .filter(|(_, name)| shown.shows(name));
+    shown
+        .map(|(c, name)| {
+            let mut family = Family::counter(&format!("statico_{name}_total"), help(c));
+            for (w, snapshot) in snapshots.iter().enumerate() {
+                family.sample(
+                    vec![label("worker", &w.to_string())],
+                    snapshot.get(c) as f64,
+                );
+            }
+            family
+        })
+        .collect()
+}
+
+/// The BPF programs' counters per CPU: TCP steering, QUIC steering (with `--http3`) and XDP.
+fn kernel_families(kernel: &KernelDetail, shown: &Shown) -> Vec<Family> {
+    let steering: [PerCpu<SteerCounters>; 3] = [
+        (
+            "runs",
+            "Runs of the steering program (new connections).",
+            |c| c.runs,
+        ),
         (
             "steered",
             "Connections sent to the worker on the CPU that took the SYN.",
-            1,
+            |c| c.steered,
         ),
-        ("fallbacks", "Connections left to the kernel's hash.", 2),
+        ("fallbacks", "Connections left to the kernel's hash.", |c| {
+            c.fallbacks
+        }),
     ];
-    for (name, text, i) in steering.iter().filter(|_| !kernel.steering.is_empty()) {
-        let metric = format!("statico_steering_{name}_total");
-        let _ = writeln!(s, "# HELP {metric} {text}\n# TYPE {metric} counter");
-        for (cpu, c) in kernel.steering.iter().enumerate() {
-            let value = [c.runs, c.steered, c.fallbacks][*i];
-            let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
-        }
-    }
-    let quic = [
-        ("runs", "Runs of the QUIC steering program (datagrams)."),
+    let quic: [PerCpu<QuicSteerCounters>; 4] = [
+        (
+            "runs",
+            "Runs of the QUIC steering program (datagrams).",
+            |q| q.runs,
+        ),
         (
             "by_id",
             "Datagrams sent to the worker their connection ID names.",
+            |q| q.by_id,
         ),
         (
             "by_cpu",
             "Datagrams sent to the worker on their CPU (Initial packets, unknown IDs).",
+            |q| q.by_cpu,
         ),
-        ("fallbacks", "Datagrams left to the kernel's hash."),
+        ("fallbacks", "Datagrams left to the kernel's hash.", |q| {
+            q.fallbacks
+        }),
     ];
-    let quic_steering = if info.shown.quic {
+    let xdp: [PerCpu<XdpCounters>; 2] = [
+        (
+            "packets",
+            "Packets of the server's port seen by XDP.",
+            |x| x.packets,
+        ),
+        ("bytes", "Their bytes.", |x| x.bytes),
+    ];
+    let quic_steering = if shown.quic {
         &kernel.quic_steering[..]
     } else {
         &[]
     };
-    for (i, (name, text)) in quic.iter().enumerate() {
-        let metric = format!("statico_quic_steering_{name}_total");
-        if !quic_steering.is_empty() {
-            let _ = writeln!(s, "# HELP {metric} {text}\n# TYPE {metric} counter");
+    let mut families = per_cpu("statico_steering", &steering, &kernel.steering);
+    families.extend(per_cpu("statico_quic_steering", &quic, quic_steering));
+    families.extend(per_cpu("statico_xdp", &xdp, &kernel.xdp));
+    families
+}
+
+/// A counter of a BPF program's per-CPU record: its name, its help and where the record has it.
+type PerCpu<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// `{prefix}_{name}_total{cpu}` for each counter of `counters`, read from each CPU's record.
+fn per_cpu<T>(prefix: &str, counters: &[PerCpu<T>], cpus: &[T]) -> Vec<Family> {
+    let families = counters.iter().map(|(name, help, value)| {
+        let mut family = Family::counter(&format!("{prefix}_{name}_total"), help);
+        for (cpu, record) in cpus.iter().enumerate() {
+            family.sample(vec![label("cpu", &cpu.to_string())], value(record) as f64);
         }
-        for (cpu, q) in quic_steering.iter().enumerate() {
-            let value = [q.runs, q.by_id, q.by_cpu, q.fallbacks][i];
-            let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
-        }
-    }
-    let xdp = [
-        ("packets", "Packets of the server's port seen by XDP."),
-        ("bytes", "Their bytes."),
-    ];
-    for (i, (name, text)) in xdp.iter().enumerate().filter(|_| !kernel.xdp.is_empty()) {
-        let metric = format!("statico_xdp_{name}_total");
-        let _ = writeln!(s, "# HELP {metric} {text}\n# TYPE {metric} counter");
-        for (cpu, x) in kernel.xdp.iter().enumerate() {
-            let value = [x.packets, x.bytes][i];
-            let _ = writeln!(s, "{metric}{{cpu=\"{cpu}\"}} {value}");
-        }
-    }
-    let _ = writeln!(
-        s,
-        "# HELP statico_build_info statico's version, runtime and steering rung.\n# TYPE statico_build_info gauge\n\
-         statico_build_info{{version=\"{}\",runtime=\"{}\",steering=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION"),
-        info.runtime,
-        info.steering
+        family
+    });
+    families.collect()
+}
+
+/// `statico_build_info{version,runtime,steering} 1`.
+fn build_info(info: &Info) -> Family {
+    let mut family = Family::gauge(
+        "statico_build_info",
+        "statico's version, runtime and steering rung.",
     );
-    s
+    let labels = vec![
+        label("version", env!("CARGO_PKG_VERSION")),
+        label("runtime", &info.runtime),
+        label("steering", &info.steering),
+    ];
+    family.sample(labels, 1.0);
+    family
+}
+
+/// One metric family of the page, its samples added in the order they are shown.
+pub(crate) struct Family(MetricFamily);
+
+impl Family {
+    pub(crate) fn counter(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::COUNTER)
+    }
+
+    pub(crate) fn gauge(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::GAUGE)
+    }
+
+    pub(crate) fn histogram(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::HISTOGRAM)
+    }
+
+    fn new(name: &str, help: &str, kind: MetricType) -> Family {
+        let mut family = MetricFamily::default();
+        family.set_name(name.into());
+        family.set_help(help.into());
+        family.set_field_type(kind);
+        Family(family)
+    }
+
+    /// A counter's or a gauge's sample.
+    pub(crate) fn sample(&mut self, labels: Vec<LabelPair>, value: f64) {
+        let mut metric = Metric::from_label(labels);
+        match self.0.get_field_type() {
+            MetricType::COUNTER => {
+                let mut counter = proto::Counter::default();
+                counter.set_value(value);
+                metric.set_counter(counter);
+            }
+            kind => {
+                debug_assert_eq!(kind, MetricType::GAUGE, "a sample of one value");
+                let mut gauge = proto::Gauge::default();
+                gauge.set_value(value);
+                metric.set_gauge(gauge);
+            }
+        }
+        self.0.mut_metric().push(metric);
+    }
+
+    /// A histogram's sample: its cumulative counts at ascending upper bounds (the encoder adds
+    /// `+Inf`, at `count`), its sum and its count.
+    pub(crate) fn buckets(
+        &mut self,
+        labels: Vec<LabelPair>,
+        cumulative: impl IntoIterator<Item = (f64, u64)>,
+        sum: f64,
+        count: u64,
+    ) {
+        debug_assert_eq!(self.0.get_field_type(), MetricType::HISTOGRAM);
+        let buckets = cumulative.into_iter().map(|(upper_bound, n)| {
+            let mut bucket = proto::Bucket::default();
+            bucket.set_upper_bound(upper_bound);
+            bucket.set_cumulative_count(n);
+            bucket
+        });
+        let mut histogram = proto::Histogram::default();
+        histogram.set_bucket(buckets.collect());
+        histogram.set_sample_sum(sum);
+        histogram.set_sample_count(count);
+        let mut metric = Metric::from_label(labels);
+        metric.set_histogram(histogram);
+        self.0.mut_metric().push(metric);
+    }
+}
+
+/// A sample's label; the encoder escapes its value.
+pub(crate) fn label(name: &str, value: &str) -> LabelPair {
+    let mut pair = LabelPair::default();
+    pair.set_name(name.into());
+    pair.set_value(value.into());
+    pair
+}
+
+/// Appends `families` to `page` in the text format 0.0.4, in their order, each with its HELP and
+/// TYPE. A family without samples is left out: the format has no empty family.
+pub(crate) fn encode(families: Vec<Family>, page: &mut String) {
+    let families: Vec<MetricFamily> = families
+        .into_iter()
+        .map(|f| f.0)
+        .filter(|f| !f.get_metric().is_empty())
+        .collect();
+    TextEncoder::new()
+        .encode_utf8(&families, page)
+        .expect("every family has a name and a sample");
 }
 
 #[cfg(test)]

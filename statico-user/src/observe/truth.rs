@@ -37,6 +37,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use prometheus::proto::LabelPair;
+use serde::{Serialize, Serializer};
+
+use crate::observe::metrics::{encode, label, Family};
 
 /// The histograms' range in nanoseconds, 1 ns .. 1 hour (3 significant digits throughout, so a
 /// 40 µs hold is not rounded to a coarse bottom bucket), and the Prometheus buckets' floor, 1 µs.
@@ -68,8 +72,9 @@ pub struct RouteInfo {
     pub pooled: bool,
 }
 
-/// A pool's figures at one moment, as the ground truth and the metrics show them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A pool's figures at one moment, as the ground truth and the metrics show them (an entry of the
+/// document's `pools`, its fields as named here).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PoolTruth {
     pub name: String,
     pub capacity: usize,
@@ -88,33 +93,67 @@ pub trait PoolGauge: Send + Sync {
     fn figures(&self) -> PoolTruth;
 }
 
-/// One route's truth, merged over the recorders.
-#[derive(Clone, Debug, PartialEq)]
+/// One route's truth, merged over the recorders (an entry of the document's `routes`: `route`,
+/// `phase`, `count`, `outcomes` as an object in their order, `held_us` .. `wait_us`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RouteTruth {
+    #[serde(rename = "route")]
     pub name: String,
+    #[serde(serialize_with = "phase_or_base")]
     pub phase: Option<String>,
     /// Requests with any outcome (those only counted included).
     pub count: u64,
     /// Each outcome of [`RouteInfo::outcomes`], in that order, with its count.
+    #[serde(serialize_with = "in_order")]
     pub outcomes: Vec<(String, u64)>,
+    #[serde(rename = "held_us")]
     pub held: Summary,
+    #[serde(rename = "drawn_us")]
     pub drawn: Summary,
     /// |held − drawn| per request: the accuracy of the holds.
+    #[serde(rename = "off_us")]
     pub off: Summary,
     /// Time queued for a pool's server (empty for a route without a pool).
+    #[serde(rename = "wait_us")]
     pub wait: Summary,
 }
 
-/// A histogram's count and percentiles, in microseconds (all zero when it is empty).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A histogram's count and percentiles, in microseconds (all zero when it is empty); in the
+/// document `count`, `p50`, `p90`, `p99`, `p99.9`, `max`, `mean`, to the nanosecond.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
     pub count: u64,
+    #[serde(rename = "p50", serialize_with = "three_decimals")]
     pub p50_us: f64,
+    #[serde(rename = "p90", serialize_with = "three_decimals")]
     pub p90_us: f64,
+    #[serde(rename = "p99", serialize_with = "three_decimals")]
     pub p99_us: f64,
+    #[serde(rename = "p99.9", serialize_with = "three_decimals")]
     pub p999_us: f64,
+    #[serde(rename = "max", serialize_with = "three_decimals")]
     pub max_us: f64,
+    #[serde(rename = "mean", serialize_with = "three_decimals")]
     pub mean_us: f64,
+}
+
+/// `/ground-truth.json`: the routes table's generation, when its counting began, the pauses (when
+/// pauses are possible), every route in the order given and every pool.
+#[derive(Serialize)]
+struct Document {
+    generation: u32,
+    /// RFC 3339, to the millisecond.
+    began: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pauses: Option<Pauses>,
+    routes: Vec<RouteTruth>,
+    pools: Vec<PoolTruth>,
+}
+
+#[derive(Serialize)]
+struct Pauses {
+    count: u64,
+    total_us: u128,
 }
 
 impl Summary {
@@ -213,8 +252,8 @@ fn nanos(d: Duration) -> u64 {
 /// A route, its Prometheus labels and bucket bounds.
 struct Route {
     info: RouteInfo,
-    /// `route="GET /x"`, with `,phase="…"` when its table has phases.
-    labels: String,
+    /// `route="GET /x"`, and `phase="…"` when its table has phases.
+    labels: Vec<LabelPair>,
     bounds_ns: Vec<u64>,
 }
 
@@ -453,122 +492,121 @@ impl GroundTruth {
     }
 
     fn json_with(&self, since: &Since) -> String {
-        let began = humantime::format_rfc3339_millis(since.began);
-        let mut out = format!("{{\"generation\":{},\"began\":\"{began}\"", self.generation);
-        if let Some(pauses) = self.pauses {
+        let pauses = self.pauses.map(|pauses| {
             let (count, total) = pauses();
-            let _ = write!(
-                out,
-                ",\"pauses\":{{\"count\":{count},\"total_us\":{}}}",
-                total.as_micros()
-            );
-        }
-        out.push_str(",\"routes\":[");
-        let routes = (0..self.routes.len())
-            .map(|i| route_truth(&self.routes[i].info, &self.merged_since(i, since)));
-        for (i, truth) in routes.enumerate() {
-            if i > 0 {
-                out.push(',');
+            Pauses {
+                count,
+                total_us: total.as_micros(),
             }
-            write_route_json(&mut out, &truth);
-        }
-        out.push_str("],\"pools\":[");
-        for (i, pool) in self.pools_since(since).iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            write_pool_json(&mut out, pool);
-        }
-        out.push_str("]}");
-        out
+        });
+        let document = Document {
+            generation: self.generation,
+            began: humantime::format_rfc3339_millis(since.began).to_string(),
+            pauses,
+            routes: (0..self.routes.len())
+                .map(|i| route_truth(&self.routes[i].info, &self.merged_since(i, since)))
+                .collect(),
+            pools: self.pools_since(since),
+        };
+        serde_json::to_string(&document)
+            .expect("the document serializes: its keys are strings, its numbers valid")
     }
 
-    /// The Prometheus text (format 0.0.4): `statico_route_requests_total{route,outcome}` and the
-    /// histograms `statico_route_held_seconds` and `statico_route_drawn_seconds{route}`.
+    /// The Prometheus text (format 0.0.4), appended to `out`: `statico_route_requests_total{route,
+    /// outcome}`, the histograms `statico_route_{held,drawn,wait}_seconds{route}`, the pools' gauges,
+    /// the generation and the pauses.
     pub fn prometheus(&self, out: &mut String) {
         let merged: Vec<Tally> = (0..self.routes.len()).map(|i| self.merged(i)).collect();
-        write_family_head(
-            out,
+        let mut families = vec![self.requests_family(&merged)];
+        families.extend(self.histogram_families(&merged));
+        families.extend(self.pools_families());
+        families.extend(self.changes_families());
+        encode(families, out);
+    }
+
+    /// `statico_route_requests_total{route,outcome}`.
+    fn requests_family(&self, merged: &[Tally]) -> Family {
+        let mut family = Family::counter(
             "statico_route_requests_total",
-            "counter",
             "Requests a route matched, by outcome (a status code or a fault).",
         );
-        for (route, tally) in self.routes.iter().zip(&merged) {
-            let labels = &route.labels;
+        for (route, tally) in self.routes.iter().zip(merged) {
             for (outcome, n) in route.info.outcomes.iter().zip(&tally.outcomes) {
-                let outcome = escape_label(outcome);
-                let _ = writeln!(
-                    out,
-                    "statico_route_requests_total{{{labels},outcome=\"{outcome}\"}} {n}"
-                );
+                let mut labels = route.labels.clone();
+                labels.push(label("outcome", outcome));
+                family.sample(labels, *n as f64);
             }
         }
-        write_histogram_family(
-            out,
-            "statico_route_held_seconds",
-            "Time a route's requests were held, from their last byte to their response.",
-            &self.routes,
-            &merged,
-            |tally| &tally.held,
-        );
-        write_histogram_family(
-            out,
-            "statico_route_drawn_seconds",
-            "Delays drawn from a route's distribution.",
-            &self.routes,
-            &merged,
-            |tally| &tally.drawn,
-        );
-        write_histogram_family(
-            out,
-            "statico_route_wait_seconds",
-            "Time a pooled route's requests queued for a server (zero for a route without a pool).",
-            &self.routes,
-            &merged,
-            |tally| {
-                tally
-                    .wait
-                    .as_ref()
-                    .expect("a merged tally has a wait histogram")
-            },
-        );
-        self.pools_prometheus(out);
-        self.changes_prometheus(out);
+        family
+    }
+
+    /// The held, drawn and wait histograms, a sample per route over its own buckets.
+    fn histogram_families(&self, merged: &[Tally]) -> Vec<Family> {
+        type Of = fn(&Tally) -> &Histogram<u64>;
+        let histograms: [(&str, &str, Of); 3] = [
+            (
+                "statico_route_held_seconds",
+                "Time a route's requests were held, from their last byte to their response.",
+                |tally| &tally.held,
+            ),
+            (
+                "statico_route_drawn_seconds",
+                "Delays drawn from a route's distribution.",
+                |tally| &tally.drawn,
+            ),
+            (
+                "statico_route_wait_seconds",
+                "Time a pooled route's requests queued for a server (zero for a route without a pool).",
+                |tally| {
+                    tally
+                        .wait
+                        .as_ref()
+                        .expect("a merged tally has a wait histogram")
+                },
+            ),
+        ];
+        let families = histograms.into_iter().map(|(metric, help, histogram_of)| {
+            let mut family = Family::histogram(metric, help);
+            for (route, tally) in self.routes.iter().zip(merged) {
+                let histogram = histogram_of(tally);
+                let les = route.bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
+                let cumulative = les.zip(cumulative_counts(histogram, &route.bounds_ns));
+                let count = histogram.len();
+                let sum_seconds = histogram.mean() * count as f64 / 1e9;
+                family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+            }
+            family
+        });
+        families.collect()
     }
 
     /// The routes table's generation, and the pauses (with pauses possible).
-    fn changes_prometheus(&self, out: &mut String) {
-        write_family_head(
-            out,
+    fn changes_families(&self) -> Vec<Family> {
+        let mut generation = Family::gauge(
             "statico_routes_generation",
-            "gauge",
             "The routes table in force: 1 at start-up, one more per PUT /routes or SIGHUP re-read.",
         );
-        let _ = writeln!(out, "statico_routes_generation {}", self.generation);
-        let Some(pauses) = self.pauses else { return };
+        generation.sample(Vec::new(), f64::from(self.generation));
+        let Some(pauses) = self.pauses else {
+            return vec![generation];
+        };
         let (count, total) = pauses();
-        write_family_head(
-            out,
+        let mut begun = Family::counter(
             "statico_pauses_total",
-            "counter",
             "Whole-server pauses begun (--pause and POST /pause).",
         );
-        let _ = writeln!(out, "statico_pauses_total {count}");
-        write_family_head(
-            out,
+        begun.sample(Vec::new(), count as f64);
+        let mut paused = Family::counter(
             "statico_paused_seconds_total",
-            "counter",
             "Time the server has spent paused.",
         );
-        let _ = writeln!(out, "statico_paused_seconds_total {}", total.as_secs_f64());
+        paused.sample(Vec::new(), total.as_secs_f64());
+        vec![generation, begun, paused]
     }
 
     /// The pools' gauges: `statico_pool_in_service{pool}`, `statico_pool_queued{pool}`.
-    fn pools_prometheus(&self, out: &mut String) {
+    fn pools_families(&self) -> Vec<Family> {
         let pools = self.pools();
-        if pools.is_empty() {
-            return;
-        }
         type Gauge = (&'static str, &'static str, fn(&PoolTruth) -> u64);
         let gauges: [Gauge; 2] = [
             (
@@ -582,13 +620,14 @@ impl GroundTruth {
                 |p| p.queued,
             ),
         ];
-        for (metric, help, value) in gauges {
-            write_family_head(out, metric, "gauge", help);
+        let families = gauges.into_iter().map(|(metric, help, value)| {
+            let mut family = Family::gauge(metric, help);
             for pool in &pools {
-                let name = escape_label(&pool.name);
-                let _ = writeln!(out, "{metric}{{pool=\"{name}\"}} {}", value(pool));
+                family.sample(vec![label("pool", &pool.name)], value(pool) as f64);
             }
-        }
+            family
+        });
+        families.collect()
     }
 
     /// One line per route for the exit summary, e.g. `route GET /api/*: 10234 requests (200 9012,
@@ -682,138 +721,37 @@ fn cumulative_counts(histogram: &Histogram<u64>, bounds_ns: &[u64]) -> Vec<u64> 
     counts
 }
 
-// ---- Prometheus text ----
-
-fn write_family_head(out: &mut String, metric: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-}
-
-fn write_histogram_family(
-    out: &mut String,
-    metric: &str,
-    help: &str,
-    routes: &[Route],
-    merged: &[Tally],
-    histogram_of: impl Fn(&Tally) -> &Histogram<u64>,
-) {
-    write_family_head(out, metric, "histogram", help);
-    for (route, tally) in routes.iter().zip(merged) {
-        write_histogram(
-            out,
-            metric,
-            &route.labels,
-            &route.bounds_ns,
-            histogram_of(tally),
-        );
-    }
-}
-
-fn write_histogram(
-    out: &mut String,
-    metric: &str,
-    labels: &str,
-    bounds_ns: &[u64],
-    histogram: &Histogram<u64>,
-) {
-    for (bound, n) in bounds_ns
-        .iter()
-        .zip(cumulative_counts(histogram, bounds_ns))
-    {
-        let le = *bound as f64 / 1e9;
-        let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"{le}\"}} {n}");
-    }
-    let count = histogram.len();
-    let sum_seconds = histogram.mean() * count as f64 / 1e9;
-    let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"+Inf\"}} {count}");
-    let _ = writeln!(out, "{metric}_sum{{{labels}}} {sum_seconds}");
-    let _ = writeln!(out, "{metric}_count{{{labels}}} {count}");
-}
+// ---- Prometheus labels ----
 
 /// A route's labels: `route="GET /x"`, and `phase="…"` when its table has phases.
-fn labels(info: &RouteInfo) -> String {
-    let mut labels = format!("route=\"{}\"", escape_label(&info.name));
-    if let Some(phase) = &info.phase {
-        let _ = write!(labels, ",phase=\"{}\"", escape_label(phase));
-    }
-    labels
-}
-
-/// A label value as the exposition format wants it: `\`, `"` and newline escaped.
-fn escape_label(value: &str) -> String {
-    let mut escaped = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => escaped.push_str("\\\\"),
-            '"' => escaped.push_str("\\\""),
-            '\n' => escaped.push_str("\\n"),
-            c => escaped.push(c),
-        }
-    }
-    escaped
+fn labels(info: &RouteInfo) -> Vec<LabelPair> {
+    let phase = info.phase.as_deref().map(|phase| label("phase", phase));
+    std::iter::once(label("route", &info.name))
+        .chain(phase)
+        .collect()
 }
 
 // ---- JSON ----
 
-fn write_route_json(out: &mut String, truth: &RouteTruth) {
-    out.push_str("{\"route\":");
-    write_json_string(out, &truth.name);
-    out.push_str(",\"phase\":");
-    write_json_string(out, truth.phase.as_deref().unwrap_or("base"));
-    let _ = write!(out, ",\"count\":{},\"outcomes\":{{", truth.count);
-    for (i, (outcome, n)) in truth.outcomes.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_json_string(out, outcome);
-        let _ = write!(out, ":{n}");
+/// A route's phase as the document names it: `base` outside any.
+fn phase_or_base<S: Serializer>(phase: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(phase.as_deref().unwrap_or("base"))
+}
+
+/// The outcomes as an object, in the route's order.
+fn in_order<S: Serializer>(outcomes: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(outcomes.iter().map(|(outcome, n)| (outcome, n)))
+}
+
+/// A figure in microseconds with three decimals (to the nanosecond). A non-finite one (never made
+/// from a histogram) goes as the serializer writes it: `null` in JSON.
+fn three_decimals<S: Serializer>(us: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if !us.is_finite() {
+        return s.serialize_f64(*us);
     }
-    out.push_str("},\"held_us\":");
-    write_summary_json(out, &truth.held);
-    out.push_str(",\"drawn_us\":");
-    write_summary_json(out, &truth.drawn);
-    out.push_str(",\"off_us\":");
-    write_summary_json(out, &truth.off);
-    out.push_str(",\"wait_us\":");
-    write_summary_json(out, &truth.wait);
-    out.push('}');
-}
-
-fn write_pool_json(out: &mut String, p: &PoolTruth) {
-    out.push_str("{\"name\":");
-    write_json_string(out, &p.name);
-    let queue = p.queue.map_or("null".to_owned(), |q| q.to_string());
-    let _ = write!(
-        out,
-        ",\"capacity\":{},\"queue\":{queue},\"served\":{},\"shed\":{},\"in_service\":{},\"queued\":{},\"in_service_max\":{},\"queued_max\":{}}}",
-        p.capacity, p.served, p.shed, p.in_service, p.queued, p.in_service_max, p.queued_max
-    );
-}
-
-fn write_summary_json(out: &mut String, s: &Summary) {
-    let _ = write!(
-        out,
-        "{{\"count\":{},\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},\"p99.9\":{:.3},\"max\":{:.3},\"mean\":{:.3}}}",
-        s.count, s.p50_us, s.p90_us, s.p99_us, s.p999_us, s.max_us, s.mean_us
-    );
-}
-
-/// `value` as a JSON string: quotes, backslashes and control characters escaped.
-fn write_json_string(out: &mut String, value: &str) {
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    let fixed = serde_json::value::RawValue::from_string(format!("{us:.3}"))
+        .map_err(serde::ser::Error::custom)?;
+    fixed.serialize(s)
 }
 
 // ---- The exit summary ----
@@ -1218,5 +1156,173 @@ mod tests {
         assert_eq!(human_duration(0.5), "500ns");
         assert_eq!(human_duration(1_200_000.0), "1.2s");
         assert_eq!(human_duration(80_400.0), "80.4ms");
+    }
+
+    /// A pool whose figures never change.
+    struct FixedPool(PoolTruth);
+
+    impl PoolGauge for FixedPool {
+        fn figures(&self) -> PoolTruth {
+            self.0.clone()
+        }
+    }
+
+    /// A generation-3 table with phases, pauses and two pools (one unbounded); a pooled route with
+    /// 5000 lognormal samples and a route whose name and outcome need escaping.
+    fn phased_pooled_paused() -> GroundTruth {
+        let mut pooled = api_route();
+        pooled.phase = Some("brown\"out".into());
+        pooled.pooled = true;
+        let mut odd = route("GET /a\"b\\c\nd\t\u{1}é", &["200", "x\"y"], None);
+        odd.phase = Some("base".into());
+        let pool = |name: &str, queue, served| PoolTruth {
+            name: name.into(),
+            capacity: 8,
+            queue,
+            served,
+            shed: 2,
+            in_service: 3,
+            queued: 4,
+            in_service_max: 8,
+            queued_max: 50,
+        };
+        let pools: Vec<std::sync::Arc<dyn PoolGauge>> = vec![
+            std::sync::Arc::new(FixedPool(pool("db", Some(100), 10))),
+            std::sync::Arc::new(FixedPool(pool("c\"ache", None, 0))),
+        ];
+        let truth = GroundTruth::new(vec![odd, pooled], 2)
+            .with_generation(3)
+            .with_pauses(|| (2, Duration::from_micros(1_234_567)))
+            .with_pools(pools);
+        let mut lognormal = Lognormal {
+            state: 7,
+            median_ns: 3.0 * MS as f64,
+            sigma: 0.8,
+        };
+        for i in 0..5_000 {
+            let d = lognormal.sample();
+            let held = d + d / 3 + Duration::from_nanos(777);
+            truth.record_sample(i % 2, 1, i % 3, Some(d), Some(d / 3), held);
+            truth.record(i % 2, 0, i % 2, Duration::ZERO, d / 7);
+        }
+        truth.count(0, 1, 2);
+        truth
+    }
+
+    #[test]
+    fn json_is_the_document_as_it_was_written_by_hand() {
+        let truth = phased_pooled_paused();
+        let (derived, by_hand) = (truth.json(), hand_written_json(&truth));
+        let parse = |json: &str| serde_json::from_str::<serde_json::Value>(json).expect("JSON");
+        assert_eq!(parse(&derived), parse(&by_hand));
+        // The same bytes: the same keys in the same order, the same number formats.
+        assert_eq!(derived, by_hand);
+        assert!(derived.contains("\"p99.9\":") && derived.contains("\"queue\":null"));
+        let without_pauses = GroundTruth::new(vec![api_route()], 1);
+        assert_eq!(without_pauses.json(), hand_written_json(&without_pauses));
+    }
+
+    #[test]
+    fn prometheus_labels_phases_and_has_the_pools_generation_and_pauses() {
+        let mut page = String::new();
+        phased_pooled_paused().prometheus(&mut page);
+        for line in [
+            "statico_route_requests_total{route=\"GET /api/*\",phase=\"brown\\\"out\",outcome=\"reset\"} 1667\n",
+            "statico_route_wait_seconds_count{route=\"GET /api/*\",phase=\"brown\\\"out\"} 5000\n",
+            "statico_route_held_seconds_bucket{route=\"GET /api/*\",phase=\"brown\\\"out\",le=\"+Inf\"} 5000\n",
+            "# TYPE statico_pool_queued gauge\nstatico_pool_queued{pool=\"db\"} 4\nstatico_pool_queued{pool=\"c\\\"ache\"} 4\n",
+            "# TYPE statico_routes_generation gauge\nstatico_routes_generation 3\n",
+            "statico_pauses_total 2\n",
+            "statico_paused_seconds_total 1.234567\n",
+        ] {
+            assert!(page.contains(line), "{line} in {page}");
+        }
+    }
+
+    /// `/ground-truth.json` as it was assembled with format strings, for comparing the serialized
+    /// document against.
+    fn hand_written_json(truth: &GroundTruth) -> String {
+        let since = truth.since.lock().unwrap();
+        let began = humantime::format_rfc3339_millis(since.began);
+        let mut out = format!(
+            "{{\"generation\":{},\"began\":\"{began}\"",
+            truth.generation
+        );
+        if let Some(pauses) = truth.pauses {
+            let (count, total) = pauses();
+            let total = total.as_micros();
+            let _ = write!(
+                out,
+                ",\"pauses\":{{\"count\":{count},\"total_us\":{total}}}"
+            );
+        }
+        let routes: Vec<String> = (0..truth.routes.len())
+            .map(|i| route_truth(&truth.routes[i].info, &truth.merged_since(i, &since)))
+            .map(|route| hand_written_route(&route))
+            .collect();
+        let pools: Vec<String> = truth
+            .pools_since(&since)
+            .iter()
+            .map(hand_written_pool)
+            .collect();
+        let _ = write!(
+            out,
+            ",\"routes\":[{}],\"pools\":[{}]}}",
+            routes.join(","),
+            pools.join(",")
+        );
+        out
+    }
+
+    fn hand_written_route(truth: &RouteTruth) -> String {
+        let outcomes: Vec<String> = truth
+            .outcomes
+            .iter()
+            .map(|(outcome, n)| format!("{}:{n}", hand_written_string(outcome)))
+            .collect();
+        let summary = |s: &Summary| {
+            format!(
+                "{{\"count\":{},\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},\"p99.9\":{:.3},\"max\":{:.3},\"mean\":{:.3}}}",
+                s.count, s.p50_us, s.p90_us, s.p99_us, s.p999_us, s.max_us, s.mean_us
+            )
+        };
+        format!(
+            "{{\"route\":{},\"phase\":{},\"count\":{},\"outcomes\":{{{}}},\"held_us\":{},\"drawn_us\":{},\"off_us\":{},\"wait_us\":{}}}",
+            hand_written_string(&truth.name),
+            hand_written_string(truth.phase.as_deref().unwrap_or("base")),
+            truth.count,
+            outcomes.join(","),
+            summary(&truth.held),
+            summary(&truth.drawn),
+            summary(&truth.off),
+            summary(&truth.wait)
+        )
+    }
+
+    fn hand_written_pool(p: &PoolTruth) -> String {
+        let queue = p.queue.map_or("null".to_owned(), |q| q.to_string());
+        format!(
+            "{{\"name\":{},\"capacity\":{},\"queue\":{queue},\"served\":{},\"shed\":{},\"in_service\":{},\"queued\":{},\"in_service_max\":{},\"queued_max\":{}}}",
+            hand_written_string(&p.name), p.capacity, p.served, p.shed, p.in_service, p.queued, p.in_service_max, p.queued_max
+        )
+    }
+
+    fn hand_written_string(value: &str) -> String {
+        let mut out = String::from('"');
+        for c in value.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if u32::from(c) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", u32::from(c));
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
     }
 }
