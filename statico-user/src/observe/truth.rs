@@ -145,13 +145,13 @@ struct Document {
     /// RFC 3339, to the millisecond.
     began: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pauses: Option<Pauses>,
+    pauses: Option<PauseTotals>,
     routes: Vec<RouteTruth>,
     pools: Vec<PoolTruth>,
 }
 
 #[derive(Serialize)]
-struct Pauses {
+struct PauseTotals {
     count: u64,
     total_us: u128,
 }
@@ -494,7 +494,7 @@ impl GroundTruth {
     fn json_with(&self, since: &Since) -> String {
         let pauses = self.pauses.map(|pauses| {
             let (count, total) = pauses();
-            Pauses {
+            PauseTotals {
                 count,
                 total_us: total.as_micros(),
             }
