@@ -134,6 +134,7 @@ impl Echo {
             hold: c.hold,
             recorder: None,
             admission: None,
+            pauses: None,
         };
         answer.set_date(date);
         answer

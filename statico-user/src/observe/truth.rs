@@ -231,7 +231,7 @@ struct Since {
 pub type InForce<'a> = &'a dyn Fn() -> std::sync::Arc<GroundTruth>;
 
 /// How many pauses there have been, and how long they lasted in all.
-pub type PausesSoFar = fn() -> (u64, Duration);
+pub type PausesSoFar = Box<dyn Fn() -> (u64, Duration) + Send + Sync>;
 
 /// The ground truth of every route, one slot per (recorder, route). Shared as `Arc<GroundTruth>`.
 pub struct GroundTruth {
@@ -455,7 +455,7 @@ impl GroundTruth {
     fn json_with(&self, since: &Since) -> String {
         let began = humantime::format_rfc3339_millis(since.began);
         let mut out = format!("{{\"generation\":{},\"began\":\"{began}\"", self.generation);
-        if let Some(pauses) = self.pauses {
+        if let Some(pauses) = &self.pauses {
             let (count, total) = pauses();
             let _ = write!(
                 out,
@@ -545,7 +545,7 @@ impl GroundTruth {
             "The routes table in force: 1 at start-up, one more per PUT /routes or SIGHUP re-read.",
         );
         let _ = writeln!(out, "statico_routes_generation {}", self.generation);
-        let Some(pauses) = self.pauses else { return };
+        let Some(pauses) = &self.pauses else { return };
         let (count, total) = pauses();
         write_family_head(
             out,

@@ -30,6 +30,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
 use super::hold::{Hold, TruthKey};
+use super::pause::Pauses;
 use super::request::Request;
 use super::response::{Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
@@ -37,12 +38,53 @@ use super::stream::{Admission, StreamAnswer};
 use crate::catalog::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use dist::Dist;
-use load::{Loads, RouteLoad, Ticket};
+use load::{Loads, RouteLoad, Ticket, TicketIds};
 use phase_spec::with_phases;
-use pool::{Pool, Shed};
+use pool::{OrphanClock, Pool, Shed};
 use pool_spec::PoolSpec;
 use spec::{BodySpec, Fault, PathMatch, RoutePool, RouteSpec};
 use table::Table;
+
+/// What every routes table of one server is built with and shares with the tables before and
+/// after it: made at start-up, cloned into each table.
+#[derive(Clone, Debug)]
+pub struct Common {
+    /// Every answer's `Server` and `-H` fields (a route's own fields replace theirs, see
+    /// [`super::response::with_own_fields`]).
+    pub base: ResponseSpec,
+    /// HTTP/2 or HTTP/3 is served: the stream answers are built too.
+    pub streams: bool,
+    /// How many threads record the ground truth.
+    pub recorders: usize,
+    /// The server's pauses, when it has them: every held answer then takes a ticket (its hold is
+    /// measured), and the ground truth reports them.
+    pub pauses: Option<Pauses>,
+    /// Where the pools hand on the ends of services whose clients left.
+    pub orphans: OrphanClock,
+    /// Where tickets take their ids.
+    pub tickets: TicketIds,
+}
+
+impl Common {
+    /// What a server's tables are built with: `base`'s fields, stream answers with `streams`,
+    /// `recorders` threads recording, `pauses` if the server has them; its own orphan clock and
+    /// ticket ids.
+    pub fn new(
+        base: ResponseSpec,
+        streams: bool,
+        recorders: usize,
+        pauses: Option<Pauses>,
+    ) -> Common {
+        Common {
+            base,
+            streams,
+            recorders,
+            pauses,
+            orphans: OrphanClock::default(),
+            tickets: TicketIds::default(),
+        }
+    }
+}
 
 /// The routes, built: shared by every worker, each of which holds a copy of the heads with its live
 /// `Date` ([`Routes::set_date`]); bodies and the ground truth are shared.
@@ -87,6 +129,8 @@ struct Route {
     admission: Option<Arc<Admission>>,
     /// Its phases: while one's window is open, the route at that index answers instead.
     phases: Vec<(Window, u16)>,
+    /// The server has pauses, which may hold any of its answers.
+    pausable: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -127,28 +171,21 @@ pub fn generator(seed: Option<u64>, slot: usize) -> Draw {
 }
 
 impl Routes {
-    /// From a table: `base` gives every answer its `Server` and `-H` fields; `streams` builds the
-    /// HTTP/2 and HTTP/3 answers too; `recorders` is how many threads record truth; `previous` is
-    /// the table in force, whose pools this one keeps where their specs are the same.
-    pub fn build(
-        table: &Table,
-        base: &ResponseSpec,
-        streams: bool,
-        recorders: usize,
-        previous: Option<&Routes>,
-    ) -> Result<Routes> {
+    /// From a table, with what the server's tables have in `common`; `previous` is the table in force, whose pools
+    /// this one keeps where their specs are the same.
+    pub fn build(table: &Table, common: &Common, previous: Option<&Routes>) -> Result<Routes> {
         let specs = &table.routes;
         check_limits(specs)?;
         let phased = with_phases(specs, &table.phases)?;
         check_limits(&phased.specs)?;
         let kept = previous.map_or(&[][..], |p| &p.pools[..]);
-        let (pools, pool_of) = resolve_pools(&phased.specs, &table.pools, kept)?;
+        let (pools, pool_of) = resolve_pools(&phased.specs, &table.pools, kept, &common.orphans)?;
         let pool_of = phased.inherit_pools(pool_of);
         let generated = generated_body(&phased.specs);
         let mut routes = Vec::with_capacity(phased.specs.len());
         for (spec, pool) in phased.specs.iter().zip(&pool_of) {
             let shed = pool.map(|i| pools[i].1.shed);
-            let route = Route::build(spec, base, streams, &generated, shed)
+            let route = Route::build(spec, common, &generated, shed)
                 .with_context(|| format!("--route {}", spec.name))?;
             routes.push(route);
         }
@@ -171,12 +208,15 @@ impl Routes {
             pools.iter().map(|p| p.1.clone()).collect(),
         ));
         for route in &mut routes {
-            route.admission = Some(Arc::new(route.admission_with(&loads)));
+            route.admission = Some(Arc::new(route.admission_with(&loads, &common.tickets)));
         }
-        let truth = GroundTruth::new(info, recorders)
+        let pauses = common.pauses.clone();
+        let truth = GroundTruth::new(info, common.recorders)
             .with_pools(gauges)
             .with_generation(generation)
-            .with_pauses(super::pause::so_far);
+            .with_pauses(Box::new(move || {
+                pauses.as_ref().map_or((0, Duration::ZERO), Pauses::so_far)
+            }));
         Ok(Routes {
             routes,
             matched: specs.len(),
@@ -341,11 +381,11 @@ impl Routes {
 impl Route {
     fn build(
         spec: &RouteSpec,
-        base: &ResponseSpec,
-        streams: bool,
+        common: &Common,
         generated: &Bytes,
         shed: Option<Shed>,
     ) -> Result<Route> {
+        let (base, streams) = (&common.base, common.streams);
         let body = match &spec.body {
             BodySpec::Empty => Bytes::new(),
             BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
@@ -378,23 +418,26 @@ impl Route {
             admission: None,
             shed_answer,
             phases: Vec::new(),
+            pausable: common.pauses.is_some(),
         })
     }
 
-    /// How its held stream answers take their tickets: through `loads` if it has a load model.
-    fn admission_with(&self, loads: &Arc<Loads>) -> Admission {
+    /// How its held stream answers take their tickets: through `loads` if it has a load model,
+    /// their ids from `tickets`.
+    fn admission_with(&self, loads: &Arc<Loads>, tickets: &TicketIds) -> Admission {
         let shed = (self.shed_answer).and_then(|i| self.answers[usize::from(i)].stream.clone());
         Admission {
             loads: self.loaded.then(|| loads.clone()),
             gone: self.gone_outcome(),
             shed,
+            tickets: tickets.clone(),
         }
     }
 
     /// Whether an answer of it with `hold` takes a ticket: it has a load model, or it is held — by
     /// its own hold, or by a pause, which may hold any answer (each then has its hold measured).
     fn ticketed(&self, hold: &Hold) -> bool {
-        self.loaded || hold.paces() || super::pause::installed()
+        self.loaded || hold.paces() || self.pausable
     }
 
     /// How many statuses it draws from (its answers, less a pool's shed answer).
@@ -653,17 +696,21 @@ fn route_load(spec: &RouteSpec, route: &Route, pool: Option<usize>) -> RouteLoad
 /// Checks the pools when there are no routes at all: each is defined once, and (there being no
 /// route) unused, which is refused like any pool no route is served by.
 pub fn check_pools_alone(defined: &[(PoolSpec, String)]) -> Result<()> {
-    resolve_pools(&[], defined, &[]).map(|_| ())
+    resolve_pools(&[], defined, &[], &OrphanClock::default()).map(|_| ())
 }
 
 /// The pools, and each route's pool among them (an index).
 type Resolved = (Vec<(PoolSpec, Arc<Pool>)>, Vec<Option<usize>>);
 
 /// The pool `spec` describes: the one `kept` has with that very spec (its requests in service and
-/// queued carry on), or a new one.
-fn pool_for(spec: &PoolSpec, kept: &[(PoolSpec, Arc<Pool>)]) -> (PoolSpec, Arc<Pool>) {
+/// queued carry on), or a new one handing its orphans to `orphans`.
+fn pool_for(
+    spec: &PoolSpec,
+    kept: &[(PoolSpec, Arc<Pool>)],
+    orphans: &OrphanClock,
+) -> (PoolSpec, Arc<Pool>) {
     let pool = (kept.iter().find(|(s, _)| s == spec))
-        .map_or_else(|| Arc::new(Pool::new(spec)), |(_, p)| p.clone());
+        .map_or_else(|| Arc::new(Pool::new(spec, orphans)), |(_, p)| p.clone());
     (spec.clone(), pool)
 }
 
@@ -673,6 +720,7 @@ fn resolve_pools(
     specs: &[RouteSpec],
     defined: &[(PoolSpec, String)],
     kept: &[(PoolSpec, Arc<Pool>)],
+    orphans: &OrphanClock,
 ) -> Result<Resolved> {
     let mut pools: Vec<(PoolSpec, Arc<Pool>)> = Vec::new();
     for (i, (pool, at)) in defined.iter().enumerate() {
@@ -682,7 +730,7 @@ fn resolve_pools(
                 pool.name
             );
         }
-        pools.push(pool_for(pool, kept));
+        pools.push(pool_for(pool, kept, orphans));
     }
     let mut pool_of = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -696,7 +744,7 @@ fn resolve_pools(
                 if let Some((same, _)) = pools.iter().find(|p| p.0.name == pool.name) {
                     anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
                 }
-                pools.push(pool_for(pool, kept));
+                pools.push(pool_for(pool, kept, orphans));
                 Some(pools.len() - 1)
             }
         });
