@@ -32,7 +32,7 @@ use rand::{Rng, SeedableRng};
 use super::hold::{Hold, TruthKey};
 use super::pause::Pauses;
 use super::request::Request;
-use super::response::{Framing, Response, ResponseSpec, DATE_LEN};
+use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
 use crate::catalog::schedule::Window;
@@ -526,8 +526,9 @@ impl Answer {
         body: &Bytes,
         streams: bool,
     ) -> Result<Answer> {
-        let mut headers = base.headers.clone();
-        headers.extend(spec.headers.iter().cloned());
+        let headers = with_own_fields(&base.headers, &spec.headers)
+            .cloned()
+            .collect();
         let spec = ResponseSpec {
             status,
             headers,
@@ -760,4 +761,79 @@ fn resolve_pools(
         );
     }
     Ok((pools, pool_of))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields of the HTTP/1.1 and the stream answer `path` gets from `routes` and `phases`,
+    /// with `-H` fields `defaults`.
+    fn answered(
+        routes: &[&str],
+        phases: &[&str],
+        defaults: &[(&str, &str)],
+        path: &str,
+    ) -> (String, http::HeaderMap) {
+        let table = Table {
+            routes: (routes.iter())
+                .map(|r| spec::parse_spec(r).unwrap())
+                .collect(),
+            phases: (phases.iter().enumerate())
+                .map(|(i, p)| phase_spec::parse_phase(p, i).unwrap())
+                .collect(),
+            ..Table::default()
+        };
+        let base = ResponseSpec {
+            status: 200,
+            headers: (defaults.iter())
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: Vec::new(),
+        };
+        let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+        let request = Request {
+            method: b"GET",
+            target: path.as_bytes(),
+            ..Request::default()
+        };
+        let choice = routes.choose(&request, &mut generator(Some(1), 0)).unwrap();
+        let mut out = Vec::new();
+        routes.write(&choice, Framing::KeepAlive, true, &mut out);
+        let head = String::from_utf8(out).unwrap();
+        (head, routes.stream_answer(&choice).headers)
+    }
+
+    fn count(head: &str, field: &str) -> usize {
+        head.matches(&format!("\r\n{field}")).count()
+    }
+
+    #[test]
+    fn a_routes_field_replaces_the_same_named_default_and_set_cookie_adds() {
+        let defaults = [
+            ("Content-Type", "text/plain"),
+            ("Set-Cookie", "a=1"),
+            ("X-Default", "d"),
+        ];
+        let route = "/p header=content-type:application/json header=Set-Cookie:b=2";
+        let (head, stream) = answered(&[route], &[], &defaults, "/p");
+        assert_eq!(count(&head, "Content-Type:"), 0, "{head}");
+        assert_eq!(count(&head, "content-type: application/json"), 1, "{head}");
+        assert_eq!(count(&head, "Set-Cookie:"), 2, "{head}");
+        assert_eq!(count(&head, "X-Default: d"), 1, "{head}");
+        let types: Vec<_> = stream.get_all("content-type").iter().collect();
+        assert_eq!(types, ["application/json"]);
+        assert_eq!(stream.get_all("set-cookie").iter().count(), 2);
+    }
+
+    #[test]
+    fn a_phases_field_replaces_the_default_too() {
+        let defaults = [("Content-Type", "text/plain")];
+        let phase = "at=0s for=3600s /p header=Content-Type:text/csv";
+        let (head, stream) = answered(&["/p body=x"], &[phase], &defaults, "/p");
+        assert_eq!(count(&head, "Content-Type:"), 1, "{head}");
+        assert_eq!(count(&head, "Content-Type: text/csv"), 1, "{head}");
+        let types: Vec<_> = stream.get_all("content-type").iter().collect();
+        assert_eq!(types, ["text/csv"]);
+    }
 }
