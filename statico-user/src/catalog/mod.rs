@@ -437,7 +437,7 @@ impl Local {
     /// What HTTP/1.1 connections read, borrowed for one batch. Paced when an answer may be held,
     /// or while a whole-server pause is in force: then each answer waits for its end on its own,
     /// and outside one a pipelined batch goes out at once (with pauses possible, one atomic load
-    /// and a clock read per batch; without, one load).
+    /// and a clock read per batch; without, an empty `Option`).
     pub fn view(&self) -> View<'_> {
         View {
             response: self
