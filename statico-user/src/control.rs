@@ -175,9 +175,9 @@ fn route(request: &SideRequest, catalog: &Catalog) -> Reply {
     match (head.path.as_str(), head.method.as_str()) {
         ("/routes", "GET") => get_routes(catalog),
         ("/routes", "PUT") => put_routes(&request.body, catalog),
-        ("/pause", "POST") => pause(&head.query),
+        ("/pause", "POST") => pause(&head.query, catalog),
         ("/resume", "POST") => {
-            crate::catalog::pause::resume();
+            catalog.pauses().inspect(|p| p.resume());
             eprintln!("statico: admin: resumed");
             Reply::json("{\"resumed\":true}".into())
         }
@@ -221,7 +221,7 @@ fn put_routes(body: &[u8], catalog: &Catalog) -> Reply {
 }
 
 /// `POST /pause?for=DUR`.
-fn pause(query: &str) -> Reply {
+fn pause(query: &str, catalog: &Catalog) -> Reply {
     let value = (query.split('&')).find_map(|kv| kv.strip_prefix("for="));
     let length = match value.map(humantime::parse_duration) {
         Some(Ok(d)) if !d.is_zero() && d <= crate::catalog::pause::LONGEST => d,
@@ -229,7 +229,7 @@ fn pause(query: &str) -> Reply {
         Some(Err(e)) => return Reply::text(400, &format!("for={}: {e}\n", value.unwrap_or(""))),
         None => return Reply::text(400, "POST /pause?for=DUR, like /pause?for=1.4s\n"),
     };
-    if crate::catalog::pause::pause_for(length).is_none() {
+    if catalog.pauses().inspect(|p| p.pause_for(length)).is_none() {
         return Reply::text(409, "pauses are not installed\n");
     }
     eprintln!(
@@ -281,10 +281,19 @@ mod tests {
 
     #[test]
     fn pause_wants_a_duration_within_an_hour() {
-        assert_eq!(pause("").status, 400);
-        assert_eq!(pause("for=soon").status, 400);
-        assert_eq!(pause("for=2h").status, 400);
-        assert_eq!(pause("for=0s").status, 400);
+        let plan = crate::catalog::Plan {
+            pausable: true,
+            ..crate::catalog::Plan::of_response(crate::catalog::response::ResponseSpec {
+                status: 200,
+                headers: Vec::new(),
+                body: Vec::new(),
+            })
+        };
+        let catalog = Catalog::build(&plan).unwrap();
+        for query in ["", "for=soon", "for=2h", "for=0s"] {
+            assert_eq!(pause(query, &catalog).status, 400, "{query}");
+        }
+        assert_eq!(pause("for=1s", &catalog).status, 200);
     }
 
     #[test]

@@ -120,8 +120,8 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     for line in settings.catalog.truth().iter().flat_map(|t| t.totals()) {
         eprintln!("statico: {line}");
     }
-    if crate::catalog::pause::installed() {
-        let (count, total) = crate::catalog::pause::so_far();
+    if let Some(pauses) = settings.catalog.pauses() {
+        let (count, total) = pauses.so_far();
         eprintln!(
             "statico: pauses: {count}, {} paused in all",
             humantime::format_duration(Duration::from_millis(total.as_millis() as u64))

@@ -160,3 +160,59 @@ fn one_type_per_name() {
     );
     assert!(by_name.contains_key("Connection"), "read the declarations");
 }
+
+/// The `static` items (and `thread_local!`s) `code` declares: `static NAME:` or `static mut NAME:`
+/// at an item's start, not a `'static` lifetime.
+fn statics(code: &str) -> Vec<String> {
+    let tokens: Vec<&str> = code
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '\'' || c == '!'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let mut found = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let next = |n: usize| tokens.get(i + n).copied().unwrap_or("");
+        match *token {
+            "thread_local!" => found.push("thread_local!".to_string()),
+            "static" => {
+                let name = if next(1) == "mut" { next(2) } else { next(1) };
+                if name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_') {
+                    found.push(format!("static {name}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The catalog is built per server and handed to whoever needs it: a process-wide `static` (a
+/// pause state, a clock, a counter) would be shared by two servers in one process.
+#[test]
+fn the_catalog_declares_no_static_item() {
+    let catalog = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/catalog");
+    let mut all = Vec::new();
+    files(&catalog, &mut all);
+    let mut found = Vec::new();
+    for path in &all {
+        let text = std::fs::read_to_string(path).unwrap();
+        let code: String = (text.lines())
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for item in statics(&code) {
+            found.push(format!("{}: {item}", path.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "process-wide state in the catalog (make it a handle the catalog carries):\n{}",
+        found.join("\n")
+    );
+    assert!(all.len() > 10, "read {} files", all.len());
+    assert_eq!(
+        statics(
+            "static A: u8 = 0;\nfn f() -> &'static str { static mut B: u8 = 0; }\nthread_local! {}"
+        ),
+        ["static A", "static B", "thread_local!"]
+    );
+}

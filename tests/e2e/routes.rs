@@ -245,6 +245,22 @@ fn header_keys_add_their_fields_to_the_response() {
 }
 
 #[test]
+fn a_routes_header_replaces_the_same_named_default_one() {
+    let s = start(
+        &["/p header=Content-Type:application/json body={}"],
+        &["-H", "Content-Type: text/plain", "-H", "X-Default: d"],
+    );
+    let r = fetch(&s, "GET", "/p");
+    let types: Vec<_> = (r.head.lines())
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-type:"))
+        .collect();
+    assert_eq!(types, ["Content-Type: application/json"], "{}", r.head);
+    assert_eq!(r.header("x-default").as_deref(), Some("d"));
+    let other = fetch(&s, "GET", "/other");
+    assert_eq!(other.header("content-type").as_deref(), Some("text/plain"));
+}
+
+#[test]
 fn body_from_a_file_is_sent_byte_for_byte() {
     let bytes: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
     let path = file("body-file", "payload.bin", &bytes);
@@ -653,6 +669,17 @@ fn http2_routes_match_and_carry_their_size_and_headers() {
     assert_eq!(big.headers.get("content-length").unwrap(), "65536");
     let (other, _) = h2_once(&s, "/other");
     assert_eq!(other.body, b"default");
+}
+
+#[test]
+fn http2_a_routes_header_replaces_the_same_named_default_one() {
+    let s = start_h2(
+        &["/p header=Content-Type:application/json body={}"],
+        &["-H", "Content-Type: text/plain"],
+    );
+    let (p, _) = h2_once(&s, "/p");
+    let types: Vec<_> = p.headers.get_all("content-type").iter().collect();
+    assert_eq!(types, ["application/json"]);
 }
 
 #[test]

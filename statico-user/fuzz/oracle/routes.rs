@@ -21,7 +21,7 @@ use statico::catalog::route::phase_spec::parse_phase;
 use statico::catalog::route::pool_spec::parse_pool;
 use statico::catalog::route::spec::{parse_spec, BodySpec, RoutePool, RouteSpec};
 use statico::catalog::route::table::{Table, Written};
-use statico::catalog::route::Routes;
+use statico::catalog::route::{Common, Routes};
 
 /// The largest `size=` body a fuzzed table is built with.
 const BUILT_SIZE: u64 = 1 << 20;
@@ -177,7 +177,7 @@ fn build(table: &Table) -> bool {
         headers: Vec::new(),
         body: b"statico".to_vec(),
     };
-    match Routes::build(table, &base, true, 1, None) {
+    match Routes::build(table, &Common::new(base, true, 1, None), None) {
         Ok(_) => true,
         Err(e) => {
             let e = format!("{e:#}");

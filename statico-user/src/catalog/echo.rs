@@ -12,7 +12,7 @@
 use bytes::Bytes;
 
 use super::hold::Hold;
-use super::response::{Framing, DATE_LEN, SERVER};
+use super::response::{with_own_fields, Framing, DATE_LEN, SERVER};
 use super::route::fortio::{self, Limits};
 use super::route::Draw;
 use super::sink::Sink;
@@ -24,7 +24,8 @@ pub struct Echo {
     limits: Limits,
     /// `--max-size` bytes, sliced for `size`.
     body: Bytes,
-    /// `Server` and the user's `-H` fields.
+    /// `Server` and the user's `-H` fields (a query's `header=` replaces same-named ones, see
+    /// [`with_own_fields`]).
     fields: Vec<(String, String)>,
 }
 
@@ -100,7 +101,7 @@ impl Echo {
         let framing = if c.close { Framing::Close } else { framing };
         let body = self.body_of(c);
         let mut head = format!("HTTP/1.1 {} {}\r\n", c.status, reason(c.status));
-        for (name, value) in self.fields.iter().chain(&c.fields) {
+        for (name, value) in with_own_fields(&self.fields, &c.fields) {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str(&format!("Content-Length: {}\r\n", body.len()));
@@ -123,7 +124,7 @@ impl Echo {
 
     /// The answer as HTTP/2 and HTTP/3 send it (`close` does not apply to a stream).
     pub fn stream_answer(&self, c: &EchoChoice, date: &[u8; DATE_LEN]) -> StreamAnswer {
-        let fields = self.fields.iter().chain(&c.fields);
+        let fields = with_own_fields(&self.fields, &c.fields);
         let mut headers = super::stream::header_map(fields.map(|(n, v)| (n.as_str(), v.as_str())));
         let body = self.body_of(c);
         headers.insert(http::header::CONTENT_LENGTH, body.len().into());
@@ -134,6 +135,7 @@ impl Echo {
             hold: c.hold,
             recorder: None,
             admission: None,
+            pauses: None,
         };
         answer.set_date(date);
         answer
@@ -180,16 +182,20 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
-    fn echo() -> Echo {
+    fn echo(fields: &[(String, String)]) -> Echo {
         let limits = Limits {
             max_delay: std::time::Duration::from_secs(10),
             max_size: 1 << 20,
         };
-        Echo::new(limits, &[])
+        Echo::new(limits, fields)
     }
 
     fn http1(target: &str) -> Option<(EchoChoice, String)> {
-        let e = echo();
+        http1_with(target, &[])
+    }
+
+    fn http1_with(target: &str, fields: &[(String, String)]) -> Option<(EchoChoice, String)> {
+        let e = echo(fields);
         let c = e.choose(target.as_bytes(), &mut Draw::seed_from_u64(1))?;
         let mut out = Vec::new();
         e.write(&c, Framing::KeepAlive, false, &[b'D'; DATE_LEN], &mut out);
@@ -213,6 +219,17 @@ mod tests {
         assert!(text.contains("\r\nContent-Length: 1000\r\n"));
         assert_eq!(text.split("\r\n\r\n").nth(1).unwrap().len(), 1000);
         assert!(c.close);
+    }
+
+    #[test]
+    fn a_query_header_replaces_the_same_named_default_field() {
+        let defaults = [("Content-Type".to_string(), "text/plain".to_string())];
+        let (c, text) = http1_with("/echo?header=content-type:text/csv", &defaults).unwrap();
+        assert!(text.contains("\r\ncontent-type: text/csv\r\n"), "{text}");
+        assert!(!text.contains("text/plain"), "{text}");
+        let stream = echo(&defaults).stream_answer(&c, &[b'D'; DATE_LEN]);
+        let types: Vec<_> = stream.headers.get_all("content-type").iter().collect();
+        assert_eq!(types, ["text/csv"]);
     }
 
     #[test]

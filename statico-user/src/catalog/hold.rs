@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::pause::Pauses;
 pub use super::route::spec::Fault;
 
 /// How one answer is delivered. The default delivers it at once, whole.
@@ -141,12 +142,15 @@ pub struct Delivery {
     at: usize,
     /// Pieces of a paced body already given out.
     ticks: u64,
+    /// The server's pauses (when it has them): the head waits while one is in force.
+    pauses: Option<Pauses>,
 }
 
 impl Delivery {
-    pub fn new(hold: Hold, body_len: usize, head_only: bool) -> Delivery {
+    pub fn new(hold: Hold, body_len: usize, head_only: bool, pauses: Option<Pauses>) -> Delivery {
         Delivery {
             hold,
+            pauses,
             body_len: if head_only { 0 } else { body_len },
             head_only,
             stage: 0,
@@ -194,7 +198,7 @@ impl Iterator for Delivery {
                     self.stage = 1;
                     (!self.hold.delay.is_zero()).then_some(Step::Wait(self.hold.delay))
                 }
-                1 => match super::pause::wait_now() {
+                1 => match self.pauses.as_ref().and_then(Pauses::wait_now) {
                     // A whole-server pause holds the answer until it ends (asked again each slice).
                     Some(wait) => Some(Step::Wait(wait)),
                     None => {
@@ -256,7 +260,7 @@ mod tests {
     use super::*;
 
     fn steps(hold: Hold, len: usize, head_only: bool) -> Vec<Step> {
-        Delivery::new(hold, len, head_only).collect()
+        Delivery::new(hold, len, head_only, None).collect()
     }
 
     const KEY: TruthKey = TruthKey {
@@ -300,6 +304,25 @@ mod tests {
                     end: true
                 }
             ]
+        );
+    }
+
+    #[test]
+    fn a_pause_holds_the_head_after_the_delay_and_its_end_lets_it_go() {
+        let hold = Hold {
+            delay: 5 * MS,
+            truth: Some(KEY),
+            ..Hold::default()
+        };
+        let pauses = Pauses::new(Vec::new());
+        pauses.pause_for(Duration::from_secs(60));
+        let mut steps = Delivery::new(hold, 0, false, Some(pauses.clone()));
+        assert_eq!(steps.next(), Some(Step::Wait(5 * MS)));
+        assert_eq!(steps.next(), Some(Step::Wait(super::super::pause::RECHECK)));
+        pauses.resume();
+        assert_eq!(
+            steps.collect::<Vec<_>>(),
+            [Step::Record(KEY), Step::Head { end: true }]
         );
     }
 

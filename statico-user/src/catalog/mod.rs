@@ -41,6 +41,7 @@ use std::sync::Arc;
 use anyhow::Result;
 
 pub use hold::{Hold, Recorder, TruthKey};
+use pause::Pauses;
 pub use request::Request;
 use response::{ErrorStatus, Framing, Response, ResponseSpec, DATE_LEN};
 use route::live::LiveRoutes;
@@ -98,11 +99,8 @@ pub struct Catalog {
     /// Whether some answer other than a route's is held (a route's table says for its own):
     /// HTTP/1.1 then answers one request at a time.
     paced: bool,
-    /// What a routes table is built with: every answer's `Server` and `-H` fields, whether stream
-    /// answers are needed, how many threads record ground truth.
-    base: ResponseSpec,
-    streams: bool,
-    recorders: usize,
+    /// What every routes table is built with, the server's pauses among it.
+    common: route::Common,
 }
 
 /// The kinds of catalog (see the module doc).
@@ -184,18 +182,19 @@ impl Catalog {
             None => Kind::One,
             Some(opts) => Kind::Site(Arc::new(SiteHandle::new(build_site(opts)?))),
         };
-        if plan.pausable {
-            pause::install(plan.pauses.clone());
-        }
-        let recorders = plan.workers * (1 + usize::from(plan.quic));
+        let common = route::Common::new(
+            plan.response.clone(),
+            plan.streams,
+            plan.workers * (1 + usize::from(plan.quic)),
+            plan.pausable.then(|| Pauses::new(plan.pauses.clone())),
+        );
         let routes = match plan.table.routes.is_empty() && !plan.live {
             true => {
                 route::check_pools_alone(&plan.table.pools)?;
                 None
             }
             false => {
-                let routes =
-                    Routes::build(&plan.table, &plan.response, plan.streams, recorders, None)?;
+                let routes = Routes::build(&plan.table, &common, None)?;
                 Some(Arc::new(LiveRoutes::new(routes)))
             }
         };
@@ -211,10 +210,13 @@ impl Catalog {
             echo: (plan.echo.as_ref()).map(|l| echo::Echo::new(*l, &plan.response.headers)),
             seed: plan.seed,
             workers: plan.workers,
-            base: plan.response.clone(),
-            streams: plan.streams,
-            recorders,
+            common,
         })
+    }
+
+    /// The server's pauses (none unless `--pause` or `--admin` makes them possible).
+    pub fn pauses(&self) -> Option<&Pauses> {
+        self.common.pauses.as_ref()
     }
 
     /// The routes' ground truth in force (none without routes).
@@ -236,15 +238,7 @@ impl Catalog {
                 "the routes cannot be replaced: statico started without --admin or --routes FILE"
             );
         };
-        let new = live.replace(|current| {
-            Routes::build(
-                table,
-                &self.base,
-                self.streams,
-                self.recorders,
-                Some(current),
-            )
-        })?;
+        let new = live.replace(|current| Routes::build(table, &self.common, Some(current)))?;
         for (pool, _) in &table.pools {
             eprintln!("statico: generation {}: pool {pool}", new.generation());
         }
@@ -356,6 +350,8 @@ pub struct Local {
     /// This thread's slot in the ground truth.
     slot: usize,
     catalog_paced: bool,
+    /// The server's pauses, when it has them.
+    pauses: Option<Pauses>,
 }
 
 impl Local {
@@ -392,6 +388,7 @@ impl Local {
             draw: RefCell::new(route::generator(catalog.seed, slot)),
             slot,
             catalog_paced: catalog.paced,
+            pauses: catalog.common.pauses.clone(),
         };
         if let Some(live) = catalog.routes.as_ref() {
             local.take_routes(&live.load());
@@ -440,7 +437,7 @@ impl Local {
     /// What HTTP/1.1 connections read, borrowed for one batch. Paced when an answer may be held,
     /// or while a whole-server pause is in force: then each answer waits for its end on its own,
     /// and outside one a pipelined batch goes out at once (with pauses possible, one atomic load
-    /// and a clock read per batch; without, one load).
+    /// and a clock read per batch; without, an empty `Option`).
     pub fn view(&self) -> View<'_> {
         View {
             response: self
@@ -451,7 +448,8 @@ impl Local {
             recorder: self.recorder.as_ref(),
             previous: self.previous.as_ref(),
             hold: self.hold,
-            paced: self.paced || pause::wait_now().is_some(),
+            paced: self.paced || self.pauses.as_ref().and_then(Pauses::wait_now).is_some(),
+            pauses: self.pauses.as_ref(),
             now: None,
         }
     }
@@ -470,6 +468,14 @@ impl Local {
     /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date` and its hold; a route's
     /// answer carries where its ground truth is recorded.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
+        StreamAnswer {
+            pauses: self.pauses.clone(),
+            ..self.chosen_answer(request)
+        }
+    }
+
+    /// The answer `request` gets, as its kind built it.
+    fn chosen_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
         let kinds = self.kinds();
         match (kinds.choose(|| Request::from_http(request)), kinds) {
             (
@@ -551,6 +557,8 @@ pub struct View<'a> {
     previous: Option<&'a (Routes, Recorder)>,
     hold: Hold,
     paced: bool,
+    /// The server's pauses, when it has them.
+    pauses: Option<&'a Pauses>,
     /// When the requests of this batch are complete (the runtime's clock): when a held answer's
     /// ticket is taken. `None`: the system clock's now.
     now: Option<std::time::Instant>,
@@ -578,6 +586,13 @@ impl<'a> View<'a> {
     #[inline]
     pub fn paced(&self) -> bool {
         self.paced
+    }
+
+    /// Paused at `now`: how long an answer due then waits before it is asked again (see
+    /// [`Pauses::wait`]); `None` when not paused, or the server has no pauses.
+    #[inline]
+    pub fn pause_wait(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.pauses?.wait(now)
     }
 
     /// Records the ground truth of an answer that was held (see [`Recorder::record`]).

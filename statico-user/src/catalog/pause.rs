@@ -4,15 +4,17 @@
 //! coordinated omission), except that connections are still accepted and requests read, as a frozen
 //! process's kernel does. When the pause ends everything due goes out.
 //!
-//! One per process, as the pause is the whole server's: installed at start-up only when pauses are
-//! possible (`--pause` or `--admin`), so a server without them reads one empty `OnceLock` per held
-//! answer and nothing else. Every protocol asks the same question at the same step — just before an
-//! answer's head would go out: [`left`] — HTTP/1.1 in the connection's release, HTTP/2 and HTTP/3 in
-//! [`super::hold::Delivery`]. An answer found paused waits until the pause's end, in slices of at most
-//! [`RECHECK`] so that a `POST /resume` (which moves the end) is seen within one slice.
+//! One [`Pauses`] per server, as the pause is the whole server's: made at start-up only when pauses
+//! are possible (`--pause` or `--admin`) and handed to whoever asks or moves it (the catalog and its
+//! views, the control API, the ground truth), so a server without them checks one empty `Option`
+//! per held answer and nothing else. Every protocol asks the same question at the same step — just
+//! before an answer's head would go out: [`Pauses::wait`] — HTTP/1.1 in the connection's release,
+//! HTTP/2 and HTTP/3 in [`super::hold::Delivery`]. An answer found paused waits until the pause's
+//! end, in slices of at most [`RECHECK`] so that a `POST /resume` (which moves the end) is seen
+//! within one slice.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::schedule::Window;
@@ -23,7 +25,13 @@ pub const RECHECK: Duration = Duration::from_millis(50);
 /// The longest pause the control API takes.
 pub const LONGEST: Duration = Duration::from_secs(3600);
 
-struct Pauses {
+/// One server's pauses, scheduled and asked for: a handle, cloned cheaply (one `Arc`), every clone
+/// the same pauses.
+#[derive(Clone, Debug)]
+pub struct Pauses(Arc<State>);
+
+#[derive(Debug)]
+struct State {
     /// The scheduled pauses' clock starts here (start-up).
     start: Instant,
     scheduled: Vec<Window>,
@@ -33,7 +41,7 @@ struct Pauses {
     manual: Mutex<Manual>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Manual {
     count: u64,
     /// Their length in all, the one in force counted up to its end.
@@ -42,75 +50,83 @@ struct Manual {
     last: Option<(Duration, Duration)>,
 }
 
-static PAUSES: OnceLock<Pauses> = OnceLock::new();
-
-/// Makes pauses possible, with `scheduled` ones whose clock starts now. Once per process.
-pub fn install(scheduled: Vec<Window>) {
-    let _ = PAUSES.set(Pauses {
-        start: Instant::now(),
-        scheduled,
-        manual_end: AtomicU64::new(0),
-        manual: Mutex::new(Manual::default()),
-    });
-}
-
-/// Whether pauses are possible in this process.
-pub fn installed() -> bool {
-    PAUSES.get().is_some()
-}
-
-/// Paused at `now`: how long until the pause in force ends (as known now).
-#[inline]
-pub fn left(now: Instant) -> Option<Duration> {
-    let p = PAUSES.get()?;
-    let elapsed = now.saturating_duration_since(p.start);
-    let manual = Duration::from_nanos(p.manual_end.load(Relaxed)).checked_sub(elapsed);
-    let scheduled = p.scheduled.iter().filter_map(|w| w.left(elapsed)).max();
-    manual.filter(|d| !d.is_zero()).max(scheduled)
-}
-
-/// How long an answer due at `now` waits before it is asked again: `None` when not paused.
-#[inline]
-pub fn wait(now: Instant) -> Option<Duration> {
-    left(now).map(|l| l.min(RECHECK))
-}
-
-/// [`wait`] at the clock's now, read only when pauses are installed.
-#[inline]
-pub fn wait_now() -> Option<Duration> {
-    PAUSES.get()?;
-    wait(Instant::now())
-}
-
-/// `POST /pause?for=DUR`: paused from now for `length` (a pause in force is replaced).
-pub fn pause_for(length: Duration) -> Option<()> {
-    let p = PAUSES.get()?;
-    let now = p.start.elapsed();
-    let end = now + length.min(LONGEST);
-    let mut m = p.manual.lock().unwrap_or_else(|e| e.into_inner());
-    match m.last {
-        Some((begin, old_end)) if old_end > now => m.last = Some((begin, end)),
-        _ => {
-            m.close_last();
-            m.count += 1;
-            m.last = Some((now, end));
-        }
+impl Pauses {
+    /// A server's pauses, with `scheduled` ones whose clock starts now.
+    pub fn new(scheduled: Vec<Window>) -> Pauses {
+        Pauses(Arc::new(State {
+            start: Instant::now(),
+            scheduled,
+            manual_end: AtomicU64::new(0),
+            manual: Mutex::new(Manual::default()),
+        }))
     }
-    p.manual_end.store(end.as_nanos() as u64, Relaxed);
-    Some(())
-}
 
-/// `POST /resume`: the control API's pause in force ends now (a scheduled one runs its course).
-pub fn resume() {
-    let Some(p) = PAUSES.get() else { return };
-    let now = p.start.elapsed();
-    let mut m = p.manual.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((begin, end)) = m.last {
-        if end > now {
-            m.last = Some((begin, now));
-        }
+    /// Paused at `now`: how long the pause in force has left to run (as known now).
+    #[inline]
+    pub fn remaining(&self, now: Instant) -> Option<Duration> {
+        let p = &*self.0;
+        let elapsed = now.saturating_duration_since(p.start);
+        let manual = Duration::from_nanos(p.manual_end.load(Relaxed)).checked_sub(elapsed);
+        let scheduled = p.scheduled.iter().filter_map(|w| w.left(elapsed)).max();
+        manual.filter(|d| !d.is_zero()).max(scheduled)
     }
-    p.manual_end.store(now.as_nanos() as u64, Relaxed);
+
+    /// How long an answer due at `now` waits before it is asked again: `None` when not paused.
+    #[inline]
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        self.remaining(now).map(|l| l.min(RECHECK))
+    }
+
+    /// [`Pauses::wait`] at the clock's now.
+    #[inline]
+    pub fn wait_now(&self) -> Option<Duration> {
+        self.wait(Instant::now())
+    }
+
+    /// `POST /pause?for=DUR`: paused from now for `length` (a pause in force is replaced).
+    pub fn pause_for(&self, length: Duration) {
+        let p = &*self.0;
+        let now = p.start.elapsed();
+        let end = now + length.min(LONGEST);
+        let mut m = p.manual.lock().unwrap_or_else(|e| e.into_inner());
+        match m.last {
+            Some((begin, old_end)) if old_end > now => m.last = Some((begin, end)),
+            _ => {
+                m.close_last();
+                m.count += 1;
+                m.last = Some((now, end));
+            }
+        }
+        p.manual_end.store(end.as_nanos() as u64, Relaxed);
+    }
+
+    /// `POST /resume`: the control API's pause in force ends now (a scheduled one runs its course).
+    pub fn resume(&self) {
+        let p = &*self.0;
+        let now = p.start.elapsed();
+        let mut m = p.manual.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((begin, end)) = m.last {
+            if end > now {
+                m.last = Some((begin, now));
+            }
+        }
+        p.manual_end.store(now.as_nanos() as u64, Relaxed);
+    }
+
+    /// Pauses begun so far and how long they have lasted in all (scheduled and asked for; two that
+    /// overlap are both counted).
+    pub fn so_far(&self) -> (u64, Duration) {
+        let p = &*self.0;
+        let now = p.start.elapsed();
+        let m = p.manual.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut count, mut total) = m.so_far(now);
+        for w in &p.scheduled {
+            let (c, t) = w.so_far(now);
+            count += c;
+            total += t;
+        }
+        (count, total)
+    }
 }
 
 impl Manual {
@@ -129,19 +145,26 @@ impl Manual {
     }
 }
 
-/// Pauses begun so far and how long they have lasted in all (scheduled and asked for; two that
-/// overlap are both counted).
-pub fn so_far() -> (u64, Duration) {
-    let Some(p) = PAUSES.get() else {
-        return (0, Duration::ZERO);
-    };
-    let now = p.start.elapsed();
-    let m = p.manual.lock().unwrap_or_else(|e| e.into_inner());
-    let (mut count, mut total) = m.so_far(now);
-    for w in &p.scheduled {
-        let (c, t) = w.so_far(now);
-        count += c;
-        total += t;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_servers_pauses_are_their_own() {
+        let (a, b) = (Pauses::new(Vec::new()), Pauses::new(Vec::new()));
+        let now = Instant::now();
+        assert_eq!((a.remaining(now), b.remaining(now)), (None, None));
+        a.pause_for(Duration::from_secs(60));
+        let now = Instant::now();
+        assert!(a
+            .remaining(now)
+            .is_some_and(|l| l > Duration::from_secs(59)));
+        assert_eq!(a.wait(now), Some(RECHECK));
+        assert_eq!((b.remaining(now), b.wait(now)), (None, None));
+        assert_eq!((a.so_far().0, b.so_far()), (1, (0, Duration::ZERO)));
+        let a_again = a.clone();
+        a_again.resume();
+        assert_eq!(a.wait_now(), None, "a clone moves the same pauses");
+        assert_eq!(a.so_far().0, 1);
     }
-    (count, total)
 }

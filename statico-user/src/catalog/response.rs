@@ -183,6 +183,25 @@ const RESERVED: [&str; 4] = ["content-length", "transfer-encoding", "connection"
 /// The value of the `Server` field unless the user gives one.
 pub const SERVER: &str = concat!("statico/", env!("CARGO_PKG_VERSION"));
 
+/// The fields of an answer that has its own (a route's or a phase's `header=`, an echo query's
+/// `?header=`) besides the default ones (`-H`): the defaults less those its own replace, then its
+/// own, in order. An own field replaces every default field of the same name (case-insensitive),
+/// except `Set-Cookie`, which is added to them: it is the field a response may carry more than
+/// once and that cannot be folded into one line (RFC 9110 §5.3). Fields of one's own that repeat
+/// are all kept.
+pub fn with_own_fields<'a>(
+    defaults: &'a [(String, String)],
+    own: &'a [(String, String)],
+) -> impl Iterator<Item = &'a (String, String)> + Clone {
+    let replaced = |name: &str| {
+        !name.eq_ignore_ascii_case("set-cookie")
+            && own.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+    };
+    (defaults.iter())
+        .filter(move |(name, _)| !replaced(name))
+        .chain(own)
+}
+
 /// The header fields of the response, for HTTP/1.1 and HTTP/2 alike: statico's `Server` unless the user
 /// gives one, the user's fields (validated), and `Content-Length` except where the status forbids it.
 /// (`Date` and connection-specific fields are each protocol's own.)
@@ -317,6 +336,40 @@ pub fn validate_field(name: &str, value: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fields(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        (list.iter())
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn own_fields_replace_same_named_defaults_but_set_cookie_adds() {
+        let defaults = fields(&[
+            ("Content-Type", "text/plain"),
+            ("X-A", "1"),
+            ("content-type", "text/html"),
+            ("Set-Cookie", "a=1"),
+        ]);
+        let own = fields(&[
+            ("CONTENT-TYPE", "application/json"),
+            ("Set-Cookie", "b=2"),
+            ("X-B", "2"),
+            ("X-B", "3"),
+        ]);
+        let merged: Vec<_> = with_own_fields(&defaults, &own).cloned().collect();
+        let want = [
+            ("X-A", "1"),
+            ("Set-Cookie", "a=1"),
+            ("CONTENT-TYPE", "application/json"),
+            ("Set-Cookie", "b=2"),
+            ("X-B", "2"),
+            ("X-B", "3"),
+        ];
+        assert_eq!(merged, fields(&want));
+        let alone: Vec<_> = with_own_fields(&defaults, &[]).cloned().collect();
+        assert_eq!(alone, defaults);
+    }
 
     fn spec(status: u16, headers: &[(&str, &str)], body: &str) -> ResponseSpec {
         ResponseSpec {

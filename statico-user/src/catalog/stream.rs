@@ -9,8 +9,9 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::hold::{Fault, Hold, Recorder, TruthKey};
+use super::pause::Pauses;
 use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
-use super::route::load::{Loads, Ticket};
+use super::route::load::{Loads, Ticket, TicketIds};
 use super::route::pool::Shed;
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
@@ -25,16 +26,19 @@ pub struct StreamAnswer {
     pub recorder: Option<super::hold::Recorder>,
     /// A route's held answer: how it takes its ticket when its request is complete.
     pub admission: Option<std::sync::Arc<Admission>>,
+    /// The server's pauses, which hold it before its head goes out (when the server has them).
+    pub pauses: Option<Pauses>,
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
-/// its route has a load model, its `gone` outcome, and the answer it gets if its pool sheds it
-/// with a status.
+/// its route has a load model, its `gone` outcome, the answer it gets if its pool sheds it with a
+/// status, and where its ticket's id comes from.
 #[derive(Clone, Debug)]
 pub struct Admission {
     pub loads: Option<std::sync::Arc<Loads>>,
     pub gone: u8,
     pub shed: Option<StreamAnswer>,
+    pub tickets: TicketIds,
 }
 
 impl Admission {
@@ -48,9 +52,10 @@ impl Admission {
         recorder: Recorder,
         now: std::time::Instant,
     ) -> Ticket {
+        let ticket = Ticket::new(recorder, key, drawn, self.gone, now, self.tickets.next());
         match &self.loads {
-            Some(loads) => loads.admit(key, drawn, self.gone, recorder, now),
-            None => Ticket::new(recorder, key, drawn, self.gone, now),
+            Some(loads) => loads.admit(ticket, now),
+            None => ticket,
         }
     }
 }
@@ -125,6 +130,7 @@ impl StreamAnswer {
             hold: Hold::default(),
             recorder: None,
             admission: None,
+            pauses: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -144,6 +150,7 @@ impl StreamAnswer {
             hold: Hold::default(),
             recorder: None,
             admission: None,
+            pauses: None,
         };
         response.set_date(date);
         response
@@ -165,7 +172,10 @@ impl StreamAnswer {
                     if let Some(date) = self.headers.get(http::header::DATE) {
                         shed.headers.insert(http::header::DATE, date.clone());
                     }
-                    return shed;
+                    return StreamAnswer {
+                        pauses: self.pauses,
+                        ..shed
+                    };
                 }
                 Fault::Reset
             }

@@ -659,7 +659,7 @@ impl Connection {
     /// it goes out — whole, or its head now and its body later — or its fault happens.
     fn release(&mut self, now: Instant, env: Env) {
         // A whole-server pause holds every answer until it ends (asked again each slice).
-        if let (Some(wait), true) = (crate::catalog::pause::wait(now), self.held.is_some()) {
+        if let (Some(wait), true) = (env.catalog.pause_wait(now), self.held.is_some()) {
             self.phase = Phase::Delaying;
             self.until = now + wait;
             return;

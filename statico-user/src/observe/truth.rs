@@ -270,7 +270,7 @@ struct Since {
 pub type InForce<'a> = &'a dyn Fn() -> std::sync::Arc<GroundTruth>;
 
 /// How many pauses there have been, and how long they lasted in all.
-pub type PausesSoFar = fn() -> (u64, Duration);
+pub type PausesSoFar = Box<dyn Fn() -> (u64, Duration) + Send + Sync>;
 
 /// The ground truth of every route, one slot per (recorder, route). Shared as `Arc<GroundTruth>`.
 pub struct GroundTruth {
@@ -492,7 +492,7 @@ impl GroundTruth {
     }
 
     fn json_with(&self, since: &Since) -> String {
-        let pauses = self.pauses.map(|pauses| {
+        let pauses = self.pauses.as_ref().map(|pauses| {
             let (count, total) = pauses();
             PauseTotals {
                 count,
@@ -587,7 +587,7 @@ impl GroundTruth {
             "The routes table in force: 1 at start-up, one more per PUT /routes or SIGHUP re-read.",
         );
         generation.sample(Vec::new(), f64::from(self.generation));
-        let Some(pauses) = self.pauses else {
+        let Some(pauses) = &self.pauses else {
             return vec![generation];
         };
         let (count, total) = pauses();
@@ -1192,7 +1192,7 @@ mod tests {
         ];
         let truth = GroundTruth::new(vec![odd, pooled], 2)
             .with_generation(3)
-            .with_pauses(|| (2, Duration::from_micros(1_234_567)))
+            .with_pauses(Box::new(|| (2, Duration::from_micros(1_234_567))))
             .with_pools(pools);
         let mut lognormal = Lognormal {
             state: 7,
@@ -1248,7 +1248,7 @@ mod tests {
             "{{\"generation\":{},\"began\":\"{began}\"",
             truth.generation
         );
-        if let Some(pauses) = truth.pauses {
+        if let Some(pauses) = &truth.pauses {
             let (count, total) = pauses();
             let total = total.as_micros();
             let _ = write!(

@@ -66,19 +66,11 @@ impl Loads {
         self.pools.get(i)
     }
 
-    /// The ticket of a request of `key.route` complete at `now`, whose service (the drawn delay)
-    /// is `drawn` unless the route's delay depends on the load: counted in flight, then admitted
-    /// to the route's pool (served, queued or shed); a departure counts as outcome `gone`.
-    pub fn admit(
-        self: &Arc<Self>,
-        key: TruthKey,
-        drawn: Duration,
-        gone: u8,
-        recorder: Recorder,
-        now: Instant,
-    ) -> Ticket {
-        let mut ticket = Ticket::new(recorder, key, drawn, gone, now);
-        let Some(route) = self.routes.get(usize::from(key.route)) else {
+    /// Admits `ticket`, whose request of its route is complete at `now`: counted in flight (its
+    /// service, the drawn delay, recomputed if the route's delay depends on the load), then
+    /// admitted to the route's pool (served, queued or shed).
+    pub fn admit(self: &Arc<Self>, mut ticket: Ticket, now: Instant) -> Ticket {
+        let Some(route) = self.routes.get(usize::from(ticket.key.route)) else {
             return ticket;
         };
         let n = route.count.fetch_add(1, Ordering::Relaxed) + 1;
@@ -101,8 +93,17 @@ impl Loads {
     }
 }
 
-/// The next [`Ticket::id`].
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Where one server's tickets take their ids ([`Ticket::id`]): a handle, cloned cheaply (one
+/// `Arc`), shared by every routes table of the server, so no id is given twice while it runs.
+#[derive(Clone, Debug, Default)]
+pub struct TicketIds(Arc<AtomicU64>);
+
+impl TicketIds {
+    /// An id not given before.
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
 
 /// One held route answer's place: see the module doc.
 #[derive(Debug)]
@@ -123,14 +124,16 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A ticket for a route with no load model: served at once, for `service`; a departure counts
-    /// as outcome `gone`.
+    /// A ticket served at once from `now`, for `service` (until [`Loads::admit`] admits it to its
+    /// route's load model); a departure counts as outcome `gone`; `id` from the server's
+    /// [`TicketIds`].
     pub fn new(
         recorder: Recorder,
         key: TruthKey,
         service: Duration,
         gone: u8,
         now: Instant,
+        id: u64,
     ) -> Ticket {
         Ticket {
             recorder,
@@ -142,7 +145,7 @@ impl Ticket {
             gone,
             shed: None,
             done: false,
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id,
         }
     }
 
@@ -184,8 +187,8 @@ impl Ticket {
     }
 
     /// What tells this ticket from every other (for a runtime that registers a waker once per
-    /// queued request): a number never given twice in the process — not an address, which the
-    /// next ticket may reuse.
+    /// queued request): a number its server never gives twice — not an address, which the next
+    /// ticket may reuse.
     pub fn id(&self) -> u64 {
         self.id
     }

@@ -30,19 +30,61 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
 use super::hold::{Hold, TruthKey};
+use super::pause::Pauses;
 use super::request::Request;
-use super::response::{Framing, Response, ResponseSpec, DATE_LEN};
+use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
 use crate::catalog::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use dist::Dist;
-use load::{Loads, RouteLoad, Ticket};
+use load::{Loads, RouteLoad, Ticket, TicketIds};
 use phase_spec::with_phases;
-use pool::{Pool, Shed};
+use pool::{OrphanClock, Pool, Shed};
 use pool_spec::PoolSpec;
 use spec::{BodySpec, Fault, PathMatch, RoutePool, RouteSpec};
 use table::Table;
+
+/// What every routes table of one server is built with and shares with the tables before and
+/// after it: made at start-up, cloned into each table.
+#[derive(Clone, Debug)]
+pub struct Common {
+    /// Every answer's `Server` and `-H` fields (a route's own fields replace theirs, see
+    /// [`super::response::with_own_fields`]).
+    pub base: ResponseSpec,
+    /// HTTP/2 or HTTP/3 is served: the stream answers are built too.
+    pub streams: bool,
+    /// How many threads record the ground truth.
+    pub recorders: usize,
+    /// The server's pauses, when it has them: every held answer then takes a ticket (its hold is
+    /// measured), and the ground truth reports them.
+    pub pauses: Option<Pauses>,
+    /// Where the pools hand on the ends of services whose clients left.
+    pub orphans: OrphanClock,
+    /// Where tickets take their ids.
+    pub tickets: TicketIds,
+}
+
+impl Common {
+    /// What a server's tables are built with: `base`'s fields, stream answers with `streams`,
+    /// `recorders` threads recording, `pauses` if the server has them; its own orphan clock and
+    /// ticket ids.
+    pub fn new(
+        base: ResponseSpec,
+        streams: bool,
+        recorders: usize,
+        pauses: Option<Pauses>,
+    ) -> Common {
+        Common {
+            base,
+            streams,
+            recorders,
+            pauses,
+            orphans: OrphanClock::default(),
+            tickets: TicketIds::default(),
+        }
+    }
+}
 
 /// The routes, built: shared by every worker, each of which holds a copy of the heads with its live
 /// `Date` ([`Routes::set_date`]); bodies and the ground truth are shared.
@@ -87,6 +129,8 @@ struct Route {
     admission: Option<Arc<Admission>>,
     /// Its phases: while one's window is open, the route at that index answers instead.
     phases: Vec<(Window, u16)>,
+    /// The server has pauses, which may hold any of its answers.
+    pausable: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -127,28 +171,21 @@ pub fn generator(seed: Option<u64>, slot: usize) -> Draw {
 }
 
 impl Routes {
-    /// From a table: `base` gives every answer its `Server` and `-H` fields; `streams` builds the
-    /// HTTP/2 and HTTP/3 answers too; `recorders` is how many threads record truth; `previous` is
-    /// the table in force, whose pools this one keeps where their specs are the same.
-    pub fn build(
-        table: &Table,
-        base: &ResponseSpec,
-        streams: bool,
-        recorders: usize,
-        previous: Option<&Routes>,
-    ) -> Result<Routes> {
+    /// From a table, with what the server's tables have in `common`; `previous` is the table in force, whose pools
+    /// this one keeps where their specs are the same.
+    pub fn build(table: &Table, common: &Common, previous: Option<&Routes>) -> Result<Routes> {
         let specs = &table.routes;
         check_limits(specs)?;
         let phased = with_phases(specs, &table.phases)?;
         check_limits(&phased.specs)?;
         let kept = previous.map_or(&[][..], |p| &p.pools[..]);
-        let (pools, pool_of) = resolve_pools(&phased.specs, &table.pools, kept)?;
+        let (pools, pool_of) = resolve_pools(&phased.specs, &table.pools, kept, &common.orphans)?;
         let pool_of = phased.inherit_pools(pool_of);
         let generated = generated_body(&phased.specs);
         let mut routes = Vec::with_capacity(phased.specs.len());
         for (spec, pool) in phased.specs.iter().zip(&pool_of) {
             let shed = pool.map(|i| pools[i].1.shed);
-            let route = Route::build(spec, base, streams, &generated, shed)
+            let route = Route::build(spec, common, &generated, shed)
                 .with_context(|| format!("--route {}", spec.name))?;
             routes.push(route);
         }
@@ -171,12 +208,15 @@ impl Routes {
             pools.iter().map(|p| p.1.clone()).collect(),
         ));
         for route in &mut routes {
-            route.admission = Some(Arc::new(route.admission_with(&loads)));
+            route.admission = Some(Arc::new(route.admission_with(&loads, &common.tickets)));
         }
-        let truth = GroundTruth::new(info, recorders)
+        let pauses = common.pauses.clone();
+        let truth = GroundTruth::new(info, common.recorders)
             .with_pools(gauges)
             .with_generation(generation)
-            .with_pauses(super::pause::so_far);
+            .with_pauses(Box::new(move || {
+                pauses.as_ref().map_or((0, Duration::ZERO), Pauses::so_far)
+            }));
         Ok(Routes {
             routes,
             matched: specs.len(),
@@ -341,11 +381,11 @@ impl Routes {
 impl Route {
     fn build(
         spec: &RouteSpec,
-        base: &ResponseSpec,
-        streams: bool,
+        common: &Common,
         generated: &Bytes,
         shed: Option<Shed>,
     ) -> Result<Route> {
+        let (base, streams) = (&common.base, common.streams);
         let body = match &spec.body {
             BodySpec::Empty => Bytes::new(),
             BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
@@ -378,23 +418,26 @@ impl Route {
             admission: None,
             shed_answer,
             phases: Vec::new(),
+            pausable: common.pauses.is_some(),
         })
     }
 
-    /// How its held stream answers take their tickets: through `loads` if it has a load model.
-    fn admission_with(&self, loads: &Arc<Loads>) -> Admission {
+    /// How its held stream answers take their tickets: through `loads` if it has a load model,
+    /// their ids from `tickets`.
+    fn admission_with(&self, loads: &Arc<Loads>, tickets: &TicketIds) -> Admission {
         let shed = (self.shed_answer).and_then(|i| self.answers[usize::from(i)].stream.clone());
         Admission {
             loads: self.loaded.then(|| loads.clone()),
             gone: self.gone_outcome(),
             shed,
+            tickets: tickets.clone(),
         }
     }
 
     /// Whether an answer of it with `hold` takes a ticket: it has a load model, or it is held — by
     /// its own hold, or by a pause, which may hold any answer (each then has its hold measured).
     fn ticketed(&self, hold: &Hold) -> bool {
-        self.loaded || hold.paces() || super::pause::installed()
+        self.loaded || hold.paces() || self.pausable
     }
 
     /// How many statuses it draws from (its answers, less a pool's shed answer).
@@ -483,8 +526,9 @@ impl Answer {
         body: &Bytes,
         streams: bool,
     ) -> Result<Answer> {
-        let mut headers = base.headers.clone();
-        headers.extend(spec.headers.iter().cloned());
+        let headers = with_own_fields(&base.headers, &spec.headers)
+            .cloned()
+            .collect();
         let spec = ResponseSpec {
             status,
             headers,
@@ -653,17 +697,21 @@ fn route_load(spec: &RouteSpec, route: &Route, pool: Option<usize>) -> RouteLoad
 /// Checks the pools when there are no routes at all: each is defined once, and (there being no
 /// route) unused, which is refused like any pool no route is served by.
 pub fn check_pools_alone(defined: &[(PoolSpec, String)]) -> Result<()> {
-    resolve_pools(&[], defined, &[]).map(|_| ())
+    resolve_pools(&[], defined, &[], &OrphanClock::default()).map(|_| ())
 }
 
 /// The pools, and each route's pool among them (an index).
 type Resolved = (Vec<(PoolSpec, Arc<Pool>)>, Vec<Option<usize>>);
 
 /// The pool `spec` describes: the one `kept` has with that very spec (its requests in service and
-/// queued carry on), or a new one.
-fn pool_for(spec: &PoolSpec, kept: &[(PoolSpec, Arc<Pool>)]) -> (PoolSpec, Arc<Pool>) {
+/// queued carry on), or a new one handing its orphans to `orphans`.
+fn pool_for(
+    spec: &PoolSpec,
+    kept: &[(PoolSpec, Arc<Pool>)],
+    orphans: &OrphanClock,
+) -> (PoolSpec, Arc<Pool>) {
     let pool = (kept.iter().find(|(s, _)| s == spec))
-        .map_or_else(|| Arc::new(Pool::new(spec)), |(_, p)| p.clone());
+        .map_or_else(|| Arc::new(Pool::new(spec, orphans)), |(_, p)| p.clone());
     (spec.clone(), pool)
 }
 
@@ -673,6 +721,7 @@ fn resolve_pools(
     specs: &[RouteSpec],
     defined: &[(PoolSpec, String)],
     kept: &[(PoolSpec, Arc<Pool>)],
+    orphans: &OrphanClock,
 ) -> Result<Resolved> {
     let mut pools: Vec<(PoolSpec, Arc<Pool>)> = Vec::new();
     for (i, (pool, at)) in defined.iter().enumerate() {
@@ -682,7 +731,7 @@ fn resolve_pools(
                 pool.name
             );
         }
-        pools.push(pool_for(pool, kept));
+        pools.push(pool_for(pool, kept, orphans));
     }
     let mut pool_of = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -696,7 +745,7 @@ fn resolve_pools(
                 if let Some((same, _)) = pools.iter().find(|p| p.0.name == pool.name) {
                     anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
                 }
-                pools.push(pool_for(pool, kept));
+                pools.push(pool_for(pool, kept, orphans));
                 Some(pools.len() - 1)
             }
         });
@@ -712,4 +761,79 @@ fn resolve_pools(
         );
     }
     Ok((pools, pool_of))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields of the HTTP/1.1 and the stream answer `path` gets from `routes` and `phases`,
+    /// with `-H` fields `defaults`.
+    fn answered(
+        routes: &[&str],
+        phases: &[&str],
+        defaults: &[(&str, &str)],
+        path: &str,
+    ) -> (String, http::HeaderMap) {
+        let table = Table {
+            routes: (routes.iter())
+                .map(|r| spec::parse_spec(r).unwrap())
+                .collect(),
+            phases: (phases.iter().enumerate())
+                .map(|(i, p)| phase_spec::parse_phase(p, i).unwrap())
+                .collect(),
+            ..Table::default()
+        };
+        let base = ResponseSpec {
+            status: 200,
+            headers: (defaults.iter())
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: Vec::new(),
+        };
+        let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+        let request = Request {
+            method: b"GET",
+            target: path.as_bytes(),
+            ..Request::default()
+        };
+        let choice = routes.choose(&request, &mut generator(Some(1), 0)).unwrap();
+        let mut out = Vec::new();
+        routes.write(&choice, Framing::KeepAlive, true, &mut out);
+        let head = String::from_utf8(out).unwrap();
+        (head, routes.stream_answer(&choice).headers)
+    }
+
+    fn count(head: &str, field: &str) -> usize {
+        head.matches(&format!("\r\n{field}")).count()
+    }
+
+    #[test]
+    fn a_routes_field_replaces_the_same_named_default_and_set_cookie_adds() {
+        let defaults = [
+            ("Content-Type", "text/plain"),
+            ("Set-Cookie", "a=1"),
+            ("X-Default", "d"),
+        ];
+        let route = "/p header=content-type:application/json header=Set-Cookie:b=2";
+        let (head, stream) = answered(&[route], &[], &defaults, "/p");
+        assert_eq!(count(&head, "Content-Type:"), 0, "{head}");
+        assert_eq!(count(&head, "content-type: application/json"), 1, "{head}");
+        assert_eq!(count(&head, "Set-Cookie:"), 2, "{head}");
+        assert_eq!(count(&head, "X-Default: d"), 1, "{head}");
+        let types: Vec<_> = stream.get_all("content-type").iter().collect();
+        assert_eq!(types, ["application/json"]);
+        assert_eq!(stream.get_all("set-cookie").iter().count(), 2);
+    }
+
+    #[test]
+    fn a_phases_field_replaces_the_default_too() {
+        let defaults = [("Content-Type", "text/plain")];
+        let phase = "at=0s for=3600s /p header=Content-Type:text/csv";
+        let (head, stream) = answered(&["/p body=x"], &[phase], &defaults, "/p");
+        assert_eq!(count(&head, "Content-Type:"), 1, "{head}");
+        assert_eq!(count(&head, "Content-Type: text/csv"), 1, "{head}");
+        let types: Vec<_> = stream.get_all("content-type").iter().collect();
+        assert_eq!(types, ["text/csv"]);
+    }
 }

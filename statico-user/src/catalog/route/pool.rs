@@ -21,13 +21,13 @@
 //! A client that goes away while queued leaves the queue ([`Pool::cancel`]); one that goes away in
 //! service keeps its server to the end of its service, as a real server would: its end stays in the
 //! heap, and since no connection of its own will come back at that moment to hand the server on,
-//! the end is given to the process's orphan clock ([`orphan_clock`]), one thread that sleeps until
-//! the next such end and advances the pool then.
+//! the end is given to the server's [`OrphanClock`], one thread that sleeps until the next such end
+//! and advances the pool then.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,8 @@ pub struct Pool {
     pub shed: Shed,
     state: Mutex<State>,
     stats: Stats,
+    /// Where the end of a service whose client left is handed on.
+    orphans: OrphanClock,
 }
 
 /// What the pool's lock guards.
@@ -104,7 +106,8 @@ pub enum Fate {
 }
 
 impl Pool {
-    pub fn new(spec: &PoolSpec) -> Pool {
+    /// The pool `spec` describes; the ends of services whose clients left go to `orphans`.
+    pub fn new(spec: &PoolSpec, orphans: &OrphanClock) -> Pool {
         Pool {
             name: spec.name.clone(),
             capacity: spec.capacity,
@@ -113,6 +116,7 @@ impl Pool {
             shed: spec.shed,
             state: Mutex::new(State::default()),
             stats: Stats::default(),
+            orphans: orphans.clone(),
         }
     }
 
@@ -171,7 +175,7 @@ impl Pool {
     /// A request in service lost its client before `due`: its server is busy until then, and the
     /// orphan clock hands it on at that moment if anyone is waiting.
     pub fn abandon(self: &Arc<Self>, due: Instant) {
-        orphan_clock().push(due, Arc::downgrade(self));
+        self.orphans.push(due, Arc::downgrade(self));
     }
 
     /// The pool's figures now (the ground truth reads them through [`PoolGauge`]).
@@ -303,63 +307,91 @@ impl Slot {
     }
 }
 
-/// The process's one thread for the ends of services whose clients left (see the module doc):
-/// started the first time one is abandoned.
-fn orphan_clock() -> &'static OrphanClock {
-    static CLOCK: OnceLock<OrphanClock> = OnceLock::new();
-    CLOCK.get_or_init(|| {
-        let clock = OrphanClock::default();
-        let shared = clock.shared.clone();
-        let started = std::thread::Builder::new()
-            .name("statico-pool".into())
-            .spawn(move || OrphanClock::run(&shared));
-        if let Err(e) = started {
-            eprintln!("statico: pools: cannot start the orphan clock thread ({e}): a server whose client left is handed on at the pool's next arrival");
-        }
-        clock
-    })
+/// One server's thread for the ends of services whose clients left (see the module doc): a handle,
+/// cloned cheaply (one `Arc`) into every pool. The thread starts the first time a service is
+/// abandoned, and ends when the last handle is dropped.
+#[derive(Clone, Debug, Default)]
+pub struct OrphanClock(Arc<Clock>);
+
+#[derive(Debug, Default)]
+struct Clock {
+    /// What the thread reads.
+    shared: Arc<Orphans>,
+    /// Set once the thread is started.
+    started: OnceLock<()>,
 }
 
-/// Ends of service to replay, with their pools, and the condition the clock's thread waits on.
-type Orphans = (Mutex<Vec<(Instant, Weak<Pool>)>>, Condvar);
+/// The ends of service to replay, with their pools, and the condition the clock's thread waits on.
+#[derive(Debug, Default)]
+struct Orphans {
+    list: Mutex<Ends>,
+    wake: Condvar,
+}
 
-/// Ends of service to replay, with their pools.
-#[derive(Default)]
-struct OrphanClock {
-    shared: Arc<Orphans>,
+#[derive(Debug, Default)]
+struct Ends {
+    due: Vec<(Instant, Weak<Pool>)>,
+    /// Every handle is gone: the thread ends.
+    closed: bool,
 }
 
 impl OrphanClock {
+    /// `pool`'s server is busy until `due`: the pool is advanced then.
     fn push(&self, due: Instant, pool: Weak<Pool>) {
-        let (list, wake) = &*self.shared;
-        list.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((due, pool));
-        wake.notify_one();
+        self.0.started.get_or_init(|| self.0.start());
+        let orphans = &*self.0.shared;
+        orphans.lock().due.push((due, pool));
+        orphans.wake.notify_one();
+    }
+}
+
+impl Clock {
+    fn start(&self) {
+        let shared = self.shared.clone();
+        let started = std::thread::Builder::new()
+            .name("statico-pool".into())
+            .spawn(move || shared.run());
+        if let Err(e) = started {
+            eprintln!("statico: pools: cannot start the orphan clock thread ({e}): a server whose client left is handed on at the pool's next arrival");
+        }
+    }
+}
+
+impl Drop for Clock {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Orphans {
+    fn lock(&self) -> MutexGuard<'_, Ends> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sleeps until the earliest end, then advances the pools whose ends have come.
-    fn run(shared: &Orphans) {
-        let (list, wake) = shared;
-        let mut list = list.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
+    /// Sleeps until the earliest end, then advances the pools whose ends have come; returns when
+    /// every handle is gone.
+    fn run(&self) {
+        let mut ends = self.lock();
+        while !ends.closed {
             let now = Instant::now();
-            let (due, pending): (Vec<_>, Vec<_>) = list.drain(..).partition(|(at, _)| *at <= now);
-            *list = pending;
+            let (due, pending): (Vec<_>, Vec<_>) =
+                ends.due.drain(..).partition(|(at, _)| *at <= now);
+            ends.due = pending;
             if !due.is_empty() {
-                drop(list);
+                drop(ends);
                 due.iter()
                     .filter_map(|(_, p)| p.upgrade())
                     .for_each(|p| p.advance(now));
-                list = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+                ends = self.lock();
                 continue;
             }
-            let next = list.iter().map(|(at, _)| *at).min();
-            list = match next {
-                None => wake.wait(list).unwrap_or_else(|p| p.into_inner()),
+            let next = ends.due.iter().map(|(at, _)| *at).min();
+            ends = match next {
+                None => self.wake.wait(ends).unwrap_or_else(|p| p.into_inner()),
                 Some(at) => {
                     let wait = at.saturating_duration_since(now);
-                    wake.wait_timeout(list, wait)
+                    (self.wake.wait_timeout(ends, wait))
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
@@ -375,13 +407,14 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn pool(capacity: usize, queue: Option<usize>, timeout: Option<Duration>) -> Arc<Pool> {
-        Arc::new(Pool::new(&PoolSpec {
+        let spec = PoolSpec {
             name: "p".into(),
             capacity,
             queue,
             queue_timeout: timeout,
             shed: Shed::Status(503),
-        }))
+        };
+        Arc::new(Pool::new(&spec, &OrphanClock::default()))
     }
 
     #[test]

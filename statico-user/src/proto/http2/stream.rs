@@ -133,8 +133,9 @@ impl Delivering {
         verbose: u8,
     ) -> (Delivering, Delivery) {
         let (status, hold, recorder) = (answer.status, answer.hold, answer.recorder.clone());
+        let pauses = answer.pauses.clone();
         let (head, data) = answer.into_parts();
-        let steps = Delivery::new(hold, data.len(), head_only);
+        let steps = Delivery::new(hold, data.len(), head_only, pauses);
         let delivering = Delivering {
             respond,
             stream: None,

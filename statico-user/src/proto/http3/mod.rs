@@ -619,10 +619,11 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
         println!("↪ response (HTTP/3): {}", response.status);
     }
     let (hold, recorder) = (response.hold, response.recorder.clone());
+    let pauses = response.pauses.clone();
     let (response, body) = response.into_parts();
     let mut response = Some(response);
     let head_only = head.method() == http::Method::HEAD;
-    for step in Delivery::new(hold, body.len(), head_only) {
+    for step in Delivery::new(hold, body.len(), head_only, pauses) {
         let sent = match step {
             Step::Wait(d) => {
                 crate::kernel::timer::sleep(d).await;
