@@ -24,6 +24,7 @@
 //! thread) holds a [`Local`] copy: its own pre-built bytes with a live `Date`, and its own reference to
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
+pub mod delivery;
 pub mod echo;
 pub mod hold;
 pub mod pause;
