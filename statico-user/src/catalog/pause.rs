@@ -7,8 +7,7 @@
 //! One per process, as the pause is the whole server's: installed at start-up only when pauses are
 //! possible (`--pause` or `--admin`), so a server without them reads one empty `OnceLock` per held
 //! answer and nothing else. Every protocol asks the same question at the same step — just before an
-//! answer's head would go out: [`left`] — HTTP/1.1 in the connection's release, HTTP/2 and HTTP/3 in
-//! [`super::hold::Delivery`]. An answer found paused waits until the pause's end, in slices of at most
+//! answer's head would go out: [`left`] — in [`super::delivery::Delivery`]. An answer found paused waits until the pause's end, in slices of at most
 //! [`RECHECK`] so that a `POST /resume` (which moves the end) is seen within one slice.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -12,16 +12,16 @@
 //!   arrive whole within `--header-timeout` of its first byte; a body may pause that long), send (output
 //!   that makes no progress for `--idle-timeout`), the `--delay` / `--body-delay` waits, and lingering;
 //! - **pacing**, when the catalog may hold an answer (`--delay`, `--body-delay`, a route's drawn
-//!   delays, paced bodies and faults — see [`Hold`]): one request at a time, its response held until
-//!   its delay has passed, the body held until the head is sent and the body delay has passed, then
-//!   released whole or a piece a tick (`rate=`); a fault replaces the answer (reset, close, stall) or
-//!   cuts it (truncate); a held answer's ground truth is recorded when it is released;
-//! - **queueing**, for a route in a pool ([`crate::catalog::route::pool`]): the held answer's
-//!   [`Ticket`] says whether it is served (released at the end of its service), waiting (the
-//!   connection waits in [`Phase::Queued`] until the pool decides — a runtime registers a waker with
-//!   [`Connection::waiting_ticket`] and calls [`Connection::on_deadline`] when it is woken — or until
-//!   its queue timeout) or shed (its shed answer goes out instead). A connection that ends while it
-//!   holds an answer drops the ticket, which counts the request `gone` and gives back its place;
+//!   delays and pools, paced bodies and faults, a pause): one request at a time, its response
+//!   written into the held answer and given out as its [`Delivery`] steps say — the head and body
+//!   as output bytes (the body delay counted from when the head is sent, a paced body's pieces cut to
+//!   the room left under [`MAX_UNSENT`]), the waits as phases with their deadlines, a fault as how
+//!   the connection ends (reset, close, stall) or closes after what was sent (truncate);
+//! - **queueing**, for a route in a pool: while the held answer waits in the pool's queue
+//!   ([`Phase::Queued`]) a runtime gives its waker with [`Connection::wait_with`] (once per request:
+//!   [`Connection::queued`]) and calls [`Connection::on_deadline`] when it is woken. A connection
+//!   that ends while it holds an answer drops its delivery, which counts the request `gone` and
+//!   gives back its place;
 //! - **closing**: after a response that closes, with a lingering read when the client may still be
 //!   sending (so that its unread bytes do not turn our close into a reset that destroys the response);
 //! - **protocol**: with h2c on, whether the first bytes are HTTP/2's preface, and the switch after
@@ -95,7 +95,7 @@ pub enum Timer {
     Header,
     /// Output that has not moved: `--idle-timeout`.
     Send,
-    /// A held response's delay.
+    /// A held response's delay (or its service in a pool, or a pause).
     Delay,
     /// A held body's delay after its head, or the next piece of a paced body.
     BodyDelay,
@@ -1261,6 +1261,38 @@ mod routes {
         }
         assert_eq!(c.status(), Status::Close);
         assert_eq!(ms, 2000, "closed by the send timeout (--idle-timeout 2s)");
+    }
+
+    #[test]
+    fn a_queued_request_waits_for_the_pool_and_one_that_times_out_gets_the_shed_answer() {
+        let w = World::new(&["/q capacity=1 queue-timeout=50ms delay=20ms body=served"]);
+        let mut first = w.sent(&get("/q"));
+        assert_eq!(first.deadline(), (w.at(20), Timer::Delay), "served at once");
+        let mut second = w.sent(&get("/q"));
+        assert_eq!(second.deadline(), (w.at(50), Timer::Queue));
+        let id = second.queued().expect("queued");
+        assert!(second.wait_with(std::task::Waker::noop()), "still waiting");
+        // The first answer goes out at the end of its service and hands its server on.
+        first.on_deadline(w.at(20), w.env());
+        assert!(w.flush(&mut first, 20).ends_with("served"));
+        assert!(!second.wait_with(std::task::Waker::noop()), "decided");
+        second.on_deadline(w.at(21), w.env()); // woken
+        assert_eq!(second.deadline(), (w.at(40), Timer::Delay));
+        assert_eq!(second.queued(), None);
+        second.on_deadline(w.at(40), w.env());
+        assert!(w.flush(&mut second, 40).ends_with("served"));
+        // One that waits past its queue timeout behind a long service is shed then, with 503.
+        let w = World::new(&["/q capacity=1 queue-timeout=50ms delay=90ms body=served"]);
+        let _busy = w.sent(&get("/q"));
+        let mut late = w.sent(&get("/q"));
+        assert_ne!(late.queued(), Some(id));
+        late.on_deadline(w.at(50), w.env());
+        let shed = w.flush(&mut late, 50);
+        assert!(shed.starts_with("HTTP/1.1 503"), "{shed}");
+        assert!(!shed.contains("served"), "{shed}");
+        assert!(late.is_idle());
+        let truth = w.truth();
+        assert!(truth.contains("\"shed\":1"), "{truth}");
     }
 
     #[test]
