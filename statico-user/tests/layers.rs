@@ -216,3 +216,24 @@ fn the_catalog_declares_no_static_item() {
         ["static A", "static B", "thread_local!"]
     );
 }
+
+/// The runtimes only move bytes: a held answer's pool, queue and ticket are the catalog's delivery
+/// machine's, reached through the connection (`Connection::queued`, `Connection::wait_with`), so no
+/// runtime names them.
+#[test]
+fn no_runtime_knows_pools_or_tickets() {
+    let runtime = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
+    let mut all = Vec::new();
+    files(&runtime, &mut all);
+    let mut wrong = Vec::new();
+    for path in &all {
+        let text = code(&std::fs::read_to_string(path).unwrap());
+        for name in ["route::pool", "route::load", "Fate", "Ticket"] {
+            if text.contains(name) {
+                wrong.push(format!("{} names {name}", path.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(all.len() > 3, "read {} files", all.len());
+}

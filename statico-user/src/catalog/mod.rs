@@ -17,13 +17,15 @@
 //!   statuses, delays and faults; a request no route matches falls through to the kind below.
 //!
 //! With its answer the catalog decides how it is delivered ([`Hold`]: a delay, a body held apart or
-//! paced, a fault): `-d` / `--body-delay` for the default answer, a route's draws for its own. The
-//! protocols carry the hold out; the runtimes ask the catalog, never a kind.
+//! paced, a fault): `-d` / `--body-delay` for the default answer, a route's draws for its own. One
+//! delivery machine ([`delivery`]) steps every held answer for every protocol; the runtimes ask the
+//! catalog, never a kind.
 //!
 //! Built once at start-up ([`Catalog::build`]) and shared by every worker; each worker (and each QUIC
 //! thread) holds a [`Local`] copy: its own pre-built bytes with a live `Date`, and its own reference to
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
+pub mod delivery;
 pub mod echo;
 pub mod hold;
 pub mod pause;
@@ -593,6 +595,11 @@ impl<'a> View<'a> {
     #[inline]
     pub fn pause_wait(&self, now: std::time::Instant) -> Option<std::time::Duration> {
         self.pauses?.wait(now)
+    }
+
+    /// The server's pauses, for a delivery to hold its head by ([`delivery::Delivery::paused_by`]).
+    pub fn pauses(&self) -> Option<Pauses> {
+        self.pauses.cloned()
     }
 
     /// Records the ground truth of an answer that was held (see [`Recorder::record`]).

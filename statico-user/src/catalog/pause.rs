@@ -8,10 +8,9 @@
 //! are possible (`--pause` or `--admin`) and handed to whoever asks or moves it (the catalog and its
 //! views, the control API, the ground truth), so a server without them checks one empty `Option`
 //! per held answer and nothing else. Every protocol asks the same question at the same step — just
-//! before an answer's head would go out: [`Pauses::wait`] — HTTP/1.1 in the connection's release,
-//! HTTP/2 and HTTP/3 in [`super::hold::Delivery`]. An answer found paused waits until the pause's
-//! end, in slices of at most [`RECHECK`] so that a `POST /resume` (which moves the end) is seen
-//! within one slice.
+//! before an answer's head would go out: [`Pauses::wait`] — in [`super::delivery::Delivery`]. An
+//! answer found paused waits until the pause's end, in slices of at most [`RECHECK`] so that a
+//! `POST /resume` (which moves the end) is seen within one slice.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};

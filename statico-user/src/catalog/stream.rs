@@ -8,11 +8,11 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::hold::{Fault, Hold, Recorder, TruthKey};
+use super::delivery::Delivery;
+use super::hold::{Hold, Recorder, TruthKey};
 use super::pause::Pauses;
 use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
 use super::route::load::{Loads, Ticket, TicketIds};
-use super::route::pool::Shed;
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -42,6 +42,17 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// What a request shed with a status gets instead ([`super::delivery::Step::Shed`]): the
+    /// pool's status with the route's fields, and `date` (the shed answer is built once, at
+    /// start-up).
+    pub fn shed_answer(&self, date: Option<&HeaderValue>) -> Option<StreamAnswer> {
+        let mut shed = self.shed.clone()?;
+        if let Some(date) = date {
+            shed.headers.insert(http::header::DATE, date.clone());
+        }
+        Some(shed)
+    }
+
     /// The ticket of a request whose answer `key` (held for `drawn`) is complete at `now`: through
     /// the route's load state if it has one, else served at once — for HTTP/1.1 and the streams
     /// alike.
@@ -156,40 +167,22 @@ impl StreamAnswer {
         response
     }
 
-    /// The ticket of a route's held answer whose request is complete at `now` (none for an answer
-    /// that is not held): served, queued or shed by its route's pool (see [`Ticket`]).
-    pub fn admit(&self, now: std::time::Instant) -> Option<Ticket> {
-        let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
-        Some(admission.ticket(key, self.hold.delay, self.recorder.clone()?, now))
+    /// The delivery of this answer to a request complete at `arrived` (`None`: the time was not
+    /// read, for an answer with no ticket and no truth), `head_only` for a HEAD: a route's held
+    /// answer takes its ticket now — served, queued or shed by its route's pool (see [`Ticket`]).
+    pub fn delivery(&self, arrived: Option<std::time::Instant>, head_only: bool) -> Delivery {
+        let ticket = arrived.and_then(|now| self.admit(now));
+        let len = |answer: &StreamAnswer| if head_only { 0 } else { answer.body.len() };
+        let shed = self.admission.as_ref().and_then(|a| a.shed.as_ref());
+        Delivery::new(self.hold, len(self), ticket, arrived, shed.map(len))
+            .paused_by(self.pauses.clone())
     }
 
-    /// What a shed request gets instead: the pool's status (with the route's fields), or its fault.
-    pub fn shed(self, how: Option<Shed>) -> StreamAnswer {
-        let fault = match how {
-            Some(Shed::Status(_)) => {
-                if let Some(mut shed) = self.admission.as_ref().and_then(|a| a.shed.clone()) {
-                    // Built once at start-up: this second's Date is the answer's.
-                    if let Some(date) = self.headers.get(http::header::DATE) {
-                        shed.headers.insert(http::header::DATE, date.clone());
-                    }
-                    return StreamAnswer {
-                        pauses: self.pauses,
-                        ..shed
-                    };
-                }
-                Fault::Reset
-            }
-            Some(Shed::Close) => Fault::Close,
-            Some(Shed::Reset) | None => Fault::Reset,
-        };
-        StreamAnswer {
-            hold: Hold {
-                fault: Some(fault),
-                ..Hold::default()
-            },
-            admission: None,
-            ..self
-        }
+    /// The ticket of a route's held answer whose request is complete at `now` (none for an answer
+    /// that is not held).
+    fn admit(&self, now: std::time::Instant) -> Option<Ticket> {
+        let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
+        Some(admission.ticket(key, self.hold.delay, self.recorder.clone()?, now))
     }
 
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {

@@ -12,16 +12,16 @@
 //!   arrive whole within `--header-timeout` of its first byte; a body may pause that long), send (output
 //!   that makes no progress for `--idle-timeout`), the `--delay` / `--body-delay` waits, and lingering;
 //! - **pacing**, when the catalog may hold an answer (`--delay`, `--body-delay`, a route's drawn
-//!   delays, paced bodies and faults — see [`Hold`]): one request at a time, its response held until
-//!   its delay has passed, the body held until the head is sent and the body delay has passed, then
-//!   released whole or a piece a tick (`rate=`); a fault replaces the answer (reset, close, stall) or
-//!   cuts it (truncate); a held answer's ground truth is recorded when it is released;
-//! - **queueing**, for a route in a pool ([`crate::catalog::route::pool`]): the held answer's
-//!   [`Ticket`] says whether it is served (released at the end of its service), waiting (the
-//!   connection waits in [`Phase::Queued`] until the pool decides — a runtime registers a waker with
-//!   [`Connection::waiting_ticket`] and calls [`Connection::on_deadline`] when it is woken — or until
-//!   its queue timeout) or shed (its shed answer goes out instead). A connection that ends while it
-//!   holds an answer drops the ticket, which counts the request `gone` and gives back its place;
+//!   delays and pools, paced bodies and faults, a pause): one request at a time, its response
+//!   written into the held answer and given out as its [`Delivery`] steps say — the head and body
+//!   as output bytes (the body delay counted from when the head is sent, a paced body's pieces cut to
+//!   the room left under [`MAX_UNSENT`]), the waits as phases with their deadlines, a fault as how
+//!   the connection ends (reset, close, stall) or closes after what was sent (truncate);
+//! - **queueing**, for a route in a pool: while the held answer waits in the pool's queue
+//!   ([`Phase::Queued`]) a runtime gives its waker with [`Connection::wait_with`] (once per request:
+//!   [`Connection::queued`]) and calls [`Connection::on_deadline`] when it is woken. A connection
+//!   that ends while it holds an answer drops its delivery, which counts the request `gone` and
+//!   gives back its place;
 //! - **closing**: after a response that closes, with a lingering read when the client may still be
 //!   sending (so that its unread bytes do not turn our close into a reset that destroys the response);
 //! - **protocol**: with h2c on, whether the first bytes are HTTP/2's preface, and the switch after
@@ -40,9 +40,8 @@ use std::time::{Duration, Instant};
 
 use statico_common::Counter;
 
-use crate::catalog::hold::{Fault, Hold};
-use crate::catalog::route::load::Ticket;
-use crate::catalog::route::pool::{Fate, Shed};
+use crate::catalog::delivery::{Delivery, Step};
+use crate::catalog::hold::Fault;
 use crate::conn::output::{Output, Sink, Staged};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;
@@ -96,7 +95,7 @@ pub enum Timer {
     Header,
     /// Output that has not moved: `--idle-timeout`.
     Send,
-    /// A held response's delay.
+    /// A held response's delay (or its service in a pool, or a pause).
     Delay,
     /// A held body's delay after its head, or the next piece of a paced body.
     BodyDelay,
@@ -191,7 +190,7 @@ pub struct Connection {
 }
 
 /// A held response: its bytes (shared bodies by reference), how far they have gone out, where its
-/// body starts, how it is delivered. Boxed in the connection, and only once it paces: most
+/// body starts, and its [`Delivery`]. Boxed in the connection, and only once it paces: most
 /// connections never do.
 #[derive(Debug, Default)]
 struct Held {
@@ -199,32 +198,21 @@ struct Held {
     /// Where the answer ends in `bytes`: a request that may be shed after waiting has its shed
     /// answer written behind its answer, from here.
     end: usize,
-    /// Pieces of a paced body released so far.
-    ticks: u64,
+    /// The next byte to go out.
     at: usize,
-    body_at: Option<usize>,
-    hold: Hold,
-    /// A route's answer: its fate in a pool and its ground truth (see [`Ticket`]).
-    ticket: Option<Ticket>,
+    /// Where the body starts (`end` for an answer that goes whole with its head).
+    body_at: usize,
+    delivery: Delivery,
 }
 
 impl Held {
-    /// The request is shed: its shed answer (written behind the answer) goes out instead, or the
-    /// pool's fault happens.
-    fn shed(&mut self, how: Option<Shed>) {
-        let (at, end) = (self.end, self.bytes.len());
-        self.hold = Hold::default();
-        self.body_at = None;
-        match how {
-            // Shed after waiting: the shed answer behind the answer (shed at once, it is the answer).
-            Some(Shed::Status(_)) => {
-                if at < end {
-                    (self.at, self.end) = (at, end);
-                }
-            }
-            Some(Shed::Reset) | None => self.hold.fault = Some(Fault::Reset),
-            Some(Shed::Close) => self.hold.fault = Some(Fault::Close),
+    /// The request is shed with a status: its shed answer, written behind the answer, goes out
+    /// whole instead (shed at once, the answer written is the shed answer).
+    fn shed(&mut self) {
+        if self.end < self.bytes.len() {
+            (self.at, self.end) = (self.end, self.bytes.len());
         }
+        self.body_at = self.end;
     }
 }
 
@@ -440,13 +428,9 @@ impl Connection {
             return;
         }
         match timer {
-            Timer::Delay => {
-                self.phase = Phase::Exchange;
-                self.release(now, env);
-            }
-            // Woken by the pool, or the queue timeout: whatever the pool decided.
-            Timer::Queue => self.follow_ticket(now, env),
-            Timer::BodyDelay => self.release_piece(now, env),
+            // The held answer's next steps (woken by the pool, or the queue timeout: whatever the
+            // pool decided).
+            Timer::Delay | Timer::Queue | Timer::BodyDelay => self.deliver(now, env),
             Timer::Linger => self.phase = Phase::Closed,
             Timer::Stall => {
                 env.counters.add(Counter::Timeouts, 1);
@@ -463,12 +447,22 @@ impl Connection {
         }
     }
 
-    /// The ticket of a request waiting in a pool's queue: a runtime registers its waker on it, and
-    /// calls [`Connection::on_deadline`] when woken.
-    pub fn waiting_ticket(&self) -> Option<&Ticket> {
+    /// A request waiting in a pool's queue: what tells it from every other (a number never given
+    /// twice), for a runtime that registers its waker once per queued request.
+    pub fn queued(&self) -> Option<u64> {
         match self.phase {
-            Phase::Queued => self.held.as_ref()?.ticket.as_ref(),
+            Phase::Queued => self.held.as_ref()?.delivery.ticket_id(),
             _ => None,
+        }
+    }
+
+    /// While a request waits in a pool's queue: gives the pool the waker to call when it decides,
+    /// after which the runtime calls [`Connection::on_deadline`]. Returns whether it still waits
+    /// (false: decided already, call [`Connection::on_deadline`] now).
+    pub fn wait_with(&self, waker: &std::task::Waker) -> bool {
+        match (self.phase, &self.held) {
+            (Phase::Queued, Some(held)) => held.delivery.wait_with(waker),
+            _ => false,
         }
     }
 
@@ -568,7 +562,7 @@ impl Connection {
         // Paced: one response at a time into `held` (a copy: it is released by pieces).
         let mut batch = if paced {
             let held = self.held.get_or_insert_with(Box::default);
-            (held.at, held.ticks, held.ticket) = (0, 0, None);
+            held.at = 0;
             held.bytes.clear();
             let target = &mut held.bytes;
             let catalog = env.catalog.at(now);
@@ -611,115 +605,77 @@ impl Connection {
             self.held = Some(held);
             return;
         }
-        (held.body_at, held.hold) = (batch.body_at, batch.hold);
-        held.ticket = batch.ticket.take();
         held.end = batch.shed_at.unwrap_or(held.bytes.len());
-        let delay = held.hold.delay;
-        let ticketed = held.ticket.is_some();
+        held.body_at = batch
+            .body_at
+            .filter(|&at| at < held.end)
+            .unwrap_or(held.end);
+        let body_len = held.end - held.body_at;
+        // A shed answer (behind the answer, or the answer itself) goes out whole: body length 0.
+        held.delivery = Delivery::new(batch.hold, body_len, batch.ticket.take(), None, Some(0))
+            .paused_by(env.catalog.pauses());
         self.held = Some(held);
-        match (ticketed, delay.is_zero()) {
-            (true, _) => self.follow_ticket(now, env),
-            (false, true) => self.release(now, env),
-            (false, false) => {
-                self.phase = Phase::Delaying;
-                self.until = now + delay;
-            }
-        }
+        self.deliver(now, env);
     }
 
-    /// The held answer's ticket says what next: release it at the end of its service, keep it
-    /// queued, or answer it as shed.
-    fn follow_ticket(&mut self, now: Instant, env: Env) {
-        let Some(held) = self.held.as_mut() else {
-            return;
-        };
-        let Some(ticket) = held.ticket.as_ref() else {
-            return self.release(now, env);
-        };
-        self.phase = Phase::Exchange;
-        match ticket.fate_at(now) {
-            Fate::Serving { due, .. } if due > now => {
-                self.phase = Phase::Delaying;
-                self.until = due;
-            }
-            Fate::Waiting { deadline } => {
-                self.phase = Phase::Queued;
-                self.until = deadline.unwrap_or(now + crate::catalog::route::LONGEST_HOLD);
-            }
-            Fate::Shed { .. } | Fate::Left => {
-                let shed = ticket.shed_as();
-                held.shed(shed);
-                self.release(now, env);
-            }
-            Fate::Serving { .. } => self.release(now, env),
-        }
-    }
-
-    /// The held response's delay is over: its ground truth is recorded (its ticket finished), then
-    /// it goes out — whole, or its head now and its body later — or its fault happens.
-    fn release(&mut self, now: Instant, env: Env) {
-        // A whole-server pause holds every answer until it ends (asked again each slice).
-        if let (Some(wait), true) = (env.catalog.pause_wait(now), self.held.is_some()) {
-            self.phase = Phase::Delaying;
-            self.until = now + wait;
-            return;
-        }
-        let Some(mut held) = self.held.take() else {
-            return;
-        };
-        let hold = held.hold;
-        match (held.ticket.take(), hold.truth) {
-            (Some(ticket), _) => ticket.finish(now),
-            // A route answer that is not held, behind another route's delay: answered at once.
-            (None, Some(key)) => env.catalog.record(key, hold.delay, Duration::ZERO),
-            (None, None) => {}
-        }
-        let len = held.end;
-        let split = match (held.body_at, hold.fault) {
-            (_, Some(Fault::Reset | Fault::Close | Fault::Stall)) => 0,
-            (Some(at), Some(Fault::Truncate)) if at < len => at + (len - at) / 2,
-            (Some(at), None) if at < len && (!hold.body_delay.is_zero() || hold.rate > 0) => at,
-            _ => len,
-        };
-        self.emit_staged(&held.bytes, held.at..split.max(held.at), now, env);
-        held.at = split.max(held.at);
-        let rest = held.at < held.end;
-        self.held = Some(held);
-        match hold.fault {
-            Some(Fault::Reset) => self.after = After::Reset,
-            Some(Fault::Close | Fault::Truncate) => self.after = After::Linger,
-            Some(Fault::Stall) => {
-                self.phase = Phase::Stalled;
-                self.until = now + env.policy.idle_timeout;
-            }
-            None if rest => {
-                self.phase = Phase::SendingHead;
-                if self.unsent() == 0 {
-                    self.drained(now, env);
-                }
-            }
-            None => {}
-        }
-    }
-
-    /// The held body's delay (or a paced body's tick) is over: the next piece goes out.
-    fn release_piece(&mut self, now: Instant, env: Env) {
+    /// Takes the held answer's steps up to the first that waits: the head and body they give out
+    /// go to the output (in one piece when they follow each other), what they wait for becomes the
+    /// phase, a fault becomes how the connection ends.
+    fn deliver(&mut self, now: Instant, env: Env) {
         self.phase = Phase::Exchange;
         let Some(mut held) = self.held.take() else {
             return;
         };
-        // A client that does not read gets no more pieces than it has room for.
+        // A client that does not read gets no more of a paced body than it has room for.
         let room = MAX_UNSENT.saturating_sub(self.unsent());
-        let piece = held.hold.piece(held.ticks).min(room);
-        held.ticks += 1;
-        let end = held.end.min(held.at.saturating_add(piece));
-        self.emit_staged(&held.bytes, held.at..end, now, env);
-        held.at = end;
-        if held.at < held.end {
-            self.phase = Phase::BodyDelaying;
-            self.until = now + held.hold.tick();
+        let mut clock = now;
+        // What the steps give out: from `from` to `held.at`.
+        let mut from = held.at;
+        loop {
+            match held.delivery.next(&mut clock, room) {
+                Step::Wait(until) => {
+                    self.phase = match held.delivery.started() {
+                        true => Phase::BodyDelaying,
+                        false => Phase::Delaying,
+                    };
+                    self.until = until;
+                    break;
+                }
+                Step::Queued(until) => {
+                    (self.phase, self.until) = (Phase::Queued, until);
+                    break;
+                }
+                Step::Shed => {
+                    held.shed();
+                    from = held.at;
+                }
+                Step::Record { key, drawn, held } => env.catalog.record(key, drawn, held),
+                Step::Head { .. } => held.at = held.body_at,
+                Step::Body { range, .. } => held.at = held.body_at + range.end,
+                Step::Sent => {
+                    self.phase = Phase::SendingHead;
+                    break;
+                }
+                Step::Fault(fault) => {
+                    match fault {
+                        Fault::Reset => self.after = After::Reset,
+                        Fault::Close | Fault::Truncate => self.after = After::Linger,
+                        Fault::Stall => {
+                            self.phase = Phase::Stalled;
+                            self.until = now + env.policy.idle_timeout;
+                        }
+                    }
+                    break;
+                }
+                Step::Done => break,
+            }
         }
+        self.emit_staged(&held.bytes, from..held.at, now, env);
+        let sending_head = self.phase == Phase::SendingHead;
         self.held = Some(held);
+        if sending_head && self.unsent() == 0 {
+            self.drained(now, env);
+        }
     }
 
     /// Appends `range` of a staged answer to the output, behind a send in flight if there is one.
@@ -742,14 +698,8 @@ impl Connection {
     /// Everything is sent: a held body starts its delay; an idle connection starts its idle timeout.
     fn drained(&mut self, now: Instant, env: Env) {
         match self.phase {
-            Phase::SendingHead => {
-                self.phase = Phase::BodyDelaying;
-                self.until = now
-                    + self
-                        .held
-                        .as_ref()
-                        .map_or(Duration::ZERO, |h| h.hold.body_delay);
-            }
+            // The head is out: the body's delay counts from now.
+            Phase::SendingHead => self.deliver(now, env),
             Phase::Exchange if self.pending.is_empty() && self.session.between_requests() => {
                 self.read_deadline = (now + env.policy.idle_timeout, Timer::Idle);
             }
@@ -1312,6 +1262,38 @@ mod routes {
         }
         assert_eq!(c.status(), Status::Close);
         assert_eq!(ms, 2000, "closed by the send timeout (--idle-timeout 2s)");
+    }
+
+    #[test]
+    fn a_queued_request_waits_for_the_pool_and_one_that_times_out_gets_the_shed_answer() {
+        let w = World::new(&["/q capacity=1 queue-timeout=50ms delay=20ms body=served"]);
+        let mut first = w.sent(&get("/q"));
+        assert_eq!(first.deadline(), (w.at(20), Timer::Delay), "served at once");
+        let mut second = w.sent(&get("/q"));
+        assert_eq!(second.deadline(), (w.at(50), Timer::Queue));
+        assert!(second.queued().is_some(), "queued");
+        assert!(second.wait_with(std::task::Waker::noop()), "still waiting");
+        // The first answer goes out at the end of its service and hands its server on.
+        first.on_deadline(w.at(20), w.env());
+        assert!(w.flush(&mut first, 20).ends_with("served"));
+        assert!(!second.wait_with(std::task::Waker::noop()), "decided");
+        second.on_deadline(w.at(21), w.env()); // woken
+        assert_eq!(second.deadline(), (w.at(40), Timer::Delay));
+        assert_eq!(second.queued(), None);
+        second.on_deadline(w.at(40), w.env());
+        assert!(w.flush(&mut second, 40).ends_with("served"));
+        // One that waits past its queue timeout behind a long service is shed then, with 503.
+        let w = World::new(&["/q capacity=1 queue-timeout=50ms delay=90ms body=served"]);
+        let _busy = w.sent(&get("/q"));
+        let mut late = w.sent(&get("/q"));
+        assert!(late.queued().is_some(), "queued behind the long service");
+        late.on_deadline(w.at(50), w.env());
+        let shed = w.flush(&mut late, 50);
+        assert!(shed.starts_with("HTTP/1.1 503"), "{shed}");
+        assert!(!shed.contains("served"), "{shed}");
+        assert!(late.is_idle());
+        let truth = w.truth();
+        assert!(truth.contains("\"shed\":1"), "{truth}");
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! - [`http2`]: HTTP/2 with the `h2` crate (tokio), answers as frames;
 //! - `http3` (Linux): HTTP/3 over QUIC with quinn and h3, on threads of its own, with a guard on its
 //!   request streams' frames;
-//! - [`held`]: how a stream (HTTP/2, HTTP/3) waits out its answer's ticket — a pool's queue, then
-//!   its service — the same for both.
+//! - [`held`]: how a stream (HTTP/2, HTTP/3) waits where its answer's delivery says — a step's
+//!   instant, or a pool's decision — the same for both.
 //!
 //! Every protocol asks the same [`crate::catalog`] what to send for a request, and writes the answer in
 //! its own framing. Nothing here does socket I/O for HTTP/1.1 (the runtime does); HTTP/2 and HTTP/3

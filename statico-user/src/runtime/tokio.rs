@@ -38,7 +38,6 @@ use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
 use crate::catalog::response::DateClock;
-use crate::catalog::route::pool::Fate;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::{FileAt, Next, MAX_SLICES};
@@ -431,10 +430,8 @@ async fn wait(
         if !layer.output(conn).is_empty() && stream.poll_write_ready(cx).is_ready() {
             return Poll::Ready(Wake::Writable);
         }
-        if let Some(ticket) = conn.waiting_ticket() {
-            if !matches!(ticket.register(cx.waker()), Fate::Waiting { .. }) {
-                return Poll::Ready(Wake::Pool);
-            }
+        if conn.queued().is_some() && !conn.wait_with(cx.waker()) {
+            return Poll::Ready(Wake::Pool);
         }
         if layer.wants_input(conn) || (conn.holds_answer() && !layer.pauses_input(conn)) {
             let mut scratch = w.scratch.borrow_mut();

@@ -1,5 +1,5 @@
-//! One HTTP/2 stream's answer: its request body read to the end, its place in a route's pool, then the
-//! steps of its [`Delivery`] sent through `h2`.
+//! One HTTP/2 stream's answer: its request body read to the end, then the steps of its [`Delivery`]
+//! (its place in a route's pool first, if it has one) sent through `h2`.
 //!
 //! Most streams need no waiting at all: a GET whose HEADERS frame ended the stream, answered at once
 //! by an answer that is not held. [`begin`] delivers those inside the connection's own poll, so they
@@ -9,17 +9,20 @@
 //! [`Pending`] future that the connection polls with its other streams; both paths deliver through the
 //! same [`Delivering::run`], which takes the steps up to the first that waits.
 
-use std::time::{Duration, Instant};
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
 use super::H2Settings;
-use crate::catalog::hold::{Delivery, Recorder, Step};
-use crate::catalog::route::load::Ticket;
+use crate::catalog::delivery::{Delivery, Step};
+use crate::catalog::hold::{Fault, Recorder, PACE_TICK};
+use crate::catalog::stream::Admission;
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
-use crate::proto::held;
+use crate::proto::held::{self, ReadOnce};
 use statico_common::Counter;
 
 /// How a stream ended, for the connection.
@@ -60,16 +63,15 @@ pub fn begin<'a>(
     drop(request);
     // Only an answer whose truth is recorded reads the clock for its held time.
     let arrived = answer.hold.truth.map(|_| Instant::now());
-    let (mut delivering, mut steps) =
-        Delivering::new(respond, answer, None, arrived, head_only, verbose);
-    match delivering.run(&mut steps, counters) {
+    let mut delivering = Delivering::new(respond, answer, arrived, head_only, verbose);
+    match delivering.run(counters) {
         Next::Ended(ended) => Begun::Ended(ended),
-        wait => Begun::Pending(Box::pin(delivering.finish(steps, wait, settings, counters))),
+        wait => Begun::Pending(Box::pin(delivering.finish(wait, settings, counters))),
     }
 }
 
 /// The whole path of a stream that may wait before it is answered: its body read to the end, then its
-/// ticket from the route's pool (if it has one), then its delivery.
+/// delivery (its place in the route's pool first, if it has one).
 async fn answered(
     request: Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
@@ -87,18 +89,12 @@ async fn answered(
     }
     counters.add(Counter::Requests, 1);
     let arrived = Instant::now();
-    // A client that resets the stream while its answer is held or queued has gone.
-    let gone = std::future::poll_fn(|cx| respond.poll_reset(cx).map(|_| ()));
-    let Some((answer, ticket)) = held::admitted(answer, arrived, gone).await else {
-        return Ended::Done;
-    };
-    let (mut delivering, mut steps) =
-        Delivering::new(respond, answer, ticket, Some(arrived), head_only, verbose);
-    let first = delivering.run(&mut steps, counters);
-    delivering.finish(steps, first, settings, counters).await
+    let mut delivering = Delivering::new(respond, answer, Some(arrived), head_only, verbose);
+    let first = delivering.run(counters);
+    delivering.finish(first, settings, counters).await
 }
 
-/// What the steps of one stream's [`Delivery`] act on.
+/// One stream's answer and its [`Delivery`], whose steps go out as `h2` frames.
 struct Delivering {
     respond: h2::server::SendResponse<Bytes>,
     /// The body's stream once the head is sent.
@@ -106,67 +102,71 @@ struct Delivering {
     head: Option<Response<()>>,
     data: Bytes,
     status: StatusCode,
-    /// What [`Step::Record`] records: the pool's ticket, else the route's recorder.
-    ticket: Option<Ticket>,
+    /// Where a truth recorded without a ticket goes (a route's answer).
     recorder: Option<Recorder>,
-    drawn: Duration,
-    /// When the request was complete (the held time is counted from here); read only for an
-    /// answer whose truth is recorded.
-    arrived: Option<Instant>,
+    /// A route's held answer: where its shed answer comes from.
+    admission: Option<Arc<Admission>>,
+    delivery: Delivery,
     verbose: u8,
 }
 
 /// Where [`Delivering::run`] stopped.
 enum Next {
-    Wait(Duration),
+    /// At a [`Step::Wait`] or [`Step::Queued`].
+    Wait(Step),
     Stall,
+    /// A truncated answer: the stream is reset once what was sent has left.
+    Cut,
     Ended(Ended),
 }
 
 impl Delivering {
     fn new(
         respond: h2::server::SendResponse<Bytes>,
-        answer: StreamAnswer,
-        ticket: Option<Ticket>,
+        mut answer: StreamAnswer,
         arrived: Option<Instant>,
         head_only: bool,
         verbose: u8,
-    ) -> (Delivering, Delivery) {
-        let (status, hold, recorder) = (answer.status, answer.hold, answer.recorder.clone());
-        let pauses = answer.pauses.clone();
+    ) -> Delivering {
+        let delivery = answer.delivery(arrived, head_only);
+        let (status, recorder, admission) = (
+            answer.status,
+            answer.recorder.take(),
+            answer.admission.take(),
+        );
         let (head, data) = answer.into_parts();
-        let steps = Delivery::new(hold, data.len(), head_only, pauses);
-        let delivering = Delivering {
+        Delivering {
             respond,
             stream: None,
             head: Some(head),
             data,
             status,
-            ticket,
             recorder,
-            drawn: hold.delay,
-            arrived,
+            admission,
+            delivery,
             verbose,
-        };
-        (delivering, steps)
+        }
     }
 
     /// Takes the steps that need no waiting, up to the first that does or the end.
-    fn run(&mut self, steps: &mut Delivery, counters: &WorkerCounters) -> Next {
-        for step in steps.by_ref() {
-            match step {
-                Step::Wait(d) => return Next::Wait(d),
-                Step::Stall => return Next::Stall,
-                Step::Close => return Next::Ended(Ended::CloseConnection),
-                Step::Record(key) => match self.ticket.take() {
-                    Some(ticket) => ticket.finish(Instant::now()),
-                    None => {
-                        if let Some(r) = &self.recorder {
-                            let held = self.arrived.map_or(Duration::ZERO, |a| a.elapsed());
-                            r.record(key, self.drawn, held);
-                        }
+    fn run(&mut self, counters: &WorkerCounters) -> Next {
+        let mut clock = ReadOnce::default();
+        loop {
+            match self.delivery.next(&mut clock, usize::MAX) {
+                step @ (Step::Wait(_) | Step::Queued(_)) => return Next::Wait(step),
+                Step::Fault(Fault::Stall) => return Next::Stall,
+                Step::Fault(Fault::Close) => return Next::Ended(Ended::CloseConnection),
+                Step::Fault(Fault::Truncate) => return Next::Cut,
+                Step::Fault(Fault::Reset) => {
+                    self.reset();
+                    return Next::Ended(Ended::Done);
+                }
+                Step::Shed => self.shed(),
+                Step::Record { key, drawn, held } => {
+                    if let Some(r) = &self.recorder {
+                        r.record(key, drawn, held);
                     }
-                },
+                }
                 Step::Head { end } => {
                     let head = self.head.take().expect("one head");
                     let Ok(s) = self.respond.send_response(head, end) else {
@@ -178,6 +178,8 @@ impl Delivering {
                     }
                     self.stream = Some(s);
                 }
+                // h2 queues the head: the body delay counts from now.
+                Step::Sent => {}
                 Step::Body { range, end } => {
                     // A stream the client reset takes no more data: its answer is over.
                     if let Some(s) = self.stream.as_mut() {
@@ -186,19 +188,35 @@ impl Delivering {
                         }
                     }
                 }
-                Step::Reset => match self.stream.as_mut() {
-                    Some(s) => s.send_reset(h2::Reason::INTERNAL_ERROR),
-                    None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
-                },
+                Step::Done => return Next::Ended(Ended::Done),
             }
         }
-        Next::Ended(Ended::Done)
     }
 
-    /// Waits where [`run`](Self::run) stopped (`next`), and runs on, until the delivery ends.
+    /// The pool shed the request: its shed answer, with this answer's `Date`, goes out instead.
+    fn shed(&mut self) {
+        let date = self
+            .head
+            .as_ref()
+            .and_then(|h| h.headers().get(http::header::DATE));
+        if let Some(shed) = self.admission.as_ref().and_then(|a| a.shed_answer(date)) {
+            self.status = shed.status;
+            let (head, data) = shed.into_parts();
+            (self.head, self.data) = (Some(head), data);
+        }
+    }
+
+    fn reset(&mut self) {
+        match self.stream.as_mut() {
+            Some(s) => s.send_reset(h2::Reason::INTERNAL_ERROR),
+            None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
+        }
+    }
+
+    /// Waits where [`run`](Self::run) stopped (`next`), and runs on, until the delivery ends. A
+    /// client that resets the stream while its answer holds a place in a pool has gone.
     async fn finish(
         mut self,
-        mut steps: Delivery,
         mut next: Next,
         settings: H2Settings,
         counters: &WorkerCounters,
@@ -206,14 +224,27 @@ impl Delivering {
         loop {
             match next {
                 Next::Ended(ended) => return ended,
-                Next::Wait(d) => crate::kernel::timer::sleep(d).await,
+                Next::Wait(step) => {
+                    let respond = &mut self.respond;
+                    let gone = std::pin::pin!(poll_fn(|cx| respond.poll_reset(cx).map(|_| ())));
+                    if !held::wait(&self.delivery, &step, gone).await {
+                        return Ended::Done;
+                    }
+                }
                 Next::Stall => {
                     crate::kernel::timer::Coarse::after(settings.idle_timeout).await;
                     counters.add(Counter::Timeouts, 1);
                     self.respond.send_reset(h2::Reason::CANCEL);
+                    return Ended::Done;
+                }
+                Next::Cut => {
+                    // A tick for what was sent to leave: a reset drops what is queued.
+                    crate::kernel::timer::sleep(PACE_TICK).await;
+                    self.reset();
+                    return Ended::Done;
                 }
             }
-            next = self.run(&mut steps, counters);
+            next = self.run(counters);
         }
     }
 }

@@ -64,7 +64,8 @@ use anyhow::{anyhow, Context, Result};
 use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
-use crate::catalog::hold::{Delivery, Step};
+use crate::catalog::delivery::Step;
+use crate::catalog::hold::{Fault, PACE_TICK};
 use crate::catalog::response::DateClock;
 use crate::observe::meter::Counters;
 use crate::proto::held;
@@ -609,53 +610,65 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
         Body::Broken => return Ended::Done,
     }
     let arrived = std::time::Instant::now();
-    let response = thread.answer(&head);
-    // The connection's end drops this task, and with it a held answer's ticket (counted gone).
-    let gone = std::future::pending::<()>();
-    let Some((response, mut ticket)) = held::admitted(response, arrived, gone).await else {
-        return Ended::Done;
-    };
-    if options.verbose > 0 {
-        println!("↪ response (HTTP/3): {}", response.status);
-    }
-    let (hold, recorder) = (response.hold, response.recorder.clone());
-    let pauses = response.pauses.clone();
-    let (response, body) = response.into_parts();
-    let mut response = Some(response);
+    let mut response = thread.answer(&head);
     let head_only = head.method() == http::Method::HEAD;
-    for step in Delivery::new(hold, body.len(), head_only, pauses) {
+    let mut delivery = response.delivery(Some(arrived), head_only);
+    let (recorder, admission) = (response.recorder.take(), response.admission.take());
+    let (mut status, (response, mut body)) = (response.status, response.into_parts());
+    let mut response = Some(response);
+    // The connection's end drops this task, and with it a held answer's ticket (counted gone).
+    let mut gone = std::pin::pin!(std::future::pending::<()>());
+    loop {
+        let step = delivery.next(&mut held::ReadOnce::default(), usize::MAX);
         let sent = match step {
-            Step::Wait(d) => {
-                crate::kernel::timer::sleep(d).await;
+            Step::Wait(_) | Step::Queued(_) => {
+                held::wait(&delivery, &step, gone.as_mut()).await;
                 Ok(())
             }
-            Step::Record(key) => {
-                match ticket.take() {
-                    Some(ticket) => ticket.finish(std::time::Instant::now()),
-                    None => {
-                        if let Some(r) = &recorder {
-                            r.record(key, hold.delay, arrived.elapsed());
-                        }
-                    }
+            Step::Shed => {
+                let date = response
+                    .as_ref()
+                    .and_then(|r| r.headers().get(http::header::DATE));
+                if let Some(shed) = admission.as_ref().and_then(|a| a.shed_answer(date)) {
+                    status = shed.status;
+                    let (head, data) = shed.into_parts();
+                    (response, body) = (Some(head), data);
+                }
+                Ok(())
+            }
+            Step::Record { key, drawn, held } => {
+                if let Some(r) = &recorder {
+                    r.record(key, drawn, held);
                 }
                 Ok(())
             }
             Step::Head { .. } => {
+                if options.verbose > 0 {
+                    println!("↪ response (HTTP/3): {status}");
+                }
                 stream
                     .send_response(response.take().expect("one head"))
                     .await
             }
+            Step::Sent => Ok(()),
             Step::Body { range, .. } => stream.send_data(body.slice(range)).await,
-            Step::Reset => {
+            Step::Fault(Fault::Reset) => {
                 stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
                 return Ended::Done;
             }
-            Step::Close => return Ended::CloseConnection,
-            Step::Stall => {
+            Step::Fault(Fault::Truncate) => {
+                // A tick for what was sent to leave: a reset drops what is queued.
+                crate::kernel::timer::sleep(PACE_TICK).await;
+                stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return Ended::Done;
+            }
+            Step::Fault(Fault::Close) => return Ended::CloseConnection,
+            Step::Fault(Fault::Stall) => {
                 tokio::time::sleep(options.idle_timeout).await;
                 stream.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
                 return Ended::Done;
             }
+            Step::Done => break,
         };
         if sent.is_err() {
             return Ended::Done;

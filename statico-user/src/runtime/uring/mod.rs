@@ -49,7 +49,6 @@ use statico_common::Counter;
 
 use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup};
 use crate::catalog::response::DateClock;
-use crate::catalog::route::pool::Fate;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
 use crate::conn::output::MAX_SLICES;
@@ -673,19 +672,16 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.at(slot) else {
             return;
         };
-        let Some(ticket) = c.state.waiting_ticket() else {
+        let Some(id) = c.state.queued() else {
             c.registered = None;
             return;
         };
-        if c.registered == Some(ticket.id()) {
+        if c.registered == Some(id) {
             return;
         }
-        c.registered = Some(ticket.id());
+        c.registered = Some(id);
         let token = token(Op::Wake, slot, c.gen);
-        if !matches!(
-            ticket.register(&self.mailbox.waker(token)),
-            Fate::Waiting { .. }
-        ) {
+        if !c.state.wait_with(&self.mailbox.waker(token)) {
             self.mailbox.wake(token);
         }
     }

@@ -1,0 +1,676 @@
+//! How one answer is delivered, step by step — the same machine for every protocol. It follows a
+//! route's [`Ticket`] through its pool (waiting in the queue until woken or its queue timeout,
+//! served until its service is over, shed: the shed answer or the pool's fault), then the delay,
+//! the whole-server pause, the ground truth, the head, the body delay and the body's pieces
+//! (`rate=`), or the answer's fault.
+//!
+//! No I/O and no clock: each call of [`Delivery::next`] is given the time (a [`Clock`]) and
+//! returns one [`Step`]: what to write (the head, a range of the body, a fault), or when to call
+//! again (an instant, or when the ticket's waker fires: [`Delivery::wait_with`]). Each protocol
+//! carries a step out in its own terms — HTTP/1.1's connection as bytes and connection states,
+//! HTTP/2 and HTTP/3 as frames of one stream ([`crate::proto::held`] waits for them) — so a runtime
+//! knows nothing of pools or tickets, and a new kind of answer is new steps here.
+//!
+//! An answer dropped before it is delivered drops its ticket, which counts the request `gone` and
+//! gives back its place in the pool.
+
+use std::ops::Range;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use super::hold::{Fault, Hold, TruthKey};
+use super::pause::Pauses;
+use super::route::load::Ticket;
+use super::route::pool::{Fate, Shed};
+
+/// Where a step reads the time: given by the driver (an [`Instant`]), or read by it only when a
+/// step needs it — an answer that is not held, with no pause possible and no truth to record,
+/// needs no time at all.
+pub trait Clock {
+    fn now(&mut self) -> Instant;
+}
+
+impl Clock for Instant {
+    fn now(&mut self) -> Instant {
+        *self
+    }
+}
+
+/// What the driver does next for one answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to write: call again at this instant (a delay, a service, a pause, the body delay,
+    /// a paced body's next tick).
+    Wait(Instant),
+    /// Waiting in a pool's queue: call again when the waker given to [`Delivery::wait_with`] fires,
+    /// or at this instant (the queue timeout).
+    Queued(Instant),
+    /// The request was shed with a status: the driver delivers its shed answer (of the length
+    /// given to [`Delivery::new`]) instead, and calls again.
+    Shed,
+    /// Record this ground truth (an answer with a ticket has it recorded by the ticket), and call
+    /// again.
+    Record {
+        key: TruthKey,
+        drawn: Duration,
+        held: Duration,
+    },
+    /// Write the head; `end`: it is the whole answer. Call again.
+    Head { end: bool },
+    /// The body is held apart from its head: call again once the head is on its way (the body
+    /// delay counts from then).
+    Sent,
+    /// Write these bytes of the body; `end`: they are the last. Call again.
+    Body { range: Range<usize>, end: bool },
+    /// The answer ends in this fault: `reset`, `close` and `stall` instead of the answer,
+    /// `truncate` after the head and half the body.
+    Fault(Fault),
+    /// The answer is delivered.
+    Done,
+}
+
+/// Where a delivery is: the next step's place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Stage {
+    /// Following the ticket (or, without one, on to the delay).
+    Admit,
+    Delay,
+    Pause,
+    Record,
+    Head,
+    /// The body straight after the head, or the cut of a truncate, or held apart.
+    AfterHead,
+    BodyDelay,
+    Piece,
+    /// The tick between two pieces of a paced body.
+    Gap,
+    /// After a truncated body: its fault.
+    Cut,
+    #[default]
+    Done,
+}
+
+/// One answer's delivery (see the module doc). The default is delivered already.
+#[derive(Debug, Default)]
+pub struct Delivery {
+    hold: Hold,
+    /// The body's length (0 for a HEAD, or for an answer that goes whole with its head).
+    body_len: usize,
+    /// A route's answer in a pool, or with a load model: its place, and where its truth goes.
+    ticket: Option<Ticket>,
+    /// When the request was complete, for the held time of a truth recorded without a ticket
+    /// (`None`: held zero).
+    arrived: Option<Instant>,
+    /// The length of the shed answer's body, if the driver has one (else a status shed resets).
+    shed_len: Option<usize>,
+    stage: Stage,
+    /// Body bytes already given out.
+    at: usize,
+    /// Pieces of a paced body already given out.
+    ticks: u64,
+    /// The server's pauses, when it has them: the head waits while one is in force.
+    pauses: Option<Pauses>,
+}
+
+impl Delivery {
+    /// The delivery of an answer held as `hold` says, with a body of `body_len` bytes to send
+    /// (0 for a HEAD), following `ticket` first if it has one. `arrived` is when the request was
+    /// complete (read only when a truth is recorded without a ticket), `shed_len` the body length
+    /// of the answer it gets if its pool sheds it with a status.
+    pub fn new(
+        hold: Hold,
+        body_len: usize,
+        ticket: Option<Ticket>,
+        arrived: Option<Instant>,
+        shed_len: Option<usize>,
+    ) -> Delivery {
+        Delivery {
+            hold,
+            body_len,
+            ticket,
+            arrived,
+            shed_len,
+            stage: Stage::Admit,
+            at: 0,
+            ticks: 0,
+            pauses: None,
+        }
+    }
+
+    /// The same delivery, its head held while one of the server's `pauses` is in force.
+    pub fn paused_by(self, pauses: Option<Pauses>) -> Delivery {
+        Delivery { pauses, ..self }
+    }
+
+    /// The next step at `clock`'s time. `room`: the most body bytes the driver takes now (a paced
+    /// or held-apart body's piece is cut to it; a body that follows its head at once goes whole).
+    pub fn next(&mut self, clock: &mut impl Clock, room: usize) -> Step {
+        loop {
+            let step = match self.stage {
+                Stage::Admit => self.admit(clock),
+                Stage::Delay => {
+                    self.stage = Stage::Pause;
+                    let delay = self.hold.delay;
+                    (!delay.is_zero()).then(|| Step::Wait(clock.now() + delay))
+                }
+                Stage::Pause => match paused(self.pauses.as_ref(), clock) {
+                    Some(until) => Some(Step::Wait(until)),
+                    None => {
+                        self.stage = Stage::Record;
+                        None
+                    }
+                },
+                Stage::Record => {
+                    self.stage = Stage::Head;
+                    self.record(clock)
+                }
+                Stage::Head => Some(self.head()),
+                Stage::AfterHead => self.after_head(),
+                Stage::BodyDelay => {
+                    self.stage = Stage::Piece;
+                    let delay = self.hold.body_delay;
+                    (!delay.is_zero()).then(|| Step::Wait(clock.now() + delay))
+                }
+                Stage::Piece => self.piece(room),
+                Stage::Gap => {
+                    self.stage = Stage::Piece;
+                    Some(Step::Wait(clock.now() + self.hold.tick()))
+                }
+                Stage::Cut => {
+                    self.stage = Stage::Done;
+                    Some(Step::Fault(Fault::Truncate))
+                }
+                Stage::Done => Some(Step::Done),
+            };
+            if let Some(step) = step {
+                return step;
+            }
+        }
+    }
+
+    /// While queued ([`Step::Queued`]): registers the waker the pool calls when it decides.
+    /// Returns whether the request is still waiting (false: call [`Delivery::next`] now).
+    pub fn wait_with(&self, waker: &Waker) -> bool {
+        match (&self.ticket, self.stage) {
+            (Some(ticket), Stage::Admit) => {
+                matches!(ticket.register(waker), Fate::Waiting { .. })
+            }
+            _ => false,
+        }
+    }
+
+    /// What tells this request's place in a pool from every other (for a driver that registers
+    /// a waker once per queued request): never given twice in the process.
+    pub fn ticket_id(&self) -> Option<u64> {
+        self.ticket.as_ref().map(Ticket::id)
+    }
+
+    /// Whether the answer holds a place in its pool (queued, or in service): a client that goes
+    /// away then is counted `gone` (the delivery is dropped) rather than answered.
+    pub fn admitting(&self) -> bool {
+        self.stage == Stage::Admit && self.ticket.is_some()
+    }
+
+    /// Whether the head has been given out (a [`Step::Wait`] then holds the body, not the answer).
+    pub fn started(&self) -> bool {
+        matches!(
+            self.stage,
+            Stage::AfterHead | Stage::BodyDelay | Stage::Piece | Stage::Gap | Stage::Cut
+        )
+    }
+
+    /// The ticket says what next: the end of its service, the queue, or the shed answer. Without
+    /// a ticket, on to the delay (with one, its service is the delay).
+    fn admit(&mut self, clock: &mut impl Clock) -> Option<Step> {
+        let Some(ticket) = &self.ticket else {
+            self.stage = Stage::Delay;
+            return None;
+        };
+        let now = clock.now();
+        match ticket.fate_at(now) {
+            Fate::Serving { due, .. } if due > now => Some(Step::Wait(due)),
+            Fate::Serving { .. } => {
+                self.stage = Stage::Pause;
+                None
+            }
+            Fate::Waiting { deadline } => Some(Step::Queued(
+                deadline.unwrap_or(now + super::route::LONGEST_HOLD),
+            )),
+            Fate::Shed { .. } | Fate::Left => {
+                self.stage = Stage::Pause;
+                let how = ticket.shed_as();
+                self.shed(how)
+            }
+        }
+    }
+
+    /// Shed: the shed answer, whole and at once (when there is one for a status), or the pool's
+    /// fault. The ticket stays, to record the shed when it is delivered.
+    fn shed(&mut self, how: Option<Shed>) -> Option<Step> {
+        let fault = match (how, self.shed_len) {
+            (Some(Shed::Status(_)), Some(len)) => {
+                (self.hold, self.body_len) = (Hold::default(), len);
+                return Some(Step::Shed);
+            }
+            (Some(Shed::Close), _) => Fault::Close,
+            _ => Fault::Reset,
+        };
+        self.hold = Hold {
+            fault: Some(fault),
+            ..Hold::default()
+        };
+        None
+    }
+
+    /// The answer is due: its ticket records its truth (and hands its server on), or the driver
+    /// records it.
+    fn record(&mut self, clock: &mut impl Clock) -> Option<Step> {
+        if let Some(ticket) = self.ticket.take() {
+            ticket.finish(clock.now());
+            return None;
+        }
+        let key = self.hold.truth?;
+        let held = match self.arrived {
+            Some(arrived) => clock.now().saturating_duration_since(arrived),
+            None => Duration::ZERO,
+        };
+        Some(Step::Record {
+            key,
+            drawn: self.hold.delay,
+            held,
+        })
+    }
+
+    /// The head, or a fault that replaces the whole answer.
+    fn head(&mut self) -> Step {
+        match self.hold.fault {
+            Some(fault @ (Fault::Reset | Fault::Close | Fault::Stall)) => {
+                self.stage = Stage::Done;
+                Step::Fault(fault)
+            }
+            _ => {
+                self.stage = Stage::AfterHead;
+                Step::Head {
+                    end: self.body_len == 0,
+                }
+            }
+        }
+    }
+
+    /// What follows the head: half the body and the cut (truncate), nothing, the body held apart
+    /// (a body delay or a rate), or the whole body at once.
+    fn after_head(&mut self) -> Option<Step> {
+        if let Some(Fault::Truncate) = self.hold.fault {
+            self.stage = Stage::Cut;
+            self.at = self.body_len / 2;
+            return (self.at > 0).then_some(Step::Body {
+                range: 0..self.at,
+                end: false,
+            });
+        }
+        if self.body_len == 0 {
+            self.stage = Stage::Done;
+            return None;
+        }
+        if !self.hold.body_delay.is_zero() || self.hold.rate > 0 {
+            self.stage = Stage::BodyDelay;
+            return Some(Step::Sent);
+        }
+        self.stage = Stage::Done;
+        self.at = self.body_len;
+        Some(Step::Body {
+            range: 0..self.body_len,
+            end: true,
+        })
+    }
+
+    /// The next piece of a body held apart: what its rate releases this tick, at most `room`.
+    fn piece(&mut self, room: usize) -> Option<Step> {
+        let start = self.at;
+        let piece = self.hold.piece(self.ticks).min(room);
+        self.ticks += 1;
+        self.at = self.body_len.min(start.saturating_add(piece));
+        let end = self.at >= self.body_len;
+        self.stage = if end { Stage::Done } else { Stage::Gap };
+        (start < self.at).then_some(Step::Body {
+            range: start..self.at,
+            end,
+        })
+    }
+}
+
+/// A whole-server pause in force: the answer waits until this instant, then asks again (see
+/// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
+/// pauses are possible.
+fn paused(pauses: Option<&Pauses>, clock: &mut impl Clock) -> Option<Instant> {
+    let pauses = pauses?;
+    let now = clock.now();
+    pauses.wait(now).map(|wait| now + wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::catalog::hold::{Recorder, PACE_TICK};
+    use crate::catalog::route::load::{Loads, RouteLoad};
+    use crate::catalog::route::pool::Pool;
+    use crate::catalog::route::pool_spec::PoolSpec;
+    use crate::observe::truth::{GroundTruth, RouteInfo};
+
+    const MS: Duration = Duration::from_millis(1);
+    const KEY: TruthKey = TruthKey {
+        route: 0,
+        outcome: 0,
+        generation: 1,
+    };
+
+    /// Drives `d` from `t0` as a stream does, jumping to each instant it waits for, to its end
+    /// or its fault; returns the steps with their times (ms after `t0`).
+    fn drive(d: &mut Delivery, t0: Instant) -> Vec<(u64, Step)> {
+        let mut now = t0;
+        let mut steps = Vec::new();
+        loop {
+            let step = d.next(&mut now, usize::MAX);
+            let ms = (now - t0).as_millis() as u64;
+            match &step {
+                Step::Wait(at) | Step::Queued(at) => now = *at,
+                Step::Done | Step::Fault(_) => {
+                    steps.push((ms, step));
+                    return steps;
+                }
+                _ => {}
+            }
+            steps.push((ms, step));
+        }
+    }
+
+    /// The steps of an answer without a ticket, their times left out.
+    fn steps(hold: Hold, len: usize) -> Vec<Step> {
+        let mut d = Delivery::new(hold, len, None, None, None);
+        let t0 = Instant::now();
+        drive(&mut d, t0).into_iter().map(|(_, s)| s).collect()
+    }
+
+    fn body(range: Range<usize>, end: bool) -> Step {
+        Step::Body { range, end }
+    }
+
+    #[test]
+    fn an_answer_not_held_is_its_head_and_body() {
+        assert_eq!(
+            steps(Hold::default(), 10),
+            [Step::Head { end: false }, body(0..10, true), Step::Done]
+        );
+        assert_eq!(
+            steps(Hold::default(), 0),
+            [Step::Head { end: true }, Step::Done]
+        );
+    }
+
+    #[test]
+    fn delays_come_before_the_truth_and_between_head_and_body() {
+        let hold = Hold {
+            delay: 5 * MS,
+            body_delay: 7 * MS,
+            truth: Some(KEY),
+            ..Hold::default()
+        };
+        let t0 = Instant::now();
+        let mut d = Delivery::new(hold, 4, None, Some(t0), None);
+        assert_eq!(
+            drive(&mut d, t0),
+            [
+                (0, Step::Wait(t0 + 5 * MS)),
+                (
+                    5,
+                    Step::Record {
+                        key: KEY,
+                        drawn: 5 * MS,
+                        held: 5 * MS
+                    }
+                ),
+                (5, Step::Head { end: false }),
+                (5, Step::Sent),
+                (5, Step::Wait(t0 + 12 * MS)),
+                (12, body(0..4, true)),
+                (12, Step::Done),
+            ]
+        );
+    }
+
+    #[test]
+    fn faults_replace_or_cut_the_answer() {
+        for fault in [Fault::Reset, Fault::Close, Fault::Stall] {
+            let hold = Hold {
+                fault: Some(fault),
+                ..Hold::default()
+            };
+            assert_eq!(steps(hold, 10), [Step::Fault(fault)]);
+        }
+        let hold = Hold {
+            fault: Some(Fault::Truncate),
+            ..Hold::default()
+        };
+        assert_eq!(
+            steps(hold, 10),
+            [
+                Step::Head { end: false },
+                body(0..5, false),
+                Step::Fault(Fault::Truncate)
+            ]
+        );
+        assert_eq!(
+            steps(hold, 0),
+            [Step::Head { end: true }, Step::Fault(Fault::Truncate)]
+        );
+    }
+
+    #[test]
+    fn a_paced_body_goes_a_piece_a_tick_and_no_more_than_the_room() {
+        let hold = Hold {
+            rate: 1000, // 10 bytes a tick
+            ..Hold::default()
+        };
+        let t0 = Instant::now();
+        let mut d = Delivery::new(hold, 25, None, None, None);
+        let tick = |n: u32| t0 + PACE_TICK * n;
+        assert_eq!(
+            drive(&mut d, t0),
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                (0, body(0..10, false)),
+                (0, Step::Wait(tick(1))),
+                (10, body(10..20, false)),
+                (10, Step::Wait(tick(2))),
+                (20, body(20..25, true)),
+                (20, Step::Done),
+            ]
+        );
+        // A driver with room for 4 bytes gets 4, and the rest a tick later.
+        let hold = Hold {
+            body_delay: MS,
+            ..Hold::default()
+        };
+        let mut d = Delivery::new(hold, 6, None, None, None);
+        let mut now = t0;
+        let mut got = Vec::new();
+        while got.last() != Some(&Step::Done) {
+            let step = d.next(&mut now, 4);
+            if let Step::Wait(at) = step {
+                now = at;
+            }
+            got.push(step);
+        }
+        assert_eq!(
+            got[3..6],
+            [
+                body(0..4, false),
+                Step::Wait(t0 + MS + PACE_TICK),
+                body(4..6, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rate_holds_to_the_byte_on_average() {
+        for rate in [1, 7, 150, 1000, 12_345, 1 << 20] {
+            let hold = Hold {
+                rate,
+                ..Hold::default()
+            };
+            let ticks_a_second =
+                (Duration::from_secs(1).as_nanos() / hold.tick().as_nanos()) as u64;
+            let sent: usize = (0..ticks_a_second).map(|n| hold.piece(n)).sum();
+            assert_eq!(sent as u64, rate, "{rate} B/s over {ticks_a_second} ticks");
+        }
+    }
+
+    /// One pooled route (`capacity` servers, `queue`, `timeout`, shed with 503), and the ground
+    /// truth its tickets record.
+    struct Pooled {
+        loads: Arc<Loads>,
+        truth: Arc<GroundTruth>,
+    }
+
+    impl Pooled {
+        fn new(capacity: usize, queue: Option<usize>, timeout: Option<Duration>) -> Pooled {
+            let pool = Arc::new(Pool::new(
+                &PoolSpec {
+                    name: "p".into(),
+                    capacity,
+                    queue,
+                    queue_timeout: timeout,
+                    shed: Shed::Status(503),
+                },
+                &super::super::route::pool::OrphanClock::default(),
+            ));
+            let route = RouteInfo {
+                name: "GET /".into(),
+                phase: None,
+                outcomes: ["200", "gone", "shed"].map(String::from).to_vec(),
+                expected: None,
+                pooled: true,
+            };
+            Pooled {
+                loads: Arc::new(Loads::new(
+                    vec![RouteLoad::new(None, Some(0), Some(2))],
+                    vec![pool],
+                )),
+                truth: Arc::new(GroundTruth::new(vec![route], 1)),
+            }
+        }
+
+        /// A request complete at `now`, served for `service`, whose shed answer has a body of 3.
+        fn delivery(&self, service: Duration, now: Instant) -> Delivery {
+            let key = TruthKey {
+                generation: self.truth.generation(),
+                ..KEY
+            };
+            let recorder = Recorder::new(self.truth.clone(), 0);
+            let ticket = Ticket::new(recorder, key, service, 1, now, 0);
+            let ticket = self.loads.admit(ticket, now);
+            let hold = Hold {
+                delay: service,
+                truth: Some(key),
+                ..Hold::default()
+            };
+            Delivery::new(hold, 10, Some(ticket), Some(now), Some(3))
+        }
+
+        fn outcomes(&self) -> String {
+            let json = self.truth.json();
+            let at = json.find("\"outcomes\"").unwrap();
+            json[at..at + json[at..].find('}').unwrap() + 1].to_string()
+        }
+    }
+
+    #[test]
+    fn a_served_request_waits_out_its_service_then_its_ticket_records_it() {
+        let p = Pooled::new(1, None, None);
+        let t0 = Instant::now();
+        let mut d = p.delivery(20 * MS, t0);
+        assert_eq!(
+            drive(&mut d, t0),
+            [
+                (0, Step::Wait(t0 + 20 * MS)),
+                (20, Step::Head { end: false }),
+                (20, body(0..10, true)),
+                (20, Step::Done),
+            ]
+        );
+        assert!(p.outcomes().contains("\"200\":1"), "{}", p.outcomes());
+    }
+
+    #[test]
+    fn a_queued_request_waits_for_the_pool_then_is_served() {
+        let p = Pooled::new(1, None, None);
+        let t0 = Instant::now();
+        let mut first = p.delivery(20 * MS, t0);
+        let mut second = p.delivery(5 * MS, t0 + MS);
+        let mut now = t0 + MS;
+        let queued = second.next(&mut now, usize::MAX);
+        assert!(matches!(queued, Step::Queued(_)), "{queued:?}");
+        assert!(second.admitting() && second.ticket_id().is_some());
+        let waker = std::task::Waker::noop();
+        assert!(second.wait_with(waker), "still waiting");
+        // The first is delivered at the end of its service and hands its server on.
+        drive(&mut first, t0);
+        assert!(!second.wait_with(waker), "decided");
+        assert_eq!(
+            drive(&mut second, t0 + 20 * MS)[..2],
+            [
+                (0, Step::Wait(t0 + 25 * MS)),
+                (5, Step::Head { end: false })
+            ]
+        );
+        assert!(!second.admitting());
+    }
+
+    #[test]
+    fn a_shed_request_gets_the_shed_answer_or_a_reset() {
+        let p = Pooled::new(1, Some(0), None);
+        let t0 = Instant::now();
+        let _first = p.delivery(20 * MS, t0);
+        let mut shed = p.delivery(5 * MS, t0);
+        assert_eq!(
+            drive(&mut shed, t0),
+            [
+                (0, Step::Shed),
+                (0, Step::Head { end: false }),
+                (0, body(0..3, true)),
+                (0, Step::Done),
+            ]
+        );
+        assert!(p.outcomes().contains("\"shed\":1"), "{}", p.outcomes());
+        // Without a shed answer, a status shed resets.
+        let mut bare = p.delivery(5 * MS, t0);
+        bare.shed_len = None;
+        assert_eq!(drive(&mut bare, t0), [(0, Step::Fault(Fault::Reset))]);
+    }
+
+    #[test]
+    fn a_waiter_is_shed_at_its_queue_timeout() {
+        let p = Pooled::new(1, None, Some(10 * MS));
+        let t0 = Instant::now();
+        let _first = p.delivery(50 * MS, t0);
+        let mut second = p.delivery(5 * MS, t0);
+        assert_eq!(
+            drive(&mut second, t0)[..2],
+            [(0, Step::Queued(t0 + 10 * MS)), (10, Step::Shed)]
+        );
+    }
+
+    #[test]
+    fn a_delivery_dropped_before_its_answer_counts_gone() {
+        let p = Pooled::new(1, None, None);
+        let t0 = Instant::now();
+        let mut d = p.delivery(20 * MS, t0);
+        let mut now = t0;
+        assert_eq!(d.next(&mut now, usize::MAX), Step::Wait(t0 + 20 * MS));
+        drop(d);
+        assert!(p.outcomes().contains("\"gone\":1"), "{}", p.outcomes());
+    }
+}
