@@ -25,6 +25,7 @@
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
 pub mod echo;
+pub mod fault;
 pub mod hold;
 pub mod pause;
 pub mod request;
@@ -34,6 +35,7 @@ pub mod schedule;
 pub mod sink;
 pub mod site;
 pub mod stream;
+pub mod units;
 
 use std::cell::RefCell;
 use std::sync::Arc;
