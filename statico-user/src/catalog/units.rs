@@ -20,7 +20,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The two ways a duration is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DurationSyntax {
+pub(crate) enum DurationSyntax {
     /// statico's, in every flag and TOML key: one decimal number and its unit (`ns`, `us` or
     /// `µs`, `ms`, `s`), or a bare `0`; at most `u64::MAX` nanoseconds.
     Statico,
@@ -56,7 +56,7 @@ impl DurationSyntax {
 
 /// A duration written in `syntax`, or its problem as a phrase that fits after the value
 /// (`is negative`, `has no unit`, …).
-pub fn duration_problem(s: &str, syntax: DurationSyntax) -> Result<Duration, &'static str> {
+pub(crate) fn duration_problem(s: &str, syntax: DurationSyntax) -> Result<Duration, &'static str> {
     let go = syntax == DurationSyntax::Go;
     let s = if go {
         s.strip_prefix('+').unwrap_or(s)

@@ -374,7 +374,10 @@ pub struct RoutePatch {
 impl RoutePatch {
     /// `keys` (route keys, as written, in order): errors as a route's, starting with the key.
     /// A `body=@FILE` is read now, from `base_dir` when given.
-    pub fn parse(keys: &[(String, String)], base_dir: Option<&Path>) -> Result<RoutePatch, String> {
+    pub(crate) fn parse(
+        keys: &[(String, String)],
+        base_dir: Option<&Path>,
+    ) -> Result<RoutePatch, String> {
         let blank = RouteSpec::new(String::new(), Vec::new(), PathMatch::Prefix("/".into()));
         let mut builder = Builder::new(blank, base_dir);
         for (key, value) in keys {
@@ -400,13 +403,13 @@ impl RoutePatch {
     }
 
     /// Whether a route's version for the phase keeps the route's pool: the phase gives no pool key.
-    pub fn keeps_pool(&self) -> bool {
+    pub(crate) fn keeps_pool(&self) -> bool {
         self.pool == PoolChange::Keep
     }
 
     /// `base` as phase `phase` changes it. A version that keeps its route's pool names none: it
     /// shares the route's ([`RoutePatch::keeps_pool`]), which is made once, for the route.
-    pub fn apply(&self, base: &RouteSpec, phase: &str) -> RouteSpec {
+    pub(crate) fn apply(&self, base: &RouteSpec, phase: &str) -> RouteSpec {
         let mut route = base.clone();
         if let Some((status, mix)) = &self.status {
             (route.status, route.status_mix) = (*status, mix.clone());
