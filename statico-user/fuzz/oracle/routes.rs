@@ -16,7 +16,6 @@
 use std::path::Path;
 
 use statico::catalog::response::ResponseSpec;
-use statico::catalog::route::dist::parse_size;
 use statico::catalog::route::phase_spec::parse_phase;
 use statico::catalog::route::pool_spec::parse_pool;
 use statico::catalog::route::spec::{parse_spec, BodySpec, RoutePool, RouteSpec};
@@ -77,16 +76,10 @@ pub fn check(data: &[u8]) {
                     return;
                 }
                 let back = reads_back(&table);
-                // A TOML table's keys come back sorted: compare them as a multiset.
-                let sorted = |keys: &[(String, String)]| {
-                    let mut keys = keys.to_vec();
-                    keys.sort();
-                    keys
-                };
                 let (a, b) = (&back.phases[0], &table.phases[0]);
                 assert_eq!(
-                    (sorted(&a.keys), &a.window, &a.path_text),
-                    (sorted(&b.keys), &b.window, &b.path_text),
+                    (&a.patch, &a.window, &a.path_text),
+                    (&b.patch, &b.window, &b.path_text),
                     "{}",
                     table.toml
                 );
@@ -167,8 +160,8 @@ fn unplaced(routes: &[RouteSpec]) -> Vec<RouteSpec> {
 fn build(table: &Table) -> bool {
     let big = |n: u64| n > BUILT_SIZE && n <= 1 << 30;
     let routes_big = (table.routes.iter()).any(|r| matches!(r.body, BodySpec::Size(n) if big(n)));
-    let phases_big = (table.phases.iter().flat_map(|p| &p.keys))
-        .any(|(k, v)| k == "size" && parse_size(v).is_ok_and(big));
+    let phases_big =
+        (table.phases.iter()).any(|p| matches!(p.patch.body, Some(BodySpec::Size(n)) if big(n)));
     if routes_big || phases_big {
         return false;
     }

@@ -18,7 +18,8 @@ use std::ops::Range;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::hold::{Fault, Hold, TruthKey};
+use super::fault::Fault;
+use super::hold::{Hold, TruthKey};
 use super::pause::Pauses;
 use super::route::load::Ticket;
 use super::route::pool::{Fate, Shed};

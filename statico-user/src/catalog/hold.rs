@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-pub use super::route::spec::Fault;
+use super::fault::Fault;
 
 /// How one answer is delivered. The default delivers it at once, whole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -27,6 +27,7 @@
 
 pub mod delivery;
 pub mod echo;
+pub mod fault;
 pub mod hold;
 pub mod pause;
 pub mod request;
@@ -36,6 +37,7 @@ pub mod schedule;
 pub mod sink;
 pub mod site;
 pub mod stream;
+pub mod units;
 
 use std::cell::RefCell;
 use std::sync::Arc;

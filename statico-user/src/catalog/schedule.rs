@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::route::dist::parse_duration;
+use super::units::parse_duration;
 
 /// `at=DUR for=DUR [every=DUR]`: from `at`, for `length`, again every `every`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

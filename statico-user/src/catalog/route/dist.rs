@@ -1,22 +1,21 @@
-//! Latency distributions for routes, and the small value parsers routes share.
+//! Latency distributions for routes.
 //!
 //! A route's `delay=` and `body-delay=` say how long the server waits, and a fixed wait is rarely
 //! what a benchmark of a client, proxy or load generator needs: real services answer with a
 //! spread of latencies and a long tail. [`Dist`] is that spread, written compactly on the command
 //! line (`lognormal:10ms:80ms`, `pct:50=5ms,99=100ms,100=1s`, …), drawn cheaply per request
 //! ([`Dist::sample`], no allocation), and stated exactly ([`Dist::quantile`]) so tests and
-//! benchmarks can compare what the server did with what was asked for.
-//!
-//! The same module holds the parsers for the plain values routes are written with —
-//! [`parse_duration`], [`parse_size`], [`parse_percent`] — and their inverses
-//! [`format_duration`] and [`format_size`], so every key reads and prints values one way.
-//! Every error is one line naming the bad part and the expected form.
+//! benchmarks can compare what the server did with what was asked for. Its durations are read and
+//! printed as every duration is ([`crate::catalog::units`]). Every error is one line naming the bad
+//! part and the expected form.
 
 use std::fmt;
 use std::time::Duration;
 
 use rand::{Rng, RngExt};
 use rand_distr::{Distribution, Exp1, StandardNormal};
+
+use crate::catalog::units::{duration_problem, format_duration, parse_duration, DurationSyntax};
 
 /// The standard normal quantile at 0.99: a log-normal's p99 is `exp(mu + Z99 * sigma)`.
 const Z99: f64 = 2.326_347_874_0;
@@ -310,7 +309,7 @@ fn fields<'a, const N: usize>(
 
 /// A distribution parameter that is a duration; the error names the parameter.
 fn field_duration(spec: &str, form: &str, name: &str, value: &str) -> Result<Duration, String> {
-    duration_problem(value)
+    duration_problem(value, DurationSyntax::Statico)
         .map_err(|why| format!("{spec:?}: {name} {value:?} {why}; expected {form}"))
 }
 
@@ -408,143 +407,6 @@ fn inverse_normal_cdf(p: f64) -> f64 {
 /// A polynomial with coefficients from the highest power down, at `x`.
 fn horner(coefficients: &[f64], x: f64) -> f64 {
     coefficients.iter().fold(0.0, |acc, c| acc * x + c)
-}
-
-/// Parses a duration: a decimal number and a unit — `ns`, `us` (or `µs`), `ms`, `s` — like
-/// `10ms`, `1.5s`, `250us`; a bare `0` is zero. Fractions finer than a nanosecond are dropped.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    duration_problem(s).map_err(|why| {
-        format!(
-            "{s:?} {why}; expected a duration like 10ms, 1.5s, 250us or 0 (units ns, us, ms, s)"
-        )
-    })
-}
-
-/// [`parse_duration`], with the problem as a phrase that fits after the value.
-fn duration_problem(s: &str) -> Result<Duration, &'static str> {
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.starts_with('-') {
-        return Err("is negative");
-    }
-    let (number, unit) = split_number(s);
-    let scale = match unit {
-        _ if number.is_empty() => return Err("is not a number"),
-        "ns" => 1,
-        "us" | "µs" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        "" => return Err("has no unit"),
-        _ => return Err("has an unknown unit"),
-    };
-    scale_decimal(number, scale).map(Duration::from_nanos)
-}
-
-/// Prints a duration the way [`parse_duration`] reads it, in the largest unit it reaches:
-/// `10ms`, `1.5s`, `250us`, `0`.
-pub fn format_duration(d: Duration) -> String {
-    const UNITS: [(u128, usize, &str); 4] = [
-        (1_000_000_000, 9, "s"),
-        (1_000_000, 6, "ms"),
-        (1_000, 3, "us"),
-        (1, 0, "ns"),
-    ];
-    let n = d.as_nanos();
-    if n == 0 {
-        return "0".to_owned();
-    }
-    let (scale, digits, unit) = UNITS
-        .into_iter()
-        .find(|&(scale, ..)| n >= scale)
-        .unwrap_or(UNITS[3]);
-    let (whole, frac) = (n / scale, n % scale);
-    if frac == 0 {
-        format!("{whole}{unit}")
-    } else {
-        let frac = format!("{frac:0digits$}");
-        format!("{whole}.{}{unit}", frac.trim_end_matches('0'))
-    }
-}
-
-/// Parses a byte count: a number with an optional 1024-based unit — `k`, `m`, `g`, also written
-/// `kb`/`kib` and so on, in either case — like `512`, `64k` (65536), `1M`, `1.5k` (1536).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    size_problem(s).map_err(|why| format!("{s:?} {why}; expected a size like 512, 64k, 1m or 1g"))
-}
-
-/// [`parse_size`], with the problem as a phrase that fits after the value.
-fn size_problem(s: &str) -> Result<u64, &'static str> {
-    let (number, unit) = split_number(s);
-    let scale = match unit.to_ascii_lowercase().as_str() {
-        _ if number.is_empty() => return Err("is not a number"),
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err("has an unknown unit"),
-    };
-    scale_decimal(number, scale)
-}
-
-/// Prints a byte count the way [`parse_size`] reads it, in the largest unit that divides it:
-/// `64k`, `1m`, `1000`.
-pub fn format_size(n: u64) -> String {
-    match [(1 << 30, "g"), (1 << 20, "m"), (1 << 10, "k")]
-        .into_iter()
-        .find(|&(unit, _)| n != 0 && n.is_multiple_of(unit))
-    {
-        Some((unit, suffix)) => format!("{}{suffix}", n / unit),
-        None => n.to_string(),
-    }
-}
-
-/// Parses a percentage, which must carry its `%` sign and lie in `0..=100`, as a fraction:
-/// `10%` is 0.1, `0.1%` is 0.001.
-pub fn parse_percent(s: &str) -> Result<f64, String> {
-    let problem = match s.strip_suffix('%').map(str::parse::<f64>) {
-        None => "has no % sign",
-        Some(Ok(p)) if (0.0..=100.0).contains(&p) => return Ok(p / 100.0),
-        Some(Ok(p)) if p.is_finite() => "is not within 0%..=100%",
-        Some(_) => "is not a number",
-    };
-    Err(format!(
-        "{s:?} {problem}; expected a percentage like 10% or 0.5%"
-    ))
-}
-
-/// Splits `1.5ms` into its decimal number `1.5` and the rest, `ms`.
-fn split_number(s: &str) -> (&str, &str) {
-    s.split_at(
-        s.find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len()),
-    )
-}
-
-/// `number × scale` exactly, for a decimal `number` like `1.5` (digits, at most one `.`, at
-/// least one digit), rounded down to a whole unit.
-pub(super) fn scale_decimal(number: &str, scale: u64) -> Result<u64, &'static str> {
-    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
-    let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.len() + frac.len() == 0 || !digits_only(whole) || !digits_only(frac) {
-        return Err("is not a number");
-    }
-    let mut value: u128 = 0;
-    for b in whole.bytes() {
-        value = value * 10 + u128::from(b - b'0');
-        if value > u128::from(u64::MAX) {
-            return Err("is too large");
-        }
-    }
-    let (mut numerator, mut denominator) = (0u128, 1u128);
-    // 19 fractional digits are finer than a base unit for any scale below 10^19 (an hour is
-    // 3.6·10^12 ns, a gigabyte 2^30 bytes).
-    for b in frac.bytes().take(19) {
-        numerator = numerator * 10 + u128::from(b - b'0');
-        denominator *= 10;
-    }
-    let total = value * u128::from(scale) + numerator * u128::from(scale) / denominator;
-    u64::try_from(total).map_err(|_| "is too large")
 }
 
 #[cfg(test)]
@@ -798,84 +660,6 @@ mod tests {
         assert!(parse_err("exp:10").contains("mean \"10\" has no unit"));
         assert!(parse_err("10").contains("\"10\" has no unit"));
         assert!(parse_err("-5ms").contains("is negative"));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10ms"), Ok(ms(10)));
-        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
-        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
-        assert_eq!(parse_duration("250µs"), Ok(Duration::from_micros(250)));
-        assert_eq!(parse_duration("100ns"), Ok(Duration::from_nanos(100)));
-        assert_eq!(parse_duration("2s"), Ok(ms(2000)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration(".5ms"), Ok(Duration::from_micros(500)));
-        assert_eq!(parse_duration("0.0000000015s"), Ok(Duration::from_nanos(1)));
-        for (bad, why) in [
-            ("10", "has no unit"),
-            ("5m", "has an unknown unit"),
-            ("ms", "is not a number"),
-            ("", "is not a number"),
-            ("1.2.3s", "is not a number"),
-            ("-1s", "is negative"),
-            ("99999999999999999999s", "is too large"),
-        ] {
-            let e = parse_duration(bad).unwrap_err();
-            assert!(
-                e.starts_with(&format!("{bad:?} {why}; expected a duration like")),
-                "{e}"
-            );
-        }
-        assert_eq!(
-            format_duration(Duration::from_nanos(1_234_567)),
-            "1.234567ms"
-        );
-        assert_eq!(format_duration(Duration::from_nanos(999)), "999ns");
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("64k"), Ok(65536));
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("64kb"), Ok(65536));
-        assert_eq!(parse_size("64KiB"), Ok(65536));
-        assert_eq!(parse_size("1m"), Ok(1_048_576));
-        assert_eq!(parse_size("1M"), Ok(1_048_576));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert_eq!(parse_size("512"), Ok(512));
-        assert_eq!(parse_size("1.5k"), Ok(1536));
-        assert_eq!(parse_size("0"), Ok(0));
-        assert!(parse_size("1x")
-            .unwrap_err()
-            .contains("\"1x\" has an unknown unit"));
-        assert!(parse_size("k").unwrap_err().contains("is not a number"));
-        assert!(parse_size("-1k").unwrap_err().contains("is not a number"));
-        assert!(parse_size("99999999999g")
-            .unwrap_err()
-            .contains("is too large"));
-        assert_eq!(format_size(65536), "64k");
-        assert_eq!(format_size(1 << 20), "1m");
-        assert_eq!(format_size(1000), "1000");
-        assert_eq!(format_size(0), "0");
-    }
-
-    #[test]
-    fn percents() {
-        assert_eq!(parse_percent("10%"), Ok(0.1));
-        assert!((parse_percent("0.1%").unwrap() - 0.001).abs() < 1e-15);
-        assert_eq!(parse_percent("100%"), Ok(1.0));
-        assert_eq!(parse_percent("0%"), Ok(0.0));
-        assert!(parse_percent("10")
-            .unwrap_err()
-            .contains("\"10\" has no % sign"));
-        assert!(parse_percent("101%")
-            .unwrap_err()
-            .contains("is not within 0%..=100%"));
-        assert!(parse_percent("-1%").unwrap_err().contains("is not within"));
-        assert!(parse_percent("x%").unwrap_err().contains("is not a number"));
-        assert!(parse_percent("NaN%")
-            .unwrap_err()
-            .contains("is not a number"));
     }
 
     #[test]

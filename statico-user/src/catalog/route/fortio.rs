@@ -14,6 +14,8 @@
 //!   0..=100 and summing to at most 100. Each argument gets one uniform draw per request, walked
 //!   through the cumulative percentages; a draw past the last entry gets the default: the route's
 //!   status, no delay, the route's own body.
+//! - `delay` is a Go duration (`time.ParseDuration`: `5ms`, `1.5s`, `1m30s`), read in
+//!   [`DurationSyntax::Go`].
 //! - `size` is a plain byte count (`1024`; Fortio has no `k` suffix, and its own unit for
 //!   `-maxpayloadsizekb` is 1024 bytes). Statico also takes `1k`/`1m` here, 1024-based like every
 //!   size it reads.
@@ -37,8 +39,10 @@ use std::time::Duration;
 use percent_encoding::percent_decode;
 use rand::{Rng, RngExt};
 
-use super::dist::{format_duration, format_size, parse_size, scale_decimal};
 use super::spec::parse_header;
+use crate::catalog::units::{
+    duration_problem, format_duration, format_size, parse_size, DurationSyntax,
+};
 
 /// The most a query may ask for: the server's `--max-delay` and `--max-size`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,7 +162,7 @@ fn apply(overrides: &mut Overrides, arg: Arg, value: &str, limits: &Limits) -> R
         Arg::Status => overrides.status = weighted("status", value, parse_status)?,
         Arg::Delay => {
             let table = weighted("delay", value, |v| {
-                parse_go_duration(v).map_err(|why| format!("{v:?} {why}"))
+                duration_problem(v, DurationSyntax::Go).map_err(|why| format!("{v:?} {why}"))
             })?;
             if let Some(delay) = beyond(&table, limits.max_delay) {
                 let (delay, max) = (format_duration(delay), format_duration(limits.max_delay));
@@ -269,56 +273,6 @@ fn parse_close(value: &str) -> Result<f64, String> {
     }
 }
 
-/// Go's `time.ParseDuration`, for durations that are not negative: numbers with units (`ns`,
-/// `us`, `µs`, `ms`, `s`, `m`, `h`), possibly several (`1m30s`), possibly fractional (`1.5s`);
-/// a bare `0` is zero.
-fn parse_go_duration(s: &str) -> Result<Duration, &'static str> {
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s.starts_with('-') {
-        return if s == "-0" {
-            Ok(Duration::ZERO)
-        } else {
-            Err("is negative")
-        };
-    }
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("is not a duration");
-    }
-    let mut rest = s;
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let unit_at = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, after) = rest.split_at(unit_at);
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            "" => return Err("has no unit"),
-            _ => return Err("has an unknown unit"),
-        };
-        let part = scale_decimal(number, scale)?;
-        // Go's limit: what an int64 of nanoseconds holds (about 292 years).
-        total = total
-            .checked_add(part)
-            .filter(|&t| t <= i64::MAX as u64)
-            .ok_or("is too large")?;
-        rest = next;
-    }
-    Ok(Duration::from_nanos(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,11 +352,7 @@ mod tests {
             [(Duration::from_micros(100), 1.0)]
         );
         assert_eq!(parse("delay=0").delay, [(Duration::ZERO, 1.0)]);
-        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_go_duration(".5s"), Ok(ms(500)));
-        assert_eq!(parse_go_duration("1μs"), Ok(Duration::from_micros(1)));
-        assert_eq!(parse_go_duration("3000000h"), Err("is too large"));
+        assert_eq!(parse("delay=1s500ms").delay, [(ms(1500), 1.0)]);
         assert!(parse_err("delay=5").contains("delay \"5\": \"5\" has no unit"));
         assert!(parse_err("delay=5d").contains("\"5d\" has an unknown unit"));
         assert!(parse_err("delay=-5ms").contains("\"-5ms\" is negative"));

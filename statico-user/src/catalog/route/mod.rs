@@ -35,6 +35,7 @@ use super::request::Request;
 use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
+use crate::catalog::fault::Fault;
 use crate::catalog::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use dist::Dist;
@@ -42,7 +43,7 @@ use load::{Loads, RouteLoad, Ticket, TicketIds};
 use phase_spec::with_phases;
 use pool::{OrphanClock, Pool, Shed};
 use pool_spec::PoolSpec;
-use spec::{BodySpec, Fault, PathMatch, RoutePool, RouteSpec};
+use spec::{BodySpec, PathMatch, RoutePool, RouteSpec};
 use table::Table;
 
 /// What every routes table of one server is built with and shares with the tables before and

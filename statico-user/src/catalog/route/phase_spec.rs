@@ -1,12 +1,14 @@
 //! A phase as the user writes it: `--phase 'at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value…'`
 //! and `[[phase]]` tables in `--routes FILE`. For its window ([`crate::catalog::schedule`]) the routes
-//! whose path is written `PATH` answer with the keys given replacing their own. The keys are kept as
-//! text here and parsed by the route's own key parsers when the phase's route is built
-//! ([`super::spec::overridden`]), so a key means the same in a phase as on a route.
+//! whose path is written `PATH` answer with the keys given replacing their own. The keys are parsed
+//! once, with the phase, by the route's own key parsers into a [`RoutePatch`], so a key means the
+//! same in a phase as on a route; building the table applies the patch to each route it names.
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use super::spec::{overridden, PathMatch, RouteSpec};
+use toml::Value;
+
+use super::spec::{PathMatch, RoutePatch, RouteSpec};
 use crate::catalog::schedule::{Window, WindowKeys, WINDOW_KEYS};
 
 /// One phase: when, which routes, what changes.
@@ -19,12 +21,12 @@ pub struct PhaseSpec {
     /// The path as written, and as the routes match it.
     pub path_text: String,
     pub path: PathMatch,
-    /// The route keys that replace the route's own, as written (`status`, `503`).
-    pub keys: Vec<(String, String)>,
+    /// What it changes in each route it names.
+    pub patch: RoutePatch,
+    /// The route keys as written (`status=503 delay=100ms`), for the start-up line.
+    pub written: String,
     /// Where it was written (`--phase "…"`, `FILE:LINE`), for errors.
     pub at: String,
-    /// Where a `body=@FILE` path starts (a TOML file's directory).
-    pub base_dir: Option<PathBuf>,
 }
 
 const FORM: &str = "expected at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value..., like at=30s for=10s /api/* status=503";
@@ -61,8 +63,14 @@ impl PhaseKeys {
         Ok(())
     }
 
-    /// The phase, numbered `index` (0-based) among the phases for its default name.
-    pub fn finish(self, index: usize, at: String) -> Result<PhaseSpec, String> {
+    /// The phase, numbered `index` (0-based) among the phases for its default name; a
+    /// `body=@FILE` is read from `base_dir` (a TOML file's directory) when given.
+    pub fn finish(
+        self,
+        index: usize,
+        at: String,
+        base_dir: Option<&Path>,
+    ) -> Result<PhaseSpec, String> {
         let window = self.window.finish()?;
         let Some(path_text) = self.path else {
             return Err(format!("no PATH; {FORM}"));
@@ -74,15 +82,17 @@ impl PhaseKeys {
                 WINDOW_KEYS
             ));
         }
+        let patch = RoutePatch::parse(&self.keys, base_dir)?;
+        let written: Vec<String> = self.keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
         Ok(PhaseSpec {
             named: self.name.is_some(),
             name: self.name.unwrap_or_else(|| format!("phase{}", index + 1)),
             window,
             path_text,
             path,
-            keys: self.keys,
+            patch,
+            written: written.join(" "),
             at,
-            base_dir: None,
         })
     }
 }
@@ -97,19 +107,43 @@ pub fn parse_phase(s: &str, index: usize) -> Result<PhaseSpec, String> {
             None => return Err(format!("{token:?} is neither key=value nor a PATH; {FORM}")),
         }
     }
-    keys.finish(index, format!("--phase {s:?}"))
+    keys.finish(index, format!("--phase {s:?}"), None)
+}
+
+/// One `[[phase]]` table: its keys as the flag's, each value as text (an array is one key per item).
+pub(super) fn toml_phase(
+    table: &toml::Table,
+    index: usize,
+    place: String,
+    base_dir: Option<&Path>,
+) -> Result<PhaseSpec, String> {
+    let mut keys = PhaseKeys::default();
+    for (key, value) in table {
+        let items = match value {
+            Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        for item in items {
+            let text = match item {
+                Value::String(s) => s.clone(),
+                Value::Integer(i) => i.to_string(),
+                _ => return Err(format!("{key} must be a string or an integer")),
+            };
+            keys.set(key, &text)?;
+        }
+    }
+    keys.finish(index, place, base_dir)
 }
 
 impl PhaseSpec {
     /// The phase as the start-up lines show it.
     pub fn describe(&self) -> String {
-        let keys: Vec<String> = self.keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "{} {} {}: {}",
             self.name,
             self.window.describe(),
             self.path_text,
-            keys.join(" ")
+            self.written
         )
     }
 }
@@ -163,12 +197,8 @@ impl Phased {
                 route.name
             );
         }
-        let mut version = overridden(route, &phase.keys, &phase.name, phase.base_dir.as_deref())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", phase.at))?;
-        let keeps_pool = version.pool == route.pool;
-        if keeps_pool {
-            version.pool = None;
-        }
+        let version = phase.patch.apply(route, &phase.name);
+        let keeps_pool = phase.patch.keeps_pool();
         let index = u16::try_from(self.specs.len())
             .map_err(|_| anyhow::anyhow!("{}: too many routes with phases", phase.at))?;
         self.specs.push(version);
@@ -203,6 +233,8 @@ impl Phased {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::route::dist::Dist;
+    use crate::catalog::route::spec::{parse_spec, BodySpec, RoutePool};
     use std::time::Duration;
 
     #[test]
@@ -212,13 +244,9 @@ mod tests {
         assert_eq!(p.window.at, Duration::from_secs(30));
         assert_eq!(p.window.every, Some(Duration::from_secs(60)));
         assert_eq!(p.path, PathMatch::Prefix("/api/".into()));
-        assert_eq!(
-            p.keys,
-            [
-                ("status".to_string(), "503".to_string()),
-                ("delay".into(), "100ms".into())
-            ]
-        );
+        assert_eq!(p.patch.status, Some((503, vec![])));
+        assert_eq!(p.patch.delay, Some(Dist::Fixed(Duration::from_millis(100))));
+        assert_eq!(p.written, "status=503 delay=100ms");
         let named = parse_phase("name=brownout at=1s for=1s /x delay=1s", 3).unwrap();
         assert_eq!(named.name, "brownout");
     }
@@ -237,5 +265,64 @@ mod tests {
         assert!(parse_phase("at=1s for=1s x /x", 0)
             .unwrap_err()
             .contains("neither key=value nor a PATH"));
+    }
+
+    #[test]
+    fn a_phases_route_keys_are_parsed_with_it_by_the_routes_parsers() {
+        let err = |s: &str| parse_phase(s, 0).unwrap_err();
+        assert!(err("at=1s for=1s /x status=abc")
+            .starts_with("status \"abc\": \"abc\" is not a status"));
+        assert!(err("at=1s for=1s /x colour=red").starts_with("unknown key \"colour\""));
+        assert_eq!(
+            err("at=1s for=1s /x delay=1ms delay=2ms"),
+            "delay given twice"
+        );
+        assert!(err("at=1s for=1s /x queue=1").starts_with("queue= needs capacity=C"));
+        assert!(
+            err("at=1s for=1s /x pool=db capacity=1").starts_with("pool=NAME and the pool keys")
+        );
+    }
+
+    #[test]
+    fn a_version_is_its_route_with_the_keys_given_replaced() {
+        let route = parse_spec("/x status=404 header=A:b header=C:d delay=1ms body=x").unwrap();
+        let phase = parse_phase("at=1s for=1s /x header=E:f size=1k", 0).unwrap();
+        let version = &with_phases(std::slice::from_ref(&route), &[phase])
+            .unwrap()
+            .specs[1];
+        assert_eq!(version.headers, [("E".to_string(), "f".to_string())]);
+        assert_eq!(version.body, BodySpec::Size(1024));
+        assert_eq!(
+            (&version.name, version.status, &version.delay),
+            (&route.name, route.status, &route.delay)
+        );
+    }
+
+    #[test]
+    fn a_version_keeps_its_routes_pool_unless_the_phase_gives_a_pool_key() {
+        let route = parse_spec("/x pool=db").unwrap();
+        let phases = [
+            parse_phase("name=a at=1s for=1s /x status=503", 0).unwrap(),
+            parse_phase("name=b at=3s for=1s /x capacity=2", 1).unwrap(),
+            parse_phase("name=c at=5s for=1s /x pool=other", 2).unwrap(),
+        ];
+        assert!(phases[0].patch.keeps_pool() && !phases[1].patch.keeps_pool());
+        let phased = with_phases(&[route], &phases).unwrap();
+        // The version that keeps the pool names none: the route's is not made twice.
+        assert_eq!(phased.specs[1].pool, None);
+        assert!(
+            matches!(&phased.specs[2].pool, Some(RoutePool::Own(p)) if p.name == "/x @b" && p.capacity == 2),
+            "{:?}",
+            phased.specs[2].pool
+        );
+        assert_eq!(
+            phased.specs[3].pool,
+            Some(RoutePool::Named {
+                name: "other".into(),
+                at: "phase c".into()
+            })
+        );
+        let pool_of = phased.inherit_pools(vec![Some(0), None, Some(1), Some(2)]);
+        assert_eq!(pool_of, [Some(0), Some(0), Some(1), Some(2)]);
     }
 }

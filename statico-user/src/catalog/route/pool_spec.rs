@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::dist::parse_duration;
+use crate::catalog::units::parse_duration;
 
 /// A pool: C servers, a queue, how the overflow is shed.
 #[derive(Clone, Debug, PartialEq, Eq)]

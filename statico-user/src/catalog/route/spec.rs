@@ -1,4 +1,5 @@
-//! A route as the user writes it: the `--route SPEC` flag and the `--routes FILE` TOML file.
+//! A route as the user writes it: the `--route SPEC` flag and a `[[route]]` table of a `--routes`
+//! document ([`super::table`] reads the document).
 //!
 //! A route says which requests it answers (methods and a path, exact or prefix) and how: the
 //! status (or a mix of statuses), the body, extra headers, delays drawn from a [`Dist`], a pacing
@@ -18,9 +19,10 @@
 //! contain spaces; the TOML form (or `body=@FILE`) can. The file form is an array of `[[route]]`
 //! tables with the same keys, plus `path`, `methods` and an optional `name`. Both forms share one
 //! parser per key (`Key` and the `parse_*` functions below), so a value means the same thing
-//! wherever it is written.
+//! wherever it is written. A phase's route keys go through the same parsers into a [`RoutePatch`]:
+//! what the phase replaces in each route it changes.
 //!
-//! Reading a `body=@FILE` at parse time, and the `--routes` file itself, are the only I/O.
+//! Reading a `body=@FILE` at parse time is the only I/O.
 
 use std::fmt;
 use std::ops::Range;
@@ -29,9 +31,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
-use super::dist::{parse_percent, parse_size, Dist};
-use super::phase_spec::{PhaseKeys, PhaseSpec};
+use super::dist::Dist;
 use super::pool_spec::{PoolKeys, PoolSpec};
+/// The faults a route injects, as its spec names them (and [`crate::catalog::hold`] takes them).
+use crate::catalog::fault::Fault;
+use crate::catalog::units::{parse_percent, parse_size};
 
 /// What a route's path matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,34 +100,6 @@ pub enum BodySpec {
     File(PathBuf, Vec<u8>),
     /// `size=64k`: this many filler bytes.
     Size(u64),
-}
-
-/// A fault a route injects into a fraction of its responses, instead of answering normally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fault {
-    /// Abort the connection (a TCP reset) instead of answering.
-    Reset,
-    /// Close the connection cleanly instead of answering.
-    Close,
-    /// Never answer, keeping the connection open.
-    Stall,
-    /// Send the head and part of the body, then close.
-    Truncate,
-}
-
-impl Fault {
-    /// Every fault, in the order their names are listed in errors.
-    pub const ALL: [Fault; 4] = [Fault::Reset, Fault::Close, Fault::Stall, Fault::Truncate];
-
-    /// The name a `fault=` value uses: `reset`, `close`, `stall`, `truncate`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Fault::Reset => "reset",
-            Fault::Close => "close",
-            Fault::Stall => "stall",
-            Fault::Truncate => "truncate",
-        }
-    }
 }
 
 /// A route: which requests it answers and how, as written by the user.
@@ -242,7 +218,18 @@ struct Builder<'a> {
     base_dir: Option<&'a Path>,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    /// A builder for `route`, with no key given yet.
+    fn new(route: RouteSpec, base_dir: Option<&'a Path>) -> Builder<'a> {
+        Builder {
+            route,
+            seen: Vec::new(),
+            pool_name: None,
+            pool_keys: PoolKeys::default(),
+            base_dir,
+        }
+    }
+
     /// Sets `key` (as written) to `value`. Errors start with the key and the bad value.
     fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         if key == "pool" {
@@ -276,15 +263,24 @@ impl Builder<'_> {
     /// The route, once every key is in: its pool named or its own (not both). `at` says where
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
-        self.route.pool = match (self.pool_name, self.pool_keys.any()) {
-            (Some(_), true) => {
-                return Err("pool=NAME and the pool keys (capacity, queue, queue-timeout, shed) can't both be given: the keys make the route a pool of its own".into())
-            }
-            (Some(name), false) => Some(RoutePool::Named { name, at }),
-            (None, true) => Some(RoutePool::Own(self.pool_keys.finish(&self.route.name)?)),
-            (None, false) => None,
+        let name = self.route.name.clone();
+        self.route.pool = match self.pool(&name)? {
+            PoolChange::Keep => None,
+            PoolChange::Named(name) => Some(RoutePool::Named { name, at }),
+            PoolChange::Own(pool) => Some(RoutePool::Own(pool)),
         };
         Ok(self.route)
+    }
+
+    /// What the pool keys given say: nothing, `pool=NAME`, or a pool of its own named `name`
+    /// (not both).
+    fn pool(&mut self, name: &str) -> Result<PoolChange, String> {
+        match (self.pool_name.take(), self.pool_keys.any()) {
+            (Some(_), true) => Err("pool=NAME and the pool keys (capacity, queue, queue-timeout, shed) can't both be given: the keys make the route a pool of its own".into()),
+            (Some(name), false) => Ok(PoolChange::Named(name)),
+            (None, true) => Ok(PoolChange::Own(std::mem::take(&mut self.pool_keys).finish(name)?)),
+            (None, false) => Ok(PoolChange::Keep),
+        }
     }
 
     /// Parses `value` for `key` into the route.
@@ -335,13 +331,7 @@ pub fn parse_spec(s: &str) -> Result<RouteSpec, String> {
     };
     let path = PathMatch::parse(path_text).map_err(|e| format!("path {e}"))?;
     let name = label(&methods, path_text);
-    let mut builder = Builder {
-        route: RouteSpec::new(name, methods, path),
-        seen: Vec::new(),
-        pool_name: None,
-        pool_keys: PoolKeys::default(),
-        base_dir: None,
-    };
+    let mut builder = Builder::new(RouteSpec::new(name, methods, path), None);
     for token in tokens {
         let (key, value) = token
             .split_once('=')
@@ -351,40 +341,111 @@ pub fn parse_spec(s: &str) -> Result<RouteSpec, String> {
     builder.finish(format!("--route {s:?}"))
 }
 
-/// `base` as a phase changes it: each of `keys` (route keys, as written) replaces the route's own
-/// (`header` keys replace all its headers). Without pool keys it keeps its pool; with them it has a
-/// pool of its own for the phase, named `ROUTE @PHASE`.
-pub fn overridden(
-    base: &RouteSpec,
-    keys: &[(String, String)],
-    phase: &str,
-    base_dir: Option<&Path>,
-) -> Result<RouteSpec, String> {
-    let mut route = base.clone();
-    if keys.iter().any(|(k, _)| k == "header") {
-        route.headers.clear();
+/// What a phase does to a route's pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PoolChange {
+    /// No pool key: the phase's version of a route shares the route's pool (if it has one).
+    #[default]
+    Keep,
+    /// `pool=NAME`: the pool of that name.
+    Named(String),
+    /// Pool keys (`capacity`, …): a pool of its own for the phase, named `ROUTE @PHASE` when the
+    /// patch is applied (its `name` is empty until then).
+    Own(PoolSpec),
+}
+
+/// What a phase changes in each route it names: the route keys it gives, parsed once, with the
+/// route's own parsers (a key means the same in a phase as on a route). Each key given replaces
+/// the route's own: `header` keys all its headers, `fault` all its faults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoutePatch {
+    /// `status`: the base status and the mix.
+    pub status: Option<(u16, Vec<(u16, f64)>)>,
+    /// `body` or `size`.
+    pub body: Option<BodySpec>,
+    pub headers: Option<Vec<(String, String)>>,
+    pub delay: Option<Dist>,
+    pub body_delay: Option<Dist>,
+    pub faults: Option<Vec<(Fault, f64)>>,
+    pub rate: Option<u64>,
+    pub pool: PoolChange,
+}
+
+impl RoutePatch {
+    /// `keys` (route keys, as written, in order): errors as a route's, starting with the key.
+    /// A `body=@FILE` is read now, from `base_dir` when given.
+    pub(crate) fn parse(
+        keys: &[(String, String)],
+        base_dir: Option<&Path>,
+    ) -> Result<RoutePatch, String> {
+        let blank = RouteSpec::new(String::new(), Vec::new(), PathMatch::Prefix("/".into()));
+        let mut builder = Builder::new(blank, base_dir);
+        for (key, value) in keys {
+            builder.set(key, value)?;
+        }
+        let pool = builder.pool("")?;
+        let given = |key: Key| builder.seen.contains(&key);
+        let status_given = given(Key::Status);
+        let body_given = given(Key::Body) || given(Key::Size);
+        let headers_given = given(Key::Header);
+        let faults_given = given(Key::Fault);
+        let route = builder.route;
+        Ok(RoutePatch {
+            status: status_given.then_some((route.status, route.status_mix)),
+            body: body_given.then_some(route.body),
+            headers: headers_given.then_some(route.headers),
+            delay: route.delay,
+            body_delay: route.body_delay,
+            faults: faults_given.then_some(route.faults),
+            rate: route.rate,
+            pool,
+        })
     }
-    if keys.iter().any(|(k, _)| k == "fault") {
-        route.faults.clear();
+
+    /// Whether a route's version for the phase keeps the route's pool: the phase gives no pool key.
+    pub(crate) fn keeps_pool(&self) -> bool {
+        self.pool == PoolChange::Keep
     }
-    route.name = format!("{} @{phase}", base.name);
-    let mut builder = Builder {
-        route,
-        seen: Vec::new(),
-        pool_name: None,
-        pool_keys: PoolKeys::default(),
-        base_dir,
-    };
-    for (key, value) in keys {
-        builder.set(key, value)?;
+
+    /// `base` as phase `phase` changes it. A version that keeps its route's pool names none: it
+    /// shares the route's ([`RoutePatch::keeps_pool`]), which is made once, for the route.
+    pub(crate) fn apply(&self, base: &RouteSpec, phase: &str) -> RouteSpec {
+        let mut route = base.clone();
+        if let Some((status, mix)) = &self.status {
+            (route.status, route.status_mix) = (*status, mix.clone());
+        }
+        replace(&mut route.body, &self.body);
+        replace(&mut route.headers, &self.headers);
+        replace(&mut route.faults, &self.faults);
+        if self.delay.is_some() {
+            route.delay = self.delay.clone();
+        }
+        if self.body_delay.is_some() {
+            route.body_delay = self.body_delay.clone();
+        }
+        if self.rate.is_some() {
+            route.rate = self.rate;
+        }
+        route.pool = match &self.pool {
+            PoolChange::Keep => None,
+            PoolChange::Named(name) => Some(RoutePool::Named {
+                name: name.clone(),
+                at: format!("phase {phase}"),
+            }),
+            PoolChange::Own(pool) => Some(RoutePool::Own(PoolSpec {
+                name: format!("{} @{phase}", base.name),
+                ..pool.clone()
+            })),
+        };
+        route
     }
-    let keeps_pool = builder.pool_name.is_none() && !builder.pool_keys.any();
-    let mut route = builder.finish(format!("phase {phase}"))?;
-    if keeps_pool {
-        route.pool = base.pool.clone();
+}
+
+/// `slot` replaced by the patch's value, if it gives one.
+fn replace<T: Clone>(slot: &mut T, patch: &Option<T>) {
+    if let Some(value) = patch {
+        *slot = value.clone();
     }
-    route.name = base.name.clone();
-    Ok(route)
 }
 
 /// A route's default label: `GET,HEAD /api/*`, or the path alone when any method goes.
@@ -555,43 +616,10 @@ fn parse_rate(value: &str) -> Result<u64, String> {
     }
 }
 
-/// A `--routes` file: `[[route]]` tables and nothing else.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RoutesFile {
-    #[serde(default)]
-    route: Vec<Spanned<TomlRoute>>,
-    #[serde(default)]
-    pool: Vec<Spanned<TomlPool>>,
-    #[serde(default)]
-    phase: Vec<Spanned<toml::Table>>,
-}
-
-/// One `[[pool]]` table as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TomlPool {
-    name: Option<Spanned<Value>>,
-    capacity: Option<Spanned<Value>>,
-    queue: Option<Spanned<Value>>,
-    #[serde(rename = "queue-timeout")]
-    queue_timeout: Option<Spanned<Value>>,
-    shed: Option<Spanned<Value>>,
-}
-
-/// What a `--routes` file defines: its routes, and its pools with the place each is written
-/// (`FILE:LINE`, for the error of a pool defined twice).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoutesDoc {
-    pub routes: Vec<RouteSpec>,
-    pub pools: Vec<(PoolSpec, String)>,
-    pub phases: Vec<PhaseSpec>,
-}
-
 /// One `[[route]]` table as written, each value with its place in the file for errors.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TomlRoute {
+pub(super) struct TomlRoute {
     name: Option<Spanned<Value>>,
     path: Option<Spanned<Value>>,
     methods: Option<Spanned<Value>>,
@@ -613,140 +641,10 @@ struct TomlRoute {
 }
 
 /// An error at a place in the TOML text.
-type Located = (Range<usize>, String);
-
-/// Parses a `--routes` TOML file (see the module documentation). Errors name the file and the
-/// line: `routes.toml:7: delay "…": …`.
-pub fn parse_file(path: &Path) -> Result<RoutesDoc, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    parse_toml_doc(&text, path)
-}
-
-/// [`parse_file`] for text already read from `path` (which names it in errors and is where
-/// relative `body = "@FILE"` paths start).
-pub fn parse_toml(text: &str, path: &Path) -> Result<Vec<RouteSpec>, String> {
-    parse_toml_doc(text, path).map(|doc| doc.routes)
-}
-
-/// [`parse_toml`], with the file's `[[pool]]` and `[[phase]]` tables.
-pub fn parse_toml_doc(text: &str, path: &Path) -> Result<RoutesDoc, String> {
-    parse_toml_doc_from(text, path, path.parent())
-}
-
-/// [`parse_toml_doc`] for a document that is not a file (a `PUT /routes` body): `name` names it in
-/// errors, and relative `@FILE` paths start at `base_dir` (none: the working directory).
-pub fn parse_toml_doc_from(
-    text: &str,
-    path: &Path,
-    base_dir: Option<&Path>,
-) -> Result<RoutesDoc, String> {
-    let at = |span: Option<Range<usize>>| match span {
-        Some(span) => format!("{}:{}", path.display(), line_of(text, span.start)),
-        None => path.display().to_string(),
-    };
-    let file: RoutesFile = toml::from_str(text).map_err(|e| {
-        let message = e.message().trim().replace('\n', "; ");
-        format!("{}: {message}", at(e.span()))
-    })?;
-    if file.route.is_empty() {
-        let shown = path.display();
-        return Err(format!(
-            "{shown}: no routes; expected [[route]] tables with path = \"/...\""
-        ));
-    }
-    let routes = file
-        .route
-        .iter()
-        .map(|route| {
-            let place = at(Some(route.span()));
-            toml_route(route, base_dir, place)
-                .map_err(|(span, e)| format!("{}: {e}", at(Some(span))))
-        })
-        .collect::<Result<_, _>>()?;
-    let pools = file
-        .pool
-        .iter()
-        .map(|pool| {
-            let spec = toml_pool(pool).map_err(|(span, e)| format!("{}: {e}", at(Some(span))))?;
-            Ok((spec, at(Some(pool.span()))))
-        })
-        .collect::<Result<_, String>>()?;
-    let phases = (file.phase.iter().enumerate())
-        .map(|(i, phase)| {
-            let place = at(Some(phase.span()));
-            toml_phase(phase.get_ref(), i, place.clone(), base_dir)
-                .map_err(|e| format!("{place}: [[phase]] {e}"))
-        })
-        .collect::<Result<_, String>>()?;
-    Ok(RoutesDoc {
-        routes,
-        pools,
-        phases,
-    })
-}
-
-/// One `[[phase]]` table: its keys as the flag's, each value as text (an array is one key per item).
-fn toml_phase(
-    table: &toml::Table,
-    index: usize,
-    place: String,
-    base_dir: Option<&Path>,
-) -> Result<PhaseSpec, String> {
-    let mut keys = PhaseKeys::default();
-    for (key, value) in table {
-        let items = match value {
-            Value::Array(items) => items.iter().collect(),
-            one => vec![one],
-        };
-        for item in items {
-            let text = match item {
-                Value::String(s) => s.clone(),
-                Value::Integer(i) => i.to_string(),
-                _ => return Err(format!("{key} must be a string or an integer")),
-            };
-            keys.set(key, &text)?;
-        }
-    }
-    let mut phase = keys.finish(index, place)?;
-    phase.base_dir = base_dir.map(Path::to_path_buf);
-    Ok(phase)
-}
-
-/// One `[[pool]]` table as a pool, through the flag's key parsers.
-fn toml_pool(table: &Spanned<TomlPool>) -> Result<PoolSpec, Located> {
-    let pool = table.get_ref();
-    let Some(name) = &pool.name else {
-        return Err((
-            table.span(),
-            "the pool has no name; expected name = \"NAME\"".into(),
-        ));
-    };
-    let name = one_text("name", name)?;
-    let mut keys = PoolKeys::default();
-    let keyed = [
-        ("capacity", &pool.capacity),
-        ("queue", &pool.queue),
-        ("queue-timeout", &pool.queue_timeout),
-        ("shed", &pool.shed),
-    ];
-    for (key, value) in keyed {
-        if let Some(value) = value {
-            let text = one_text(key, value)?;
-            keys.set(key, &text).map_err(|e| (value.span(), e))?;
-        }
-    }
-    keys.finish(&name).map_err(|e| (table.span(), e))
-}
-
-/// The 1-based line of byte `offset` in `text`.
-fn line_of(text: &str, offset: usize) -> usize {
-    let before = text.as_bytes().get(..offset).unwrap_or(text.as_bytes());
-    before.iter().filter(|&&b| b == b'\n').count() + 1
-}
+pub(super) type Located = (Range<usize>, String);
 
 /// One `[[route]]` table as a route, through the same key parsers as the flag.
-fn toml_route(
+pub(super) fn toml_route(
     table: &Spanned<TomlRoute>,
     base_dir: Option<&Path>,
     place: String,
@@ -773,13 +671,7 @@ fn toml_route(
         Some(name) => one_text("name", name)?,
         None => label(&methods, &path_text),
     };
-    let mut builder = Builder {
-        route: RouteSpec::new(name, methods, path),
-        seen: Vec::new(),
-        pool_name: None,
-        pool_keys: PoolKeys::default(),
-        base_dir,
-    };
+    let mut builder = Builder::new(RouteSpec::new(name, methods, path), base_dir);
     let keyed = [
         (Key::Status, &route.status),
         (Key::Body, &route.body),
@@ -820,7 +712,7 @@ fn toml_route(
 }
 
 /// A value written as a string or an integer, as text for the key's parser.
-fn one_text(key: &str, value: &Spanned<Value>) -> Result<String, Located> {
+pub(super) fn one_text(key: &str, value: &Spanned<Value>) -> Result<String, Located> {
     match value.get_ref() {
         Value::String(s) => Ok(s.clone()),
         Value::Integer(i) => Ok(i.to_string()),
@@ -832,7 +724,7 @@ fn one_text(key: &str, value: &Spanned<Value>) -> Result<String, Located> {
 }
 
 /// A value written as one string or an array of strings.
-fn texts(key: &str, value: &Spanned<Value>) -> Result<Vec<String>, Located> {
+pub(super) fn texts(key: &str, value: &Spanned<Value>) -> Result<Vec<String>, Located> {
     let wrong = || {
         (
             value.span(),
@@ -1011,125 +903,5 @@ mod tests {
         assert!(spec_err("/ status").contains("\"status\" is not key=value"));
         assert_eq!(spec_err("/ status=200 status=404"), "status given twice");
         assert_eq!(spec_err("/ delay=1ms delay=2ms"), "delay given twice");
-    }
-
-    const ROUTES: &str = r#"# three routes
-[[route]]
-path = "/health"
-body = "ok"
-
-[[route]]
-name = "api"
-methods = ["get", "HEAD"]
-path = "/api/*"
-status = "503:10%,429:5%"
-header = ["Cache-Control: no-store", "X-Served-By: statico"]
-delay = "lognormal:10ms:80ms"
-body-delay = "1ms"
-fault = "reset:0.1%"
-body = "@body.txt"
-
-[[route]]
-methods = "POST,PUT"
-path = "/upload"
-status = 201
-size = 1024
-rate = "1m"
-"#;
-
-    #[test]
-    fn toml_file_with_three_routes() {
-        let dir = scratch("toml");
-        std::fs::write(dir.join("body.txt"), "api body").unwrap();
-        let file = dir.join("routes.toml");
-        std::fs::write(&file, ROUTES).unwrap();
-        let routes = parse_file(&file).unwrap().routes;
-        assert_eq!(routes.len(), 3);
-        assert_eq!(
-            routes[0],
-            RouteSpec {
-                body: BodySpec::Text(b"ok".to_vec()),
-                ..spec("/health")
-            }
-        );
-        let api = &routes[1];
-        assert_eq!(api.name, "api");
-        assert_eq!(api.methods, ["GET", "HEAD"]);
-        assert_eq!(api.status_mix, [(503, 0.1), (429, 0.05)]);
-        assert_eq!(api.headers[1], ("X-Served-By".into(), "statico".into()));
-        assert_eq!(api.delay, Dist::parse("lognormal:10ms:80ms").ok());
-        assert_eq!(api.body_delay, Some(Dist::Fixed(Duration::from_millis(1))));
-        assert_eq!(api.faults, [(Fault::Reset, 0.001)]);
-        assert_eq!(
-            api.body,
-            BodySpec::File(dir.join("body.txt"), b"api body".to_vec())
-        );
-        let upload = &routes[2];
-        assert_eq!(upload.name, "POST,PUT /upload");
-        assert_eq!(
-            (upload.status, &upload.body, upload.rate),
-            (201, &BodySpec::Size(1024), Some(1 << 20))
-        );
-        assert!(parse_file(&dir.join("none.toml"))
-            .unwrap_err()
-            .contains("none.toml: cannot read: "));
-    }
-
-    fn toml_err(text: &str) -> String {
-        parse_toml(text, Path::new("routes.toml")).expect_err(text)
-    }
-
-    #[test]
-    fn toml_errors_name_file_and_line() {
-        let text = "[[route]]\npath = \"/a\"\n\n[[route]]\npath = \"/b\"\nstatus = 200\ndelay = \"lognormal:80ms:10ms\"\n";
-        assert_eq!(
-            toml_err(text),
-            "routes.toml:7: delay \"lognormal:80ms:10ms\": p99 (10ms) is below p50 (80ms); expected lognormal:P50:P99"
-        );
-        let e = toml_err("[[route]]\npath = \"/a\"\ncolour = \"red\"\n");
-        assert!(
-            e.starts_with("routes.toml:3: unknown field `colour`"),
-            "{e}"
-        );
-        let e = toml_err("[[route]]\npath = \"/a\"\n\n[server]\nport = 1\n");
-        assert!(
-            e.starts_with("routes.toml:4: unknown field `server`"),
-            "{e}"
-        );
-        let e = toml_err("[[route]]\npath = \"/a\nstatus = 200\n");
-        assert!(e.starts_with("routes.toml:2: "), "{e}");
-        let e = toml_err("[[route]]\npath = \"/a\"\n\n[[route]]\nstatus = 200\n");
-        assert!(e.starts_with("routes.toml:4: the route has no path"), "{e}");
-        let e = toml_err("[[route]]\npath = \"/a\"\nheader = 5\n");
-        assert_eq!(
-            e,
-            "routes.toml:3: header must be a string or an array of strings"
-        );
-        let e = toml_err("[[route]]\npath = \"/a\"\nrate = 1.5\n");
-        assert_eq!(e, "routes.toml:3: rate must be a string or an integer");
-        let e = toml_err("[[route]]\npath = \"/a\"\nmethods = [\"GET\", \"G T\"]\n");
-        assert!(
-            e.starts_with("routes.toml:3: methods \"G T\": \"G T\" is not a method"),
-            "{e}"
-        );
-        let e = toml_err("[[route]]\npath = \"/a\"\nbody = \"@nope.txt\"\n");
-        assert!(
-            e.starts_with("routes.toml:3: body \"@nope.txt\": cannot read nope.txt: "),
-            "{e}"
-        );
-        assert_eq!(
-            toml_err(""),
-            "routes.toml: no routes; expected [[route]] tables with path = \"/...\""
-        );
-    }
-
-    #[test]
-    fn toml_spaces_and_single_strings() {
-        let text = "[[route]]\npath = \"/\"\nbody = \"text with spaces\"\nheader = \"X-A: b c\"\nsize = \"64k\"\n";
-        assert!(toml_err(text).contains("body and size can't both be given"));
-        let text = "[[route]]\npath = \"/\"\nbody = \"text with spaces\"\nheader = \"X-A: b c\"\n";
-        let r = parse_toml(text, Path::new("r.toml")).unwrap();
-        assert_eq!(r[0].body, BodySpec::Text(b"text with spaces".to_vec()));
-        assert_eq!(r[0].headers, [("X-A".into(), "b c".into())]);
     }
 }

@@ -18,7 +18,8 @@ use http::{Request, Response, StatusCode};
 
 use super::H2Settings;
 use crate::catalog::delivery::{Delivery, Step};
-use crate::catalog::hold::{Fault, Recorder, PACE_TICK};
+use crate::catalog::fault::Fault;
+use crate::catalog::hold::{Recorder, PACE_TICK};
 use crate::catalog::stream::Admission;
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;

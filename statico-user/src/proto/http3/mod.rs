@@ -65,7 +65,8 @@ use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
 use crate::catalog::delivery::Step;
-use crate::catalog::hold::{Fault, PACE_TICK};
+use crate::catalog::fault::Fault;
+use crate::catalog::hold::PACE_TICK;
 use crate::catalog::response::DateClock;
 use crate::observe::meter::Counters;
 use crate::proto::held;
