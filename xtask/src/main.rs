@@ -15,7 +15,8 @@
 //! - `image`: the OCI image `statico:VERSION` with podman (see `image.rs`), its base made locally
 //!   with mmdebstrap where no registry answers; with `STATICO_BIN` set, of that statico (nothing built).
 //! - `bench`: statico against nginx, pinned, measured in one run (see `bench/`); with `STATICO_BIN`
-//!   set, that statico is measured and nothing is built.
+//!   set, that statico is measured and nothing is built; with `--against B`, that statico (A) against
+//!   the statico binary B, an A/B on both runtimes.
 //! - `soak --minutes N`: one statico under every kind of client, faults, SIGHUP and routes swaps for
 //!   N minutes; fails unless memory and descriptors stay flat, every client error was injected and
 //!   the drain exits 0 (see `soak.rs`).
@@ -149,12 +150,18 @@ fn run(args: Args) -> Result<()> {
             Ok(())
         }
         Task::Bench(b) => {
-            // STATICO_BIN names a statico already built: the bench then builds nothing and installs
-            // only its own tools.
-            if std::env::var_os("STATICO_BIN").is_some() {
-                setup::ensure(&[Purpose::Bench], false)?;
-            } else {
-                setup::ensure(&[Purpose::Build, Purpose::Bench], false)?;
+            // STATICO_BIN names a statico already built: the bench then builds nothing. The A/B mode
+            // (`--against`) installs nothing either: it uses wrk and h2load only, and checks for them.
+            let build = std::env::var_os("STATICO_BIN").is_none();
+            let mut purposes = Vec::new();
+            if build {
+                purposes.push(Purpose::Build);
+            }
+            if b.against.is_none() {
+                purposes.push(Purpose::Bench);
+            }
+            setup::ensure(&purposes, false)?;
+            if build {
                 build_release()?;
             }
             bench::run(&root, b)

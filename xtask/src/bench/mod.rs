@@ -1,10 +1,12 @@
-//! `cargo xtask bench`: statico against its peers on this machine, in one run. This module holds the
-//! flags and picks the mode; the modes import the layers below them and nothing imports upward:
+//! `cargo xtask bench`: statico against its peers on this machine, in one run; or, with `--against
+//! B` (`ab`), the statico otherwise measured (A) against another statico binary (B), to show what a
+//! change to statico costs per request. This module holds the flags and picks the mode; the modes
+//! import the layers below them and nothing imports upward:
 //!
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
-//!       │  · pause_demo                   one file per mode; routes ─ accuracy (its ground-truth check),
+//!       │  · pause_demo · ab              one file per mode; routes ─ accuracy (its ground-truth check),
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
 //!       │            fortio for routes)
@@ -21,6 +23,7 @@
 //! A report names servers by `report::Started` (name, command), so it is written and tested without
 //! running one.
 
+mod ab;
 mod accuracy;
 mod capacity;
 mod http2;
@@ -101,6 +104,14 @@ pub struct BenchArgs {
     /// SIGSTOP as wrk2's ^Z), beside statico's ground truth; latency over time in chart.svg
     #[arg(long)]
     pub pause_demo: bool,
+    /// Instead: an A/B of two statico binaries — A the one measured otherwise (STATICO_BIN, else the
+    /// release build), B this one (relative to the workspace root, or absolute) — on both runtimes,
+    /// A and B in turn each round: server CPU per request and A/B per scenario (keep-alive c50,
+    /// pipelined x16 c256, h2load -c 50 -m 10, a 1 ms held route and the same in a pool, at c50)
+    #[arg(long, value_name = "STATICO_B", conflicts_with_all = [
+        "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "redraw",
+    ])]
+    pub against: Option<PathBuf>,
     /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
     #[arg(long, value_name = "DIR")]
     pub redraw: Option<PathBuf>,
@@ -111,15 +122,17 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if let Some(dir) = &args.redraw {
         return report::redraw(dir);
     }
-    if args.quick {
-        args.duration = 2;
-        args.rounds = 1;
-    }
+    apply_quick(&mut args);
     if args.steering {
         println!("{}", steering::run(root, args.duration, args.rounds)?);
         return Ok(());
     }
     let (server_cpus, mut client_cpus) = placement(&args);
+    if let Some(against) = &args.against {
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", ab::run(root, &out_dir(root, &args)?, against, &run)?);
+        return Ok(());
+    }
     if args.routes {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", routes::run(root, &out_dir(root, &args)?, &run)?);
@@ -153,6 +166,14 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     suite::run(root, &out_dir(root, &args)?, &run)
+}
+
+/// `--quick`: one round of 2 s.
+fn apply_quick(args: &mut BenchArgs) {
+    if args.quick {
+        args.duration = 2;
+        args.rounds = 1;
+    }
 }
 
 /// Where servers and clients run: by default the servers on the last CPU, the clients on the others.
@@ -192,4 +213,43 @@ fn placement(args: &BenchArgs) -> (String, String) {
 /// `--out`, or `target/bench/<timestamp>`; created, absolute.
 fn out_dir(root: &Path, args: &BenchArgs) -> Result<PathBuf> {
     crate::tools::out_dir(root, args.out.as_deref(), "bench")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Cli::try_parse_from(["bench"].iter().chain(args)).map(|c| c.bench)
+    }
+
+    #[test]
+    fn against_names_statico_b_and_quick_makes_it_one_round_of_two_seconds() {
+        let mut args = parse(&["--against", "../bin-base/statico", "--quick"]).unwrap();
+        assert_eq!(
+            args.against.as_deref(),
+            Some(Path::new("../bin-base/statico"))
+        );
+        assert_eq!((args.rounds, args.duration), (3, 6));
+        apply_quick(&mut args);
+        assert_eq!((args.rounds, args.duration), (1, 2));
+        let args = parse(&["--against", "/b", "--rounds", "5", "--duration", "4"]).unwrap();
+        assert_eq!((args.rounds, args.duration), (5, 4));
+    }
+
+    #[test]
+    fn against_is_a_mode_of_its_own() {
+        assert!(parse(&["--against"]).is_err());
+        for other in ["--http2", "--routes", "--steering", "--profile"] {
+            assert!(parse(&["--against", "/b", other]).is_err(), "{other}");
+        }
+        assert!(parse(&["--http2"]).unwrap().against.is_none());
+    }
 }

@@ -107,11 +107,23 @@ pub fn start_statico(
     start_statico_on(root, name, cpus, free_port()?, args, None)
 }
 
-/// statico (see [`statico_bin`]) on 127.0.0.1:`port` with `args`, pinned to `cpus` if given, its
-/// stderr copied to `log` if given. Waits for its "listening on" line and its port; if it exits
-/// first, the error says what it printed.
+/// statico (see [`statico_bin`]) on 127.0.0.1:`port`: [`start_statico_from`].
 pub fn start_statico_on(
     root: &Path,
+    name: &str,
+    cpus: Option<&str>,
+    port: u16,
+    args: &[&str],
+    log: Option<&Path>,
+) -> Result<ServerUnderTest> {
+    start_statico_from(&statico_bin(root), name, cpus, port, args, log)
+}
+
+/// The statico at `bin` on 127.0.0.1:`port` with `args`, pinned to `cpus` if given, its stderr
+/// copied to `log` if given. Waits for its "listening on" line and its port; if it exits first, the
+/// error says what it printed.
+pub fn start_statico_from(
+    bin: &Path,
     name: &str,
     cpus: Option<&str>,
     port: u16,
@@ -126,7 +138,7 @@ pub fn start_statico_on(
     let log = log
         .map(|l| File::create(l).with_context(|| format!("create {}", l.display())))
         .transpose()?;
-    let mut cmd = pinned(cpus, statico_bin(root));
+    let mut cmd = pinned(cpus, bin);
     cmd.args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
