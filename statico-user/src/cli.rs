@@ -66,13 +66,13 @@ pub struct Cli {
     /// lognormal:P50:P99 · pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s ·
     /// inflight:BASE:PER (BASE + PER × this route's requests in flight, itself included)
     #[arg(long = "route", value_name = "SPEC", value_parser = parse_route)]
-    pub routes: Vec<Written<crate::catalog::route::spec::RouteSpec>>,
+    pub routes: Vec<AsWritten<crate::catalog::route::spec::RouteSpec>>,
 
     /// A pool: 'NAME capacity=C [queue=Q] [queue-timeout=DUR] [shed=503|429|reset|close]' — C servers
     /// for the whole process that its routes' requests (pool=NAME) queue for, FIFO, each held for its
     /// drawn delay; past Q waiting (or after waiting DUR) a request is shed (default 503). Repeatable
     #[arg(long = "pool", value_name = "SPEC", value_parser = parse_pool)]
-    pub pools: Vec<Written<crate::catalog::route::pool_spec::PoolSpec>>,
+    pub pools: Vec<AsWritten<crate::catalog::route::pool_spec::PoolSpec>>,
 
     /// A phase: 'at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value…' — from AT after start-up,
     /// for FOR (again every EVERY), the routes written with path PATH answer with these route keys
@@ -408,17 +408,17 @@ pub struct RoutesFile {
     pub table: crate::catalog::route::table::Table,
 }
 
-pub use crate::catalog::route::table::Written;
+pub use crate::catalog::route::table::AsWritten;
 
-fn parse_route(s: &str) -> Result<Written<crate::catalog::route::spec::RouteSpec>, String> {
-    crate::catalog::route::spec::parse_spec(s).map(|value| Written {
+fn parse_route(s: &str) -> Result<AsWritten<crate::catalog::route::spec::RouteSpec>, String> {
+    crate::catalog::route::spec::parse_spec(s).map(|value| AsWritten {
         text: s.to_owned(),
         value,
     })
 }
 
-fn parse_pool(s: &str) -> Result<Written<crate::catalog::route::pool_spec::PoolSpec>, String> {
-    crate::catalog::route::pool_spec::parse_pool(s).map(|value| Written {
+fn parse_pool(s: &str) -> Result<AsWritten<crate::catalog::route::pool_spec::PoolSpec>, String> {
+    crate::catalog::route::pool_spec::parse_pool(s).map(|value| AsWritten {
         text: s.to_owned(),
         value,
     })
@@ -527,7 +527,7 @@ impl Cli {
         let phases: Vec<_> = (self.phases.iter().enumerate())
             .filter_map(|(i, text)| {
                 let value = crate::catalog::route::phase_spec::parse_phase(text, i).ok()?;
-                Some(Written {
+                Some(AsWritten {
                     text: text.clone(),
                     value,
                 })

@@ -3,7 +3,7 @@
 //! `cli` parses and checks each flag on its own; this step is where flags meet: which settings each
 //! component takes from which flags (`--body-delay` also sets `TCP_NODELAY`, `--http3` adds `Alt-Svc`
 //! to every answer and needs a certificate), and which combinations are refused (exit code 2). Each
-//! component defines the part it takes — [`crate::catalog::Plan`], [`crate::conn::connection::Policy`],
+//! component defines the part it takes — [`crate::catalog::CatalogPlan`], [`crate::conn::connection::Policy`],
 //! [`crate::runtime::RuntimePlan`], [`crate::kernel::steering::SteeringPlan`], the HTTP/2 and HTTP/3 settings, the TLS
 //! options — and receives only that part; only `main`, `server`, `check` and this module see
 //! [`Cli`]. Nothing here does I/O: the plan is data, and `server` starts the components from it in
@@ -26,7 +26,7 @@ pub struct Plan {
     pub runtime: crate::runtime::RuntimePlan,
     pub listen: crate::kernel::steering::SteeringPlan,
     pub policy: crate::conn::connection::Policy,
-    pub catalog: crate::catalog::Plan,
+    pub catalog: crate::catalog::CatalogPlan,
     pub http2: Option<crate::proto::http2::H2Settings>,
     pub tls: Option<crate::conn::layer::TlsOptions>,
     pub http3: Option<Http3>,
@@ -157,8 +157,8 @@ fn policy(cli: &Cli) -> crate::conn::connection::Policy {
     }
 }
 
-fn catalog(cli: &Cli) -> crate::catalog::Plan {
-    crate::catalog::Plan {
+fn catalog(cli: &Cli) -> crate::catalog::CatalogPlan {
+    crate::catalog::CatalogPlan {
         response: cli.response_spec(),
         site: cli.site_options(),
         streams: cli.http2 || cli.http3,

@@ -281,9 +281,9 @@ mod tests {
 
     #[test]
     fn pause_wants_a_duration_within_an_hour() {
-        let plan = crate::catalog::Plan {
+        let plan = crate::catalog::CatalogPlan {
             pausable: true,
-            ..crate::catalog::Plan::of_response(crate::catalog::response::ResponseSpec {
+            ..crate::catalog::CatalogPlan::of_response(crate::catalog::response::ResponseSpec {
                 status: 200,
                 headers: Vec::new(),
                 body: Vec::new(),

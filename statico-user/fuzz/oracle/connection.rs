@@ -36,7 +36,7 @@ use statico::catalog::route::fortio;
 use statico::catalog::route::spec::parse_spec;
 use statico::catalog::route::table::Table;
 use statico::catalog::site::SiteOptions;
-use statico::catalog::{Catalog, Local, Plan};
+use statico::catalog::{Catalog, CatalogPlan, Local};
 use statico::conn::connection::{Connection, Env, Policy, Status};
 use statico::observe::meter::Counters;
 use statico::proto::detect::UpgradeRequest;
@@ -331,7 +331,7 @@ fn catalog(held: bool) -> &'static Catalog {
     };
     cell.get_or_init(|| {
         let routes = routes.iter().map(|r| parse_spec(r).unwrap()).collect();
-        let plan = Plan {
+        let plan = CatalogPlan {
             site: Some(SiteOptions {
                 root: site(),
                 max_size: 1 << 20,
@@ -343,7 +343,7 @@ fn catalog(held: bool) -> &'static Catalog {
             },
             seed: Some(1),
             echo: held.then_some(ECHO),
-            ..Plan::of_response(ResponseSpec {
+            ..CatalogPlan::of_response(ResponseSpec {
                 status: 200,
                 headers: vec![("X-Fuzz".into(), "1".into())],
                 body: b"statico".to_vec(),

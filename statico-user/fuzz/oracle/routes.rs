@@ -19,7 +19,7 @@ use statico::catalog::response::ResponseSpec;
 use statico::catalog::route::phase_spec::parse_phase;
 use statico::catalog::route::pool_spec::parse_pool;
 use statico::catalog::route::spec::{parse_spec, BodySpec, RoutePool, RouteSpec};
-use statico::catalog::route::table::{Table, Written};
+use statico::catalog::route::table::{AsWritten, Table};
 use statico::catalog::route::{Common, Routes};
 
 /// The largest `size=` body a fuzzed table is built with.
@@ -38,7 +38,7 @@ pub fn check(data: &[u8]) {
     match form % 4 {
         0 => {
             if let Some(spec) = ok(parse_spec(text), "parse_spec", text) {
-                let written = [Written {
+                let written = [AsWritten {
                     text: text.to_owned(),
                     value: spec,
                 }];
@@ -129,8 +129,8 @@ fn ok<T>(parsed: Result<T, String>, what: &str, text: &str) -> Option<T> {
     }
 }
 
-fn written<T>(text: &str, value: T) -> Written<T> {
-    Written {
+fn written<T>(text: &str, value: T) -> AsWritten<T> {
+    AsWritten {
         text: text.to_owned(),
         value,
     }

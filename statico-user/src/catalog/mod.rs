@@ -57,7 +57,7 @@ pub use stream::StreamAnswer;
 
 /// What the catalog is built from (the catalog's part of the start-up plan).
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct CatalogPlan {
     /// The pre-built response: the answer of the single-response kind, and the `Server`, `-H` fields
     /// and error answers of every kind.
     pub response: ResponseSpec,
@@ -119,7 +119,7 @@ enum Kind {
 pub enum Choice {
     /// The pre-built response.
     One,
-    Site(site::Choice),
+    Site(site::SiteChoice),
     Route(RouteChoice),
     Echo(Box<echo::EchoChoice>),
 }
@@ -153,10 +153,10 @@ pub struct Written {
     pub shed_at: Option<usize>,
 }
 
-impl Plan {
+impl CatalogPlan {
     /// The plan of one response answered at once, with no routes (tests).
-    pub fn of_response(response: ResponseSpec) -> Plan {
-        Plan {
+    pub fn of_response(response: ResponseSpec) -> CatalogPlan {
+        CatalogPlan {
             response,
             site: None,
             streams: false,
@@ -176,7 +176,7 @@ impl Plan {
 impl Catalog {
     /// From the plan: the response encoded, the site walked and built (its summary printed). Any
     /// error is the user's (a flag, a file).
-    pub fn build(plan: &Plan) -> Result<Catalog> {
+    pub fn build(plan: &CatalogPlan) -> Result<Catalog> {
         let response = Response::new(&plan.response)?;
         let stream = match plan.streams {
             true => Some(StreamAnswer::new(&plan.response)?),
@@ -256,7 +256,7 @@ impl Catalog {
 
     /// SIGHUP: rebuilds the site on a thread of its own and swaps it in when it is built; a rebuild
     /// that fails keeps the site in force. Says what happened when it is done.
-    pub fn rebuild(&self, plan: &Plan) {
+    pub fn rebuild(&self, plan: &CatalogPlan) {
         let (Kind::Site(handle), Some(opts)) = (&self.kind, plan.site.clone()) else {
             return;
         };
@@ -275,7 +275,7 @@ impl Catalog {
 }
 
 /// Says what the routes and `--echo-query` answer (the site says so itself).
-fn announce(plan: &Plan) {
+fn announce(plan: &CatalogPlan) {
     for (pool, _) in &plan.table.pools {
         eprintln!("statico: pool {pool}");
     }

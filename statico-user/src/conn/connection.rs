@@ -746,9 +746,9 @@ mod tests {
 
     /// A worker's catalog of one response with `body`, delivered as `hold` says.
     fn held(body: &[u8], hold: crate::catalog::Hold) -> crate::catalog::Local {
-        let plan = crate::catalog::Plan {
+        let plan = crate::catalog::CatalogPlan {
             hold,
-            ..crate::catalog::Plan::of_response(spec(body))
+            ..crate::catalog::CatalogPlan::of_response(spec(body))
         };
         crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap(), 0)
     }
@@ -1007,12 +1007,12 @@ mod tests {
     #[test]
     fn a_close_the_client_did_not_ask_for_lingers_however_its_next_request_arrives() {
         let mut w = World::new(b"ok", None, None);
-        let plan = crate::catalog::Plan {
+        let plan = crate::catalog::CatalogPlan {
             echo: Some(crate::catalog::route::fortio::Limits {
                 max_delay: SEC,
                 max_size: 1024,
             }),
-            ..crate::catalog::Plan::of_response(spec(b"ok"))
+            ..crate::catalog::CatalogPlan::of_response(spec(b"ok"))
         };
         w.catalog =
             crate::catalog::Local::for_worker(&crate::catalog::Catalog::build(&plan).unwrap(), 0);
@@ -1072,7 +1072,7 @@ mod routes {
     //! a paced body, and the ground truth recorded when the answer is released.
     use super::*;
     use crate::catalog::route::spec::parse_spec;
-    use crate::catalog::{Catalog, Local, Plan};
+    use crate::catalog::{Catalog, CatalogPlan, Local};
     use crate::observe::meter::Counters;
 
     struct World {
@@ -1085,13 +1085,13 @@ mod routes {
 
     impl World {
         fn new(routes: &[&str]) -> World {
-            let plan = Plan {
+            let plan = CatalogPlan {
                 table: crate::catalog::route::table::Table {
                     routes: routes.iter().map(|r| parse_spec(r).unwrap()).collect(),
                     ..Default::default()
                 },
                 seed: Some(1),
-                ..Plan::of_response(super::tests::spec(b"default"))
+                ..CatalogPlan::of_response(super::tests::spec(b"default"))
             };
             let catalog = Catalog::build(&plan).unwrap();
             World {

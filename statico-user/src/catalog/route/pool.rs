@@ -311,10 +311,10 @@ impl Slot {
 /// cloned cheaply (one `Arc`) into every pool. The thread starts the first time a service is
 /// abandoned, and ends when the last handle is dropped.
 #[derive(Clone, Debug, Default)]
-pub struct OrphanClock(Arc<Clock>);
+pub struct OrphanClock(Arc<ClockState>);
 
 #[derive(Debug, Default)]
-struct Clock {
+struct ClockState {
     /// What the thread reads.
     shared: Arc<Orphans>,
     /// Set once the thread is started.
@@ -345,7 +345,7 @@ impl OrphanClock {
     }
 }
 
-impl Clock {
+impl ClockState {
     fn start(&self) {
         let shared = self.shared.clone();
         let started = std::thread::Builder::new()
@@ -357,7 +357,7 @@ impl Clock {
     }
 }
 
-impl Drop for Clock {
+impl Drop for ClockState {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.wake.notify_one();

@@ -31,7 +31,7 @@ pub struct Table {
 
 /// A flag as it was written, and what it says.
 #[derive(Clone, Debug)]
-pub struct Written<T> {
+pub struct AsWritten<T> {
     pub text: String,
     pub value: T,
 }
@@ -39,9 +39,9 @@ pub struct Written<T> {
 impl Table {
     /// The flags' table: `--pool`, `--route` and `--phase` in that order.
     pub fn of_flags(
-        pools: &[Written<PoolSpec>],
-        routes: &[Written<RouteSpec>],
-        phases: &[Written<PhaseSpec>],
+        pools: &[AsWritten<PoolSpec>],
+        routes: &[AsWritten<RouteSpec>],
+        phases: &[AsWritten<PhaseSpec>],
     ) -> Table {
         let mut toml = String::new();
         for (kind, text) in (pools.iter().map(|p| ("pool", &p.text)))
@@ -270,8 +270,8 @@ mod tests {
     use crate::catalog::route::spec::{parse_spec, BodySpec, RoutePool};
     use std::time::Duration;
 
-    fn written<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>) -> Written<T> {
-        Written {
+    fn written<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>) -> AsWritten<T> {
+        AsWritten {
             text: text.into(),
             value: parse(text).unwrap(),
         }

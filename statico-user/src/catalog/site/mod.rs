@@ -3,13 +3,13 @@
 //! [`build`] walks the tree once and prepares, for every file, each stored variant (identity, and
 //! brotli, zstd, gzip where smaller) with its header block — `Content-Type`, `ETag`, `Last-Modified`,
 //! `Cache-Control`, `Vary`, the user's `-H` fields — so answering is a lookup and a few copies:
-//! [`Site::choose`] turns a request into a [`Choice`] (a few integers: which file, which variant,
+//! [`Site::choose`] turns a request into a [`SiteChoice`] (a few integers: which file, which variant,
 //! which status), [`Site::write`] appends its bytes with the live `Date` and the connection's framing.
 //! Identical bodies are stored once, shared by every worker.
 //!
 //! The choice is made when the request head arrives and written when the request is complete, so a
-//! session holds only the `Choice`. The site can be rebuilt (SIGHUP) and swapped while workers run:
-//! each `Site` has a generation, a `Choice` names the generation it was made in, and a worker keeps the
+//! session holds only the `SiteChoice`. The site can be rebuilt (SIGHUP) and swapped while workers run:
+//! each `Site` has a generation, a `SiteChoice` names the generation it was made in, and a worker keeps the
 //! `Site` it took until its requests are written (see [`SiteHandle`], and the catalog's per-worker
 //! copy, [`crate::catalog::Local`]).
 
@@ -82,7 +82,7 @@ pub struct Site {
 
 /// The answer to one request, decided when its head arrived (the head is gone when it is written).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Choice {
+pub struct SiteChoice {
     generation: u64,
     kind: Kind,
 }
@@ -137,13 +137,13 @@ const PARTIAL: &[u8] = b"HTTP/1.1 206 Partial Content\r\n";
 
 impl Site {
     /// The answer to `req` (GET and HEAD; anything else is 405).
-    pub fn choose(&self, req: &Request<'_>) -> Choice {
+    pub fn choose(&self, req: &Request<'_>) -> SiteChoice {
         let kind = if req.method != b"GET" && req.method != b"HEAD" {
             Kind::MethodNotAllowed
         } else {
             self.choose_get(req)
         };
-        Choice {
+        SiteChoice {
             generation: self.generation,
             kind,
         }
@@ -211,7 +211,7 @@ impl Site {
     /// body spanned a rebuild) is answered 503.
     pub fn write(
         &self,
-        choice: Choice,
+        choice: SiteChoice,
         framing: Framing,
         date: &[u8; DATE_LEN],
         head_only: bool,
@@ -268,7 +268,7 @@ impl Site {
 
     /// The short plain-text answer `choice` names when it names no stored file (400, 405, 416, a
     /// 308 with an empty body, a 503 across a rebuild): one definition for HTTP/1.1 and HTTP/2.
-    fn plain(&self, choice: &Choice) -> Option<Plain> {
+    fn plain(&self, choice: &SiteChoice) -> Option<Plain> {
         let plain = |status, reason, body: &'static [u8], extra| {
             Some(Plain {
                 status,
@@ -416,7 +416,7 @@ pub struct Parts<'a> {
 
 impl Site {
     /// The answer to `choice` in parts (HTTP/2), the same answer [`Site::write`] renders for HTTP/1.1.
-    pub fn parts(&self, choice: Choice) -> Parts<'_> {
+    pub fn parts(&self, choice: SiteChoice) -> Parts<'_> {
         use std::borrow::Cow;
         let variant = |file, i: u8| &self.file(file).variants[usize::from(i)];
         fn of(pairs: &[(Box<str>, Box<str>)]) -> Vec<(&str, std::borrow::Cow<'_, str>)> {

@@ -243,7 +243,7 @@ mod tests {
     use crate::catalog::response::ResponseSpec;
 
     fn catalog() -> crate::catalog::Local {
-        let plan = crate::catalog::Plan::of_response(ResponseSpec {
+        let plan = crate::catalog::CatalogPlan::of_response(ResponseSpec {
             status: 200,
             headers: vec![],
             body: b"hi".to_vec(),
