@@ -26,7 +26,8 @@ pub enum Signal {
     /// SIGINT or SIGTERM (Windows: Ctrl-C, Ctrl-Break, the console closing, shutdown), named: drain
     /// and exit.
     Stop(&'static str),
-    /// SIGHUP: reload, keep serving.
+    /// SIGHUP: reload, keep serving (Windows has no SIGHUP).
+    #[cfg_attr(windows, allow(dead_code))]
     Reload,
 }
 

@@ -4,11 +4,14 @@
 //!
 //! Each sleep is an entry in one ordered map, keyed by its deadline and a number; the loop asks for the
 //! earliest ([`Deadlines::earliest`]), bounds its wait for completions by it (the kernel's timeout on
-//! `io_uring_enter`, to the nanosecond), and then [`Deadlines::fire`]s what is due, which wakes those
+//! `io_uring_enter`), and then [`Deadlines::fire`]s what is due, which wakes those
 //! sleeps' tasks. A sleep dropped or moved before its deadline takes its entry out at once (O(log n)),
 //! so a timeout that never fires — a stream's body that arrived in time, an idle timer re-armed each
 //! time streams end — leaves nothing behind. [`crate::kernel::timer`]'s sleeps and timeouts land here
 //! on a thread that [`install`]ed it.
+//!
+//! Only the io_uring worker (Linux) installs and fires them: off Linux they are built, not used.
+#![cfg_attr(not(target_os = "linux"), allow(dead_code))]
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;

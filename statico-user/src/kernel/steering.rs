@@ -28,6 +28,7 @@ use clap::ValueEnum;
 /// A steering rung that is in effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rung {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the BPF programs are Linux's
     Ebpf,
     IncomingCpu,
     Reuseport,

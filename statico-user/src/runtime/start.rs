@@ -22,7 +22,10 @@ pub struct RuntimePlan {
     pub auto: bool,
     /// Asked for by another project's name (`tokio-uring`, `monoio`, `glommio`).
     pub alias: Option<&'static str>,
+    /// `--uring-entries`, `--uring-sqpoll` (io_uring is Linux's).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub uring_entries: u32,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub uring_sqpoll: Option<u32>,
     /// How long a drain after SIGINT/SIGTERM may take.
     pub shutdown_timeout: Duration,
