@@ -85,7 +85,7 @@ pub struct Cli {
     /// every EVERY), nothing is answered; every request in flight or arriving is answered when it
     /// ends (connections are still accepted). Repeatable
     #[arg(long = "pause", value_name = "SPEC", value_parser = parse_pause)]
-    pub pauses: Vec<crate::catalog::schedule::Window>,
+    pub pauses: Vec<crate::catalog::model::schedule::Window>,
 
     /// The control API on a listener of its own: GET/PUT /routes, POST /pause?for=DUR, POST /resume,
     /// GET /ground-truth, POST /ground-truth/reset. Loopback only, unless --admin-token is given
@@ -429,8 +429,8 @@ fn parse_phase(s: &str) -> Result<String, String> {
     crate::catalog::route::phase_spec::parse_phase(s, 0).map(|_| s.to_owned())
 }
 
-fn parse_pause(s: &str) -> Result<crate::catalog::schedule::Window, String> {
-    let mut keys = crate::catalog::schedule::WindowKeys::default();
+fn parse_pause(s: &str) -> Result<crate::catalog::model::schedule::Window, String> {
+    let mut keys = crate::catalog::model::schedule::WindowKeys::default();
     for token in s.split_whitespace() {
         let known = match token.split_once('=') {
             Some((key, value)) => keys.set(key, value)?,
@@ -439,7 +439,7 @@ fn parse_pause(s: &str) -> Result<crate::catalog::schedule::Window, String> {
         if !known {
             return Err(format!(
                 "{token:?}: expected {}",
-                crate::catalog::schedule::WINDOW_KEYS
+                crate::catalog::model::schedule::WINDOW_KEYS
             ));
         }
     }

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GET /routes` | the routes table in force, as a `--routes` TOML document |
 //! | `PUT /routes` | a TOML body replaces the routes, pools and phases for the next requests |
-//! | `POST /pause?for=DUR`, `POST /resume` | a whole-server pause ([`crate::catalog::pause`]) |
+//! | `POST /pause?for=DUR`, `POST /resume` | a whole-server pause ([`crate::catalog::model::pause`]) |
 //! | `GET /ground-truth` | the routes' ground truth (as `/ground-truth.json`) |
 //! | `POST /ground-truth/reset` | that snapshot, then counting from zero |
 //!
@@ -224,7 +224,7 @@ fn put_routes(body: &[u8], catalog: &Catalog) -> Reply {
 fn pause(query: &str, catalog: &Catalog) -> Reply {
     let value = (query.split('&')).find_map(|kv| kv.strip_prefix("for="));
     let length = match value.map(humantime::parse_duration) {
-        Some(Ok(d)) if !d.is_zero() && d <= crate::catalog::pause::LONGEST => d,
+        Some(Ok(d)) if !d.is_zero() && d <= crate::catalog::model::pause::LONGEST => d,
         Some(Ok(_)) => return Reply::text(400, "for= must be above 0 and at most 1h\n"),
         Some(Err(e)) => return Reply::text(400, &format!("for={}: {e}\n", value.unwrap_or(""))),
         None => return Reply::text(400, "POST /pause?for=DUR, like /pause?for=1.4s\n"),

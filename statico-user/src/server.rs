@@ -139,7 +139,7 @@ fn warn_of_resets_without_linger(plan: &Plan) {
     let resets = (plan.catalog.table.routes.iter()).any(|r| {
         r.faults
             .iter()
-            .any(|(f, _)| *f == crate::catalog::fault::Fault::Reset)
+            .any(|(f, _)| *f == crate::catalog::model::fault::Fault::Reset)
     });
     if resets
         && plan.runtime.kind == runtime::RuntimeKind::IoUring

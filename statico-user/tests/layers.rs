@@ -228,7 +228,7 @@ fn no_runtime_knows_pools_or_tickets() {
     let mut wrong = Vec::new();
     for path in &all {
         let text = code(&std::fs::read_to_string(path).unwrap());
-        for name in ["route::pool", "route::load", "Fate", "Ticket"] {
+        for name in ["model::pool", "model::load", "Fate", "Ticket"] {
             if text.contains(name) {
                 wrong.push(format!("{} names {name}", path.display()));
             }

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use super::hold::Hold;
+use super::model::hold::Hold;
 use super::response::{with_own_fields, Framing, DATE_LEN, SERVER};
 use super::route::fortio::{self, Limits};
 use super::route::Draw;

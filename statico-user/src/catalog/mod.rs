@@ -25,27 +25,22 @@
 //! thread) holds a [`Local`] copy: its own pre-built bytes with a live `Date`, and its own reference to
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
-pub mod delivery;
 pub mod echo;
-pub mod fault;
-pub mod hold;
-pub mod pause;
+pub mod model;
 pub mod request;
 pub mod response;
 pub mod route;
-pub mod schedule;
 pub mod sink;
 pub mod site;
 pub mod stream;
-pub mod units;
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
 use anyhow::Result;
 
-pub use hold::{Hold, Recorder, TruthKey};
-use pause::Pauses;
+pub use model::hold::{Hold, Recorder, TruthKey};
+use model::pause::Pauses;
 pub use request::Request;
 use response::{ErrorStatus, Framing, Response, ResponseSpec, DATE_LEN};
 use route::live::LiveRoutes;
@@ -70,7 +65,7 @@ pub struct CatalogPlan {
     /// `--pool`, `--route`, `--phase` and `--routes FILE`: the routes table at start-up.
     pub table: Table,
     /// `--pause`: the scheduled whole-server pauses.
-    pub pauses: Vec<schedule::Window>,
+    pub pauses: Vec<model::schedule::Window>,
     /// The routes may be replaced while statico runs (`--admin`, or `--routes FILE` re-read on
     /// SIGHUP): the table is kept live even when it is empty.
     pub live: bool,
@@ -146,8 +141,8 @@ pub struct Written {
     pub hold: Hold,
     /// The connection closes after this answer (`--echo-query`'s `close`).
     pub close: bool,
-    /// A route's held answer: its ticket ([`route::load::Ticket`]).
-    pub ticket: Option<route::load::Ticket>,
+    /// A route's held answer: its ticket ([`model::load::Ticket`]).
+    pub ticket: Option<model::load::Ticket>,
     /// Where a shed answer written behind the answer starts (a request that may be shed after
     /// waiting in a pool's queue).
     pub shed_at: Option<usize>,
@@ -691,15 +686,15 @@ impl<'a> View<'a> {
             }
             false => None,
         };
-        let fate = ticket.as_ref().map(route::load::Ticket::fate);
-        let shed = ticket.as_ref().and_then(route::load::Ticket::shed_as);
+        let fate = ticket.as_ref().map(model::load::Ticket::fate);
+        let shed = ticket.as_ref().and_then(model::load::Ticket::shed_as);
         let answer = match (fate, shed) {
-            (Some(route::pool::Fate::Shed { .. }), Some(shed)) => routes.shed_choice(&choice, shed),
+            (Some(model::pool::Fate::Shed { .. }), Some(shed)) => routes.shed_choice(&choice, shed),
             _ => choice,
         };
         let body_at = routes.write(&answer, framing, head_only, out);
         let shed_at = match (fate, shed) {
-            (Some(route::pool::Fate::Waiting { .. }), Some(shed)) if routes.sheds_late(&choice) => {
+            (Some(model::pool::Fate::Waiting { .. }), Some(shed)) if routes.sheds_late(&choice) => {
                 let at = out.unsent();
                 routes.write(&routes.shed_choice(&choice, shed), framing, head_only, out);
                 Some(at)

@@ -8,11 +8,11 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::delivery::Delivery;
-use super::hold::{Hold, Recorder, TruthKey};
-use super::pause::Pauses;
+use super::model::delivery::Delivery;
+use super::model::hold::{Hold, Recorder, TruthKey};
+use super::model::load::{Loads, Ticket, TicketIds};
+use super::model::pause::Pauses;
 use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
-use super::route::load::{Loads, Ticket, TicketIds};
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -23,7 +23,7 @@ pub struct StreamAnswer {
     /// How it is delivered (a delay, a fault, ...).
     pub hold: Hold,
     /// Where a route's answer records its ground truth.
-    pub recorder: Option<super::hold::Recorder>,
+    pub recorder: Option<super::model::hold::Recorder>,
     /// A route's held answer: how it takes its ticket when its request is complete.
     pub admission: Option<std::sync::Arc<Admission>>,
     /// The server's pauses, which hold it before its head goes out (when the server has them).
@@ -42,7 +42,7 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// What a request shed with a status gets instead ([`super::delivery::Step::Shed`]): the
+    /// What a request shed with a status gets instead ([`super::model::delivery::Step::Shed`]): the
     /// pool's status with the route's fields, and `date` (the shed answer is built once, at
     /// start-up).
     pub fn shed_answer(&self, date: Option<&HeaderValue>) -> Option<StreamAnswer> {

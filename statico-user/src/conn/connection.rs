@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use statico_common::Counter;
 
-use crate::catalog::delivery::{Delivery, Step};
-use crate::catalog::fault::Fault;
+use crate::catalog::model::delivery::{Delivery, Step};
+use crate::catalog::model::fault::Fault;
 use crate::conn::output::{Output, Sink, Staged};
 use crate::observe::dump::Dumper;
 use crate::observe::meter::WorkerCounters;

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Instant;
 
-use crate::catalog::delivery::{Clock, Delivery, Step};
+use crate::catalog::model::delivery::{Clock, Delivery, Step};
 
 /// A stream's time for one run of steps: read from the system clock the first time a step needs
 /// it, not at all for an answer that is not held.

@@ -40,7 +40,7 @@ use percent_encoding::percent_decode;
 use rand::{Rng, RngExt};
 
 use super::spec::parse_header;
-use crate::catalog::units::{
+use crate::catalog::model::units::{
     duration_problem, format_duration, format_size, parse_size, DurationSyntax,
 };
 

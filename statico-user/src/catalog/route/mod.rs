@@ -12,12 +12,9 @@
 //!
 //! [`spec`] is the user's text (flag or TOML), [`dist`] the latency distributions.
 
-pub mod dist;
 pub mod fortio;
 pub mod live;
-pub mod load;
 pub mod phase_spec;
-pub mod pool;
 pub mod pool_spec;
 pub mod spec;
 pub mod table;
@@ -29,19 +26,19 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
-use super::hold::{Hold, TruthKey};
-use super::pause::Pauses;
 use super::request::Request;
 use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
-use crate::catalog::fault::Fault;
-use crate::catalog::schedule::Window;
+use crate::catalog::model::dist::Dist;
+use crate::catalog::model::fault::Fault;
+use crate::catalog::model::hold::{Hold, TruthKey};
+use crate::catalog::model::load::{Loads, RouteLoad, Ticket, TicketIds};
+use crate::catalog::model::pause::Pauses;
+use crate::catalog::model::pool::{OrphanClock, Pool, Shed};
+use crate::catalog::model::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
-use dist::Dist;
-use load::{Loads, RouteLoad, Ticket, TicketIds};
 use phase_spec::with_phases;
-use pool::{OrphanClock, Pool, Shed};
 use pool_spec::PoolSpec;
 use spec::{BodySpec, PathMatch, RoutePool, RouteSpec};
 use table::Table;

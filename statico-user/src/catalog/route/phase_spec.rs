@@ -1,5 +1,5 @@
 //! A phase as the user writes it: `--phase 'at=DUR for=DUR [every=DUR] [name=NAME] PATH key=value…'`
-//! and `[[phase]]` tables in `--routes FILE`. For its window ([`crate::catalog::schedule`]) the routes
+//! and `[[phase]]` tables in `--routes FILE`. For its window ([`crate::catalog::model::schedule`]) the routes
 //! whose path is written `PATH` answer with the keys given replacing their own. The keys are parsed
 //! once, with the phase, by the route's own key parsers into a [`RoutePatch`], so a key means the
 //! same in a phase as on a route; building the table applies the patch to each route it names.
@@ -9,7 +9,7 @@ use std::path::Path;
 use toml::Value;
 
 use super::spec::{PathMatch, RoutePatch, RouteSpec};
-use crate::catalog::schedule::{Window, WindowKeys, WINDOW_KEYS};
+use crate::catalog::model::schedule::{Window, WindowKeys, WINDOW_KEYS};
 
 /// One phase: when, which routes, what changes.
 #[derive(Clone, Debug, PartialEq)]
@@ -233,7 +233,7 @@ impl Phased {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::route::dist::Dist;
+    use crate::catalog::model::dist::Dist;
     use crate::catalog::route::spec::{parse_spec, BodySpec, RoutePool};
     use std::time::Duration;
 

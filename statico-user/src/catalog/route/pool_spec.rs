@@ -1,11 +1,11 @@
 //! A pool as the user writes it: the `--pool 'NAME capacity=C [queue=Q] [queue-timeout=DUR]
 //! [shed=503|429|reset|close]'` flag, the same keys on a route (a pool of its own), and `[[pool]]`
 //! tables in `--routes FILE`. One parser per key, shared by the three forms; what the keys mean is
-//! [`super::pool`]'s.
+//! [`crate::catalog::model::pool`]'s.
 
 use std::time::Duration;
 
-use crate::catalog::units::parse_duration;
+use crate::catalog::model::units::parse_duration;
 
 /// A pool: C servers, a queue, how the overflow is shed.
 #[derive(Clone, Debug, PartialEq, Eq)]

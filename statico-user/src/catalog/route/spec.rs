@@ -31,11 +31,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
-use super::dist::Dist;
 use super::pool_spec::{PoolKeys, PoolSpec};
-/// The faults a route injects, as its spec names them (and [`crate::catalog::hold`] takes them).
-use crate::catalog::fault::Fault;
-use crate::catalog::units::{parse_percent, parse_size};
+use crate::catalog::model::dist::Dist;
+/// The faults a route injects, as its spec names them (and [`crate::catalog::model::hold`] takes them).
+use crate::catalog::model::fault::Fault;
+use crate::catalog::model::units::{parse_percent, parse_size};
 
 /// What a route's path matches.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -263,8 +263,8 @@ fn quote_key(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::fault::Fault;
-    use crate::catalog::route::dist::Dist;
+    use crate::catalog::model::dist::Dist;
+    use crate::catalog::model::fault::Fault;
     use crate::catalog::route::phase_spec::parse_phase;
     use crate::catalog::route::pool_spec::parse_pool;
     use crate::catalog::route::spec::{parse_spec, BodySpec, RoutePool};

@@ -37,7 +37,7 @@ pub struct Batch {
     pub hold: crate::catalog::Hold,
     /// With [`Pace::OneByOne`], a route's held answer: its ticket (its fate in a pool, its truth),
     /// and where its shed answer starts in `out` when it may be shed after waiting.
-    pub ticket: Option<crate::catalog::route::load::Ticket>,
+    pub ticket: Option<crate::catalog::model::load::Ticket>,
     pub shed_at: Option<usize>,
     /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
     /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with

@@ -17,9 +17,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
 use super::H2Settings;
-use crate::catalog::delivery::{Delivery, Step};
-use crate::catalog::fault::Fault;
-use crate::catalog::hold::{Recorder, PACE_TICK};
+use crate::catalog::model::delivery::{Delivery, Step};
+use crate::catalog::model::fault::Fault;
+use crate::catalog::model::hold::{Recorder, PACE_TICK};
 use crate::catalog::stream::Admission;
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;

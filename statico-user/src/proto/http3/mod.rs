@@ -64,9 +64,9 @@ use anyhow::{anyhow, Context, Result};
 use bytes::{Buf, Bytes};
 use statico_common::{Counter, QUIC_CID_LEN};
 
-use crate::catalog::delivery::Step;
-use crate::catalog::fault::Fault;
-use crate::catalog::hold::PACE_TICK;
+use crate::catalog::model::delivery::Step;
+use crate::catalog::model::fault::Fault;
+use crate::catalog::model::hold::PACE_TICK;
 use crate::catalog::response::DateClock;
 use crate::observe::meter::Counters;
 use crate::proto::held;

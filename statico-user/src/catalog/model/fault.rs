@@ -1,5 +1,5 @@
 //! The faults a route injects instead of answering normally: what each is, and the name a `fault=`
-//! value gives it. Parsed with a route ([`super::route::spec`]), drawn per request
+//! value gives it. Parsed with a route ([`crate::catalog::route::spec`]), drawn per request
 //! ([`super::route`]), and carried out by each protocol in its own terms.
 
 /// A fault a route injects into a fraction of its responses, instead of answering normally.

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use super::fault::Fault;
 use super::hold::{Hold, TruthKey};
+use super::load::Ticket;
 use super::pause::Pauses;
-use super::route::load::Ticket;
-use super::route::pool::{Fate, Shed};
+use super::pool::{Fate, Shed};
 
 /// Where a step reads the time: given by the driver (an [`Instant`]), or read by it only when a
 /// step needs it — an answer that is not held, with no pause possible and no truth to record,
@@ -235,7 +235,7 @@ impl Delivery {
                 None
             }
             Fate::Waiting { deadline } => Some(Step::Queued(
-                deadline.unwrap_or(now + super::route::LONGEST_HOLD),
+                deadline.unwrap_or(now + crate::catalog::route::LONGEST_HOLD),
             )),
             Fate::Shed { .. } | Fate::Left => {
                 self.stage = Stage::Pause;
@@ -354,9 +354,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::catalog::hold::{Recorder, PACE_TICK};
-    use crate::catalog::route::load::{Loads, RouteLoad};
-    use crate::catalog::route::pool::Pool;
+    use crate::catalog::model::hold::{Recorder, PACE_TICK};
+    use crate::catalog::model::load::{Loads, RouteLoad};
+    use crate::catalog::model::pool::Pool;
     use crate::catalog::route::pool_spec::PoolSpec;
     use crate::observe::truth::{GroundTruth, RouteInfo};
 
@@ -546,7 +546,7 @@ mod tests {
                     queue_timeout: timeout,
                     shed: Shed::Status(503),
                 },
-                &super::super::route::pool::OrphanClock::default(),
+                &super::super::pool::OrphanClock::default(),
             ));
             let route = RouteInfo {
                 name: "GET /".into(),

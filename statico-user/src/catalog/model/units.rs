@@ -1,7 +1,7 @@
 //! The units values are written in — durations, byte counts, percentages — with one parser and one
-//! printer each, so that a value reads the same in a route's keys ([`super::route::spec`],
-//! [`super::route::dist`], [`super::route::pool_spec`]), a window's ([`super::schedule`]) and
-//! Fortio's query arguments ([`super::route::fortio`]), and prints back as it reads. Fortio's
+//! printer each, so that a value reads the same in a route's keys ([`crate::catalog::route::spec`],
+//! [`super::dist`], [`crate::catalog::route::pool_spec`]), a window's ([`super::schedule`]) and
+//! Fortio's query arguments ([`crate::catalog::route::fortio`]), and prints back as it reads. Fortio's
 //! `?delay=` is written in Go's duration syntax, a superset of statico's: one parser reads both
 //! ([`DurationSyntax`]). Every error is one line naming the value and the expected form.
 

@@ -6,7 +6,7 @@
 //! line (`lognormal:10ms:80ms`, `pct:50=5ms,99=100ms,100=1s`, …), drawn cheaply per request
 //! ([`Dist::sample`], no allocation), and stated exactly ([`Dist::quantile`]) so tests and
 //! benchmarks can compare what the server did with what was asked for. Its durations are read and
-//! printed as every duration is ([`crate::catalog::units`]). Every error is one line naming the bad
+//! printed as every duration is ([`crate::catalog::model::units`]). Every error is one line naming the bad
 //! part and the expected form.
 
 use std::fmt;
@@ -15,7 +15,9 @@ use std::time::Duration;
 use rand::{Rng, RngExt};
 use rand_distr::{Distribution, Exp1, StandardNormal};
 
-use crate::catalog::units::{duration_problem, format_duration, parse_duration, DurationSyntax};
+use crate::catalog::model::units::{
+    duration_problem, format_duration, parse_duration, DurationSyntax,
+};
 
 /// The standard normal quantile at 0.99: a log-normal's p99 is `exp(mu + Z99 * sigma)`.
 const Z99: f64 = 2.326_347_874_0;

@@ -18,7 +18,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use super::pool::{Fate, Pool, Shed, Slot};
-use crate::catalog::hold::{Recorder, TruthKey};
+use crate::catalog::model::hold::{Recorder, TruthKey};
 
 /// Every route's shared load state, and the pools (shared as `Arc<Loads>` by every worker).
 #[derive(Debug, Default)]
@@ -76,7 +76,7 @@ impl Loads {
         let n = route.count.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some((base, per)) = route.in_flight {
             let extra = per.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
-            ticket.service = (base + extra).min(super::LONGEST_HOLD);
+            ticket.service = (base + extra).min(crate::catalog::route::LONGEST_HOLD);
         }
         ticket.shed = route.shed;
         ticket.loads = Some(self.clone());

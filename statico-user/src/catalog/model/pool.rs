@@ -31,8 +31,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::pool_spec::PoolSpec;
-pub use super::pool_spec::Shed;
+use crate::catalog::route::pool_spec::PoolSpec;
+pub use crate::catalog::route::pool_spec::Shed;
 use crate::observe::truth::PoolGauge;
 pub use crate::observe::truth::PoolTruth;
 
