@@ -28,7 +28,8 @@ use clap::ValueEnum;
 /// A steering rung that is in effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rung {
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the BPF programs are Linux's
+    /// Made only by a build with the BPF programs.
+    #[cfg_attr(not(all(target_os = "linux", statico_bpf)), allow(dead_code))]
     Ebpf,
     IncomingCpu,
     Reuseport,
