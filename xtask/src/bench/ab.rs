@@ -140,19 +140,11 @@ pub struct Pair {
 }
 
 impl Pair {
-    fn cpu(rounds: &[Round]) -> Stat {
-        Stat::of(rounds.iter().map(|r| r.cpu_us_per_req))
-    }
-
-    fn rps(rounds: &[Round]) -> Stat {
-        Stat::of(rounds.iter().map(|r| r.rps))
-    }
-
     /// A's median server CPU per request over B's (NaN if B's is 0).
     pub fn ratio(&self) -> f64 {
-        let b = Pair::cpu(&self.b).median;
+        let b = Round::cpu(&self.b).median;
         if b > 0.0 {
-            Pair::cpu(&self.a).median / b
+            Round::cpu(&self.a).median / b
         } else {
             f64::NAN
         }
@@ -346,7 +338,7 @@ pub fn render(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> String {
         "errors"
     );
     for p in pairs {
-        let (a, b) = (Pair::cpu(&p.a), Pair::cpu(&p.b));
+        let (a, b) = (Round::cpu(&p.a), Round::cpu(&p.b));
         let per_round = Stat::of(p.round_ratios());
         let _ = writeln!(
             s,
@@ -357,8 +349,8 @@ pub fn render(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> String {
             format!("{:.3} ({:.3}-{:.3})", b.median, b.min, b.max),
             p.ratio(),
             format!("({:.3}-{:.3})", per_round.min, per_round.max),
-            Pair::rps(&p.a).median,
-            Pair::rps(&p.b).median,
+            Round::rps(&p.a).median,
+            Round::rps(&p.b).median,
             format!("{}/{}", Pair::errors(&p.a), Pair::errors(&p.b)),
         );
     }
@@ -386,17 +378,7 @@ pub fn render(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> String {
 
 /// results.json: the binaries, the placement, and per scenario and runtime A's and B's every round.
 fn to_json(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> Value {
-    let side = |rounds: &[Round]| {
-        let (rps, cpu) = (Pair::rps(rounds), Pair::cpu(rounds));
-        json!({
-            "median": { "rps": rps.median, "cpu_us_per_req": cpu.median },
-            "min_max": { "rps": [rps.min, rps.max], "cpu_us_per_req": [cpu.min, cpu.max] },
-            "rounds": rounds.iter().map(|x| json!({
-                "rps": x.rps, "requests": x.requests, "cpu_us_per_req": x.cpu_us_per_req,
-                "p50_ms": x.p50_ms, "p99_ms": x.p99_ms, "errors": x.errors, "non_2xx": x.non_2xx,
-            })).collect::<Vec<_>>(),
-        })
-    };
+    let side = |rounds: &[Round]| Value::Object(measure::rounds_json(rounds));
     let scenarios: Vec<Value> = pairs
         .iter()
         .map(|p| {

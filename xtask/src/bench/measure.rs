@@ -82,6 +82,35 @@ pub struct Round {
     pub non_2xx: u64,
 }
 
+impl Round {
+    /// The median (and range) server CPU per request of `rounds`.
+    pub fn cpu(rounds: &[Round]) -> Stat {
+        Stat::of(rounds.iter().map(|r| r.cpu_us_per_req))
+    }
+
+    /// The median (and range) requests per second of `rounds`.
+    pub fn rps(rounds: &[Round]) -> Stat {
+        Stat::of(rounds.iter().map(|r| r.rps))
+    }
+}
+
+/// One server's `rounds` as results.json holds them: medians, min–max and every round.
+pub fn rounds_json(rounds: &[Round]) -> serde_json::Map<String, serde_json::Value> {
+    let (rps, cpu) = (Round::rps(rounds), Round::cpu(rounds));
+    let value = serde_json::json!({
+        "median": { "rps": rps.median, "cpu_us_per_req": cpu.median },
+        "min_max": { "rps": [rps.min, rps.max], "cpu_us_per_req": [cpu.min, cpu.max] },
+        "rounds": rounds.iter().map(|x| serde_json::json!({
+            "rps": x.rps, "requests": x.requests, "cpu_us_per_req": x.cpu_us_per_req,
+            "p50_ms": x.p50_ms, "p99_ms": x.p99_ms, "errors": x.errors, "non_2xx": x.non_2xx,
+        })).collect::<Vec<_>>(),
+    });
+    match value {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("json! of braces is an object"),
+    }
+}
+
 /// A median with the range it came from.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Stat {

@@ -182,7 +182,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
         let rows = measure::interleave(&servers, run.rounds, |s| round(s, sc, run))?;
         add_table(&mut report, sc, &servers, &rows);
         for (s, r) in servers.iter().zip(&rows) {
-            medians.push((sc.group, s.name.clone(), cpu(r).median));
+            medians.push((sc.group, s.name.clone(), Round::cpu(r).median));
         }
         scenarios.push(scenario_json(sc, &servers, &rows));
     }
@@ -298,10 +298,6 @@ fn round(s: &ServerUnderTest, sc: &RouteScenario, run: &RunInfo) -> Result<Round
     Ok(r)
 }
 
-fn cpu(rounds: &[Round]) -> Stat {
-    Stat::of(rounds.iter().map(|r| r.cpu_us_per_req))
-}
-
 /// The share of a round's answers that were not 2xx, in %.
 fn non_2xx_percent(r: &Round) -> f64 {
     if r.requests == 0 {
@@ -359,18 +355,11 @@ fn scenario_json(sc: &RouteScenario, servers: &[ServerUnderTest], rows: &[Vec<Ro
         .iter()
         .zip(rows)
         .map(|(s, r)| {
-            let (rps, c) = (Stat::of(r.iter().map(|x| x.rps)), cpu(r));
-            json!({
-                "server": s.name,
-                "command": s.command,
-                "url": url(s, sc),
-                "median": { "rps": rps.median, "cpu_us_per_req": c.median },
-                "min_max": { "rps": [rps.min, rps.max], "cpu_us_per_req": [c.min, c.max] },
-                "rounds": r.iter().map(|x| json!({
-                    "rps": x.rps, "requests": x.requests, "cpu_us_per_req": x.cpu_us_per_req,
-                    "p50_ms": x.p50_ms, "p99_ms": x.p99_ms, "errors": x.errors, "non_2xx": x.non_2xx,
-                })).collect::<Vec<_>>(),
-            })
+            let mut result = json!({ "server": s.name, "command": s.command, "url": url(s, sc) });
+            if let Value::Object(map) = &mut result {
+                map.extend(measure::rounds_json(r));
+            }
+            result
         })
         .collect();
     json!({ "scenario": sc.group, "connections": sc.connections, "route": sc.route,
