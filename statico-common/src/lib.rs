@@ -222,11 +222,9 @@ pub struct QuicSteerCounters {
     pub runs: u64,
     /// Datagrams sent to the worker named by their destination connection ID (short header, Handshake).
     pub by_id: u64,
-    /// Datagrams sent to the worker on this CPU: Initial and 0-RTT packets (their connection ID is the
-    /// client's), unreadable ones, or an ID naming no worker.
-    pub by_cpu: u64,
-    /// Datagrams left to the kernel's hash: no worker for this CPU either.
-    pub fallbacks: u64,
+    /// Datagrams left to the kernel's hash of their addresses and ports: Initial and 0-RTT packets
+    /// (their connection ID is the client's), unreadable ones, or an ID naming no worker.
+    pub by_hash: u64,
 }
 
 /// Packets and bytes of the server's TCP port (either direction) seen by the XDP program, per CPU.

@@ -11,9 +11,12 @@
 //! a packet whose destination connection ID is one statico issued (short-header and Handshake
 //! packets) goes to the worker that ID names — its first byte, see `QUIC_CID_LEN` — whatever address
 //! or CPU it comes from, so a client whose address changes (NAT rebinding, migration) still reaches the
-//! worker holding its connection. Initial and 0-RTT packets carry the client's own ID and go by CPU, as
-//! TCP connections do; so does a packet that is too short or names no worker. Counted per CPU in
-//! `QUIC_STEERING`.
+//! worker holding its connection. Initial and 0-RTT packets carry the client's own ID: they, and a
+//! packet too short to read or naming no worker, are left to the kernel's hash of addresses and ports
+//! (`SK_PASS` without a selection). Never by CPU: a client's first flight may span several datagrams
+//! (a post-quantum ClientHello takes two) sent from different CPUs, and every one of them must reach
+//! the same worker; a client keeps its address until its handshake is confirmed (RFC 9000 §9), so the
+//! hash does. Counted per CPU in `QUIC_STEERING`.
 //!
 //! `statico_xdp` (attached with `--xdp IFACE`) counts, per CPU, the packets and bytes of IPv4 and IPv6
 //! TCP segments to or from the server's port (`XDP_PORT`) and passes every packet on unchanged.
@@ -84,22 +87,14 @@ const UDP_HLEN: u32 = 8;
 #[sk_reuseport]
 pub fn statico_steer_quic(ctx: SkReuseportContext) -> u32 {
     let by_id = quic_worker(&ctx).is_some_and(|w| QUIC_SOCKETS.select_reuseport(&ctx, w).is_ok());
-    let by_cpu = !by_id && {
-        // SAFETY: a helper without arguments, valid in every program type.
-        let cpu = unsafe { bpf_get_smp_processor_id() };
-        let slot = CPU_SLOTS.get(cpu).copied().unwrap_or(NO_SLOT);
-        slot != NO_SLOT && QUIC_SOCKETS.select_reuseport(&ctx, slot).is_ok()
-    };
     if let Some(c) = QUIC_STEERING.get_ptr_mut(0) {
         // SAFETY: a per-CPU value: only this CPU writes it, and the pointer is valid for the run.
         unsafe {
             (*c).runs += 1;
             if by_id {
                 (*c).by_id += 1;
-            } else if by_cpu {
-                (*c).by_cpu += 1;
             } else {
-                (*c).fallbacks += 1;
+                (*c).by_hash += 1;
             }
         }
     }

@@ -35,22 +35,31 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 
 /// A QUIC client endpoint that trusts `dir/cert.pem` and offers `alpn`.
 pub(crate) fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
+    let tls = client_tls(dir, alpn, rustls::crypto::aws_lc_rs::default_provider());
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    endpoint
+}
+
+/// A TLS 1.3 client configuration over `provider` that trusts `dir/cert.pem` and offers `alpn`.
+fn client_tls(
+    dir: &Path,
+    alpn: &[u8],
+    provider: rustls::crypto::CryptoProvider,
+) -> rustls::ClientConfig {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(dir.join("cert.pem")).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
     tls.alpn_protocols = vec![alpn.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
-    endpoint
+    tls
 }
 
 /// An HTTP/3 connection to `addr` from a fresh client endpoint (see [`connect_from`]).
@@ -600,6 +609,118 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
     assert!(
         by_id >= 8,
         "datagrams steered by connection ID: {by_id}\n{}",
+        stopped.stderr
+    );
+}
+
+/// A client socket that sends each datagram from the other of two CPUs (the thread is moved before
+/// each send), one datagram a send: what a browser's network thread does when the scheduler moves it
+/// between the two datagrams of its first flight. On loopback a datagram is handled on the CPU that
+/// sends it.
+#[derive(Debug)]
+struct CpuHopping {
+    inner: Arc<dyn quinn::AsyncUdpSocket>,
+    sends: std::sync::atomic::AtomicUsize,
+}
+
+impl quinn::AsyncUdpSocket for CpuHopping {
+    fn create_io_poller(self: Arc<Self>) -> std::pin::Pin<Box<dyn quinn::UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &quinn::udp::Transmit) -> std::io::Result<()> {
+        let n = self
+            .sends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes a bit inside it, and
+        // sched_setaffinity reads it for the calling thread (pid 0).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(n % 2, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        1
+    }
+}
+
+#[test]
+fn a_first_flight_of_two_datagrams_sent_from_two_cpus_reaches_one_worker() {
+    // SAFETY: geteuid only reads the process's credentials.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: a_first_flight_of_two_datagrams… needs root (CAP_BPF + CAP_NET_ADMIN for the QUIC steering program); CI runs as root");
+        return;
+    }
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIPPED: a_first_flight_of_two_datagrams… needs two CPUs");
+        return;
+    }
+    let dir = scratch("two-cpus");
+    let s = start(&dir, &["-t", "2", "--steering", "ebpf", "-b", "whole"]);
+    runtime().block_on(async {
+        // A post-quantum key share first, as Chromium sends it: the ClientHello takes two Initials.
+        use rustls::crypto::aws_lc_rs::{default_provider, kx_group};
+        let mut provider = default_provider();
+        provider.kx_groups = vec![kx_group::X25519MLKEM768, kx_group::X25519];
+        let tls = client_tls(&dir, b"h3", provider);
+        let crypto = Arc::new(quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap());
+        for attempt in 0..6usize {
+            let runtime = Arc::new(quinn::TokioRuntime);
+            let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+            udp.set_nonblocking(true).unwrap();
+            let socket = Arc::new(CpuHopping {
+                inner: quinn::Runtime::wrap_udp_socket(&*runtime, udp).unwrap(),
+                sends: attempt.into(),
+            });
+            let mut endpoint = quinn::Endpoint::new_with_abstract_socket(
+                quinn::EndpointConfig::default(),
+                None,
+                socket.clone(),
+                runtime,
+            )
+            .unwrap();
+            endpoint.set_default_client_config(quinn::ClientConfig::new(crypto.clone()));
+            let handshake =
+                tokio::time::timeout(Duration::from_secs(3), connect_from(&endpoint, s.addr));
+            let (conn, mut send) = handshake
+                .await
+                .unwrap_or_else(|_| panic!("handshake {attempt} timed out"));
+            assert_eq!(request(&mut send, "GET", "/").await.1, b"whole");
+            conn.close(0u32.into(), b"done");
+            assert!(socket.sends.load(std::sync::atomic::Ordering::Relaxed) >= 3);
+        }
+    });
+    let stopped = s.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    // A worker holding half a ClientHello gives it up as a failed handshake.
+    assert_eq!(
+        (
+            stopped.total("quic_conns"),
+            stopped.total("quic_handshake_failures")
+        ),
+        (6, 0),
+        "{}",
+        stopped.stderr
+    );
+    assert!(
+        quic_steering_total(&stopped.stderr, "by_hash") >= 12,
+        "{}",
         stopped.stderr
     );
 }

@@ -74,7 +74,7 @@ impl Assist {
         #[cfg(all(target_os = "linux", statico_bpf))]
         let why = match self.kernel.as_mut().map(|k| k.attach_quic(sockets)) {
             Some(Ok(())) => {
-                return eprintln!("statico: quic steering: by connection ID (an SK_REUSEPORT program sends each packet to the worker its connection ID names; Initial packets by CPU)");
+                return eprintln!("statico: quic steering: by connection ID (an SK_REUSEPORT program sends each packet to the worker its connection ID names; Initial packets by the kernel's hash)");
             }
             Some(Err(e)) => format!("the QUIC program could not be attached: {e:#}"),
             None => "no BPF on this steering rung".to_string(),

@@ -408,8 +408,8 @@ pub fn print_totals(
     }
     for (cpu, q) in kernel.quic_steering.iter().enumerate() {
         eprintln!(
-            "statico: quic steering cpu {cpu}: runs={} by_id={} by_cpu={} fallbacks={}",
-            q.runs, q.by_id, q.by_cpu, q.fallbacks
+            "statico: quic steering cpu {cpu}: runs={} by_id={} by_hash={}",
+            q.runs, q.by_id, q.by_hash
         );
     }
 }

@@ -123,7 +123,7 @@ fn kernel_families(kernel: &KernelDetail, shown: &Shown) -> Vec<Family> {
             c.fallbacks
         }),
     ];
-    let quic: [PerCpu<QuicSteerCounters>; 4] = [
+    let quic: [PerCpu<QuicSteerCounters>; 3] = [
         (
             "runs",
             "Runs of the QUIC steering program (datagrams).",
@@ -135,13 +135,10 @@ fn kernel_families(kernel: &KernelDetail, shown: &Shown) -> Vec<Family> {
             |q| q.by_id,
         ),
         (
-            "by_cpu",
-            "Datagrams sent to the worker on their CPU (Initial packets, unknown IDs).",
-            |q| q.by_cpu,
+            "by_hash",
+            "Datagrams left to the kernel's hash of their addresses (Initial packets, unknown IDs).",
+            |q| q.by_hash,
         ),
-        ("fallbacks", "Datagrams left to the kernel's hash.", |q| {
-            q.fallbacks
-        }),
     ];
     let xdp: [PerCpu<XdpCounters>; 2] = [
         (
@@ -301,8 +298,7 @@ mod tests {
             quic_steering: vec![statico_common::QuicSteerCounters {
                 runs: 9,
                 by_id: 6,
-                by_cpu: 2,
-                fallbacks: 1,
+                by_hash: 3,
             }],
         };
         let info = Info {
@@ -335,6 +331,7 @@ mod tests {
         };
         let page = render(&counters, 2, &kernel, &info);
         assert!(page.contains("statico_quic_steering_by_id_total{cpu=\"0\"} 6\n"));
+        assert!(page.contains("statico_quic_steering_by_hash_total{cpu=\"0\"} 3\n"));
         let h3 = Info {
             shown: Shown {
                 quic: true,
