@@ -136,6 +136,7 @@ impl Echo {
             recorder: None,
             admission: None,
             pauses: None,
+            events: None,
         };
         answer.set_date(date);
         answer

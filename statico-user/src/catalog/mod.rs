@@ -14,7 +14,8 @@
 //! - a **site** (`--root`): a table of files with their encoded variants, 304, 206 and HEAD forms
 //!   ([`site`]), rebuilt and swapped whole on SIGHUP;
 //! - in front of either, **routes** (`--route`, [`route`]): answers by method and path with drawn
-//!   statuses, delays and faults; a request no route matches falls through to the kind below.
+//!   statuses, delays and faults, or a stream of events ([`feed`]); a request no route matches
+//!   falls through to the kind below.
 //!
 //! With its answer the catalog decides how it is delivered ([`Hold`]: a delay, a body held apart or
 //! paced, a fault): `-d` / `--body-delay` for the default answer, a route's draws for its own. One
@@ -26,6 +27,7 @@
 //! the site in force, taken again only after a rebuild (one relaxed load per batch).
 
 pub mod echo;
+pub mod feed;
 pub mod model;
 pub mod request;
 pub mod response;
@@ -146,6 +148,8 @@ pub struct Written {
     /// Where a shed answer written behind the answer starts (a request that may be shed after
     /// waiting in a pool's queue).
     pub shed_at: Option<usize>,
+    /// A streamed answer's events: its body is given out as them.
+    pub events: Option<Box<model::events::Events>>,
 }
 
 impl CatalogPlan {
@@ -491,7 +495,7 @@ impl Local {
                 },
             ) => StreamAnswer {
                 recorder: self.recorder.clone(),
-                ..routes.stream_answer(&c)
+                ..routes.stream_answer(&c, self.recorder.as_ref())
             },
             (
                 Choice::Site(c),
@@ -692,24 +696,28 @@ impl<'a> View<'a> {
             (Some(model::pool::Fate::Shed { .. }), Some(shed)) => routes.shed_choice(&choice, shed),
             _ => choice,
         };
-        let body_at = routes.write(&answer, framing, head_only, out);
+        let body = routes.write(&answer, framing, head_only, out, Some(recorder));
         let shed_at = match (fate, shed) {
             (Some(model::pool::Fate::Waiting { .. }), Some(shed)) if routes.sheds_late(&choice) => {
                 let at = out.unsent();
-                routes.write(&routes.shed_choice(&choice, shed), framing, head_only, out);
+                let shed = routes.shed_choice(&choice, shed);
+                routes.write(&shed, framing, head_only, out, None);
                 Some(at)
             }
             _ => None,
         };
+        // A stream not chunked ends with the connection.
+        let close = routes.streamed(&answer) && framing != Framing::KeepAlive;
         if let (Some(key), false) = (choice.hold.truth, self.paced) {
             recorder.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
         }
         Written {
-            body_at,
+            body_at: body.body_at,
             hold: answer.hold,
             ticket,
             shed_at,
-            ..Written::default()
+            close,
+            events: body.events,
         }
     }
 

@@ -16,6 +16,8 @@ pub struct Request<'a> {
     pub if_modified_since: Option<&'a [u8]>,
     pub range: Option<&'a [u8]>,
     pub if_range: Option<&'a [u8]>,
+    /// A reconnecting event-stream client's last event (a streamed route resumes after it).
+    pub last_event_id: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
@@ -43,6 +45,7 @@ impl<'a> Request<'a> {
             5 if name.eq_ignore_ascii_case(b"range") => &mut self.range,
             8 if name.eq_ignore_ascii_case(b"if-range") => &mut self.if_range,
             13 if name.eq_ignore_ascii_case(b"if-none-match") => &mut self.if_none_match,
+            13 if name.eq_ignore_ascii_case(b"last-event-id") => &mut self.last_event_id,
             15 if name.eq_ignore_ascii_case(b"accept-encoding") => &mut self.accept_encoding,
             17 if name.eq_ignore_ascii_case(b"if-modified-since") => &mut self.if_modified_since,
             _ => return,

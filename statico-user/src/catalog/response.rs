@@ -211,6 +211,17 @@ pub fn header_fields(spec: &ResponseSpec) -> Result<Vec<(String, String)>> {
 
 /// [`header_fields`] for a body of `body_len` bytes kept apart from the spec (a route's shared body).
 pub fn header_fields_for(spec: &ResponseSpec, body_len: usize) -> Result<Vec<(String, String)>> {
+    fields_of(spec, Some(body_len))
+}
+
+/// The fields of a streamed answer, whose length is not known: no `Content-Length`.
+pub fn streamed_fields(spec: &ResponseSpec) -> Result<Vec<(String, String)>> {
+    fields_of(spec, None)
+}
+
+/// `Server` (unless given), the spec's fields, and the body's length when it is known and the
+/// status may have a body.
+fn fields_of(spec: &ResponseSpec, body_len: Option<usize>) -> Result<Vec<(String, String)>> {
     let mut fields: Vec<(String, String)> = Vec::new();
     if !spec
         .headers
@@ -223,8 +234,11 @@ pub fn header_fields_for(spec: &ResponseSpec, body_len: usize) -> Result<Vec<(St
         validate_field(name, value)?;
         fields.push((name.clone(), value.clone()));
     }
-    if spec.status != 204 && !(100..=199).contains(&spec.status) {
-        fields.push(("Content-Length".into(), body_len.to_string()));
+    match body_len {
+        Some(len) if spec.status != 204 && !(100..=199).contains(&spec.status) => {
+            fields.push(("Content-Length".into(), len.to_string()))
+        }
+        _ => {}
     }
     Ok(fields)
 }
@@ -244,10 +258,24 @@ impl Response {
         Response::build(&spec, body_len)
     }
 
+    /// The heads of an answer whose body is a stream of events of unknown length: chunked on a
+    /// persistent HTTP/1.1 connection; else `Connection: close`, the close ending the body (RFC
+    /// 9112 §6.3), which an HTTP/1.0 client reads too.
+    pub fn streamed(spec: &ResponseSpec) -> Result<Self> {
+        let status_line = status_line(spec.status)?;
+        let fields = streamed_fields(spec)?;
+        let mut chunked = fields.clone();
+        chunked.push(("Transfer-Encoding".into(), "chunked".into()));
+        let chunked = Encoded::build(&status_line, &chunked, None, b"");
+        let close = Encoded::build(&status_line, &fields, Some("close"), b"");
+        Ok(Response {
+            variants: [chunked, close.clone(), close],
+            errors: errors(),
+        })
+    }
+
     fn build(spec: &ResponseSpec, body_len: usize) -> Result<Self> {
-        let status = http::StatusCode::from_u16(spec.status).with_context(|| {
-            format!("invalid status {}: use a code from 100 to 999", spec.status)
-        })?;
+        let status_line = status_line(spec.status)?;
         let no_body = matches!(spec.status, 100..=199 | 204 | 304);
         if no_body && body_len > 0 {
             bail!(
@@ -256,22 +284,12 @@ impl Response {
             );
         }
         let fields = header_fields_for(spec, body_len)?;
-        let status_line = format!(
-            "HTTP/1.1 {} {}",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or("Unknown")
-        );
         let variants = [None, Some("keep-alive"), Some("close")]
             .map(|connection| Encoded::build(&status_line, &fields, connection, &spec.body));
-        let errors = ErrorStatus::ALL.map(|e| {
-            let line = format!("HTTP/1.1 {} {}", e.code(), e.reason());
-            let fields = [
-                ("Server".to_string(), SERVER.to_string()),
-                ("Content-Length".to_string(), "0".to_string()),
-            ];
-            Encoded::build(&line, &fields, Some("close"), b"")
-        });
-        Ok(Response { variants, errors })
+        Ok(Response {
+            variants,
+            errors: errors(),
+        })
     }
 
     /// The whole response (head and body) in this framing.
@@ -313,6 +331,29 @@ impl Response {
             e.set_date(date);
         }
     }
+}
+
+/// `HTTP/1.1 CODE Reason`.
+fn status_line(status: u16) -> Result<String> {
+    let status = http::StatusCode::from_u16(status)
+        .with_context(|| format!("invalid status {status}: use a code from 100 to 999"))?;
+    Ok(format!(
+        "HTTP/1.1 {} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("Unknown")
+    ))
+}
+
+/// The error answers every response carries.
+fn errors() -> [Encoded; ErrorStatus::ALL.len()] {
+    ErrorStatus::ALL.map(|e| {
+        let line = format!("HTTP/1.1 {} {}", e.code(), e.reason());
+        let fields = [
+            ("Server".to_string(), SERVER.to_string()),
+            ("Content-Length".to_string(), "0".to_string()),
+        ];
+        Encoded::build(&line, &fields, Some("close"), b"")
+    })
 }
 
 /// A field name is a token; a value is visible characters, spaces and tabs (no CR or LF: no injection).

@@ -9,10 +9,13 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::model::delivery::Delivery;
+use super::model::events::Events;
 use super::model::hold::{Hold, Recorder, TruthKey};
 use super::model::load::{Loads, Ticket, TicketIds};
 use super::model::pause::Pauses;
-use super::response::{header_fields, header_fields_for, http_date, ResponseSpec, DATE_LEN};
+use super::response::{
+    header_fields, header_fields_for, http_date, streamed_fields, ResponseSpec, DATE_LEN,
+};
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -28,6 +31,8 @@ pub struct StreamAnswer {
     pub admission: Option<std::sync::Arc<Admission>>,
     /// The server's pauses, which hold it before its head goes out (when the server has them).
     pub pauses: Option<Pauses>,
+    /// A streamed answer's events: `body` is theirs.
+    pub events: Option<Box<Events>>,
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
@@ -118,6 +123,11 @@ impl StreamAnswer {
         Self::build(spec, header_fields_for(spec, body.len())?, body)
     }
 
+    /// From a response spec whose body is a stream of events made per request (no length).
+    pub fn streamed(spec: &ResponseSpec) -> anyhow::Result<Self> {
+        Self::build(spec, streamed_fields(spec)?, Bytes::new())
+    }
+
     fn build(
         spec: &ResponseSpec,
         fields: Vec<(String, String)>,
@@ -142,6 +152,7 @@ impl StreamAnswer {
             recorder: None,
             admission: None,
             pauses: None,
+            events: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -162,6 +173,7 @@ impl StreamAnswer {
             recorder: None,
             admission: None,
             pauses: None,
+            events: None,
         };
         response.set_date(date);
         response
@@ -170,12 +182,14 @@ impl StreamAnswer {
     /// The delivery of this answer to a request complete at `arrived` (`None`: the time was not
     /// read, for an answer with no ticket and no truth), `head_only` for a HEAD: a route's held
     /// answer takes its ticket now — served, queued or shed by its route's pool (see [`Ticket`]).
-    pub fn delivery(&self, arrived: Option<std::time::Instant>, head_only: bool) -> Delivery {
+    pub fn delivery(&mut self, arrived: Option<std::time::Instant>, head_only: bool) -> Delivery {
         let ticket = arrived.and_then(|now| self.admit(now));
         let len = |answer: &StreamAnswer| if head_only { 0 } else { answer.body.len() };
         let shed = self.admission.as_ref().and_then(|a| a.shed.as_ref());
+        let events = self.events.take().filter(|_| !head_only);
         Delivery::new(self.hold, len(self), ticket, arrived, shed.map(len))
             .paused_by(self.pauses.clone())
+            .with_events(events)
     }
 
     /// The ticket of a route's held answer whose request is complete at `now` (none for an answer

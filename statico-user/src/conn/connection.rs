@@ -613,7 +613,8 @@ impl Connection {
         let body_len = held.end - held.body_at;
         // A shed answer (behind the answer, or the answer itself) goes out whole: body length 0.
         held.delivery = Delivery::new(batch.hold, body_len, batch.ticket.take(), None, Some(0))
-            .paused_by(env.catalog.pauses());
+            .paused_by(env.catalog.pauses())
+            .with_events(batch.events.take());
         self.held = Some(held);
         self.deliver(now, env);
     }

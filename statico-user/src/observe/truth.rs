@@ -70,6 +70,8 @@ pub struct RouteInfo {
     pub expected: Option<(Duration, Duration)>,
     /// Its requests queue in a pool: their wait is recorded.
     pub pooled: bool,
+    /// It streams its body as events (`stream=`): their timing is recorded.
+    pub streamed: bool,
 }
 
 /// A pool's figures at one moment, as the ground truth and the metrics show them (an entry of the
@@ -116,6 +118,29 @@ pub struct RouteTruth {
     /// Time queued for a pool's server (empty for a route without a pool).
     #[serde(rename = "wait_us")]
     pub wait: Summary,
+    /// A streamed route's events (none for another route).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamTruth>,
+}
+
+/// A streamed route's events, merged over the recorders (the document's `stream`: `events`,
+/// `left`, `first_us`, `gap_us`, `late_us`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StreamTruth {
+    /// Events given out (their first byte), over every request.
+    pub events: u64,
+    /// Streams whose client left before their last event (the route's outcomes count each answer
+    /// by its status when its head went).
+    pub left: u64,
+    /// The first events' waits as drawn (from the head).
+    #[serde(rename = "first_us")]
+    pub first: Summary,
+    /// The gaps as drawn (between an event and the one before).
+    #[serde(rename = "gap_us")]
+    pub gap: Summary,
+    /// How late each event went, past its due time (the head's plus the waits drawn up to it).
+    #[serde(rename = "late_us")]
+    pub late: Summary,
 }
 
 /// A histogram's count and percentiles, in microseconds (all zero when it is empty); in the
@@ -187,16 +212,74 @@ struct Tally {
     off: Histogram<u64>,
     /// Queue waits (a pooled route's only).
     wait: Option<Histogram<u64>>,
+    /// Events' timing (a streamed route's only).
+    stream: Option<Box<StreamTally>>,
+}
+
+/// What one recorder has recorded of a streamed route's events.
+struct StreamTally {
+    events: u64,
+    left: u64,
+    first: Histogram<u64>,
+    gap: Histogram<u64>,
+    late: Histogram<u64>,
+}
+
+impl StreamTally {
+    fn new() -> StreamTally {
+        StreamTally {
+            events: 0,
+            left: 0,
+            first: empty_histogram(),
+            gap: empty_histogram(),
+            late: empty_histogram(),
+        }
+    }
+
+    fn histograms_mut(&mut self) -> [&mut Histogram<u64>; 3] {
+        [&mut self.first, &mut self.gap, &mut self.late]
+    }
+
+    fn histograms(&self) -> [&Histogram<u64>; 3] {
+        [&self.first, &self.gap, &self.late]
+    }
+
+    fn subtract(&mut self, other: &StreamTally) {
+        self.events = self.events.saturating_sub(other.events);
+        self.left = self.left.saturating_sub(other.left);
+        for (mine, theirs) in self.histograms_mut().into_iter().zip(other.histograms()) {
+            let _ = mine.subtract(theirs);
+        }
+    }
+
+    fn add(&mut self, other: &StreamTally) {
+        self.events += other.events;
+        self.left += other.left;
+        for (mine, theirs) in self.histograms_mut().into_iter().zip(other.histograms()) {
+            mine.add(theirs).expect("histograms share bounds");
+        }
+    }
+
+    fn truth(&self) -> StreamTruth {
+        StreamTruth {
+            events: self.events,
+            left: self.left,
+            first: Summary::of(&self.first),
+            gap: Summary::of(&self.gap),
+            late: Summary::of(&self.late),
+        }
+    }
 }
 
 impl Tally {
-    fn new(outcomes: usize, pooled: bool) -> Tally {
+    fn new(outcomes: usize, pooled: bool, streamed: bool) -> Tally {
         Tally {
             outcomes: vec![0; outcomes],
             drawn: empty_histogram(),
             held: empty_histogram(),
             off: empty_histogram(),
             wait: pooled.then(empty_histogram),
+            stream: streamed.then(|| Box::new(StreamTally::new())),
         }
     }
 
@@ -222,6 +305,9 @@ impl Tally {
         if let (Some(mine), Some(theirs)) = (self.wait.as_mut(), other.wait.as_ref()) {
             let _ = mine.subtract(theirs);
         }
+        if let (Some(mine), Some(theirs)) = (self.stream.as_mut(), other.stream.as_ref()) {
+            mine.subtract(theirs);
+        }
     }
 
     fn add(&mut self, other: &Tally) {
@@ -236,6 +322,9 @@ impl Tally {
         self.off.add(&other.off).expect("histograms share bounds");
         if let (Some(mine), Some(theirs)) = (self.wait.as_mut(), other.wait.as_ref()) {
             mine.add(theirs).expect("histograms share bounds");
+        }
+        if let (Some(mine), Some(theirs)) = (self.stream.as_mut(), other.stream.as_ref()) {
+            mine.add(theirs);
         }
     }
 }
@@ -420,10 +509,45 @@ impl GroundTruth {
         }
     }
 
+    /// One event of a streamed route: the wait `drawn` for it (`first`: from the head, else from
+    /// the event before) and how `late` it went past its due time.
+    pub fn record_event(
+        &self,
+        recorder: usize,
+        route: usize,
+        first: bool,
+        drawn: Duration,
+        late: Duration,
+    ) {
+        if let Some(mut slot) = self.slot(recorder, route) {
+            if let Some(stream) = self.tally(&mut slot, route).stream.as_mut() {
+                stream.events += 1;
+                let waits = if first {
+                    &mut stream.first
+                } else {
+                    &mut stream.gap
+                };
+                waits.saturating_record(nanos(drawn));
+                stream.late.saturating_record(nanos(late));
+            }
+        }
+    }
+
+    /// A streamed route's client left before the stream's last event.
+    pub fn record_left(&self, recorder: usize, route: usize) {
+        if let Some(mut slot) = self.slot(recorder, route) {
+            if let Some(stream) = self.tally(&mut slot, route).stream.as_mut() {
+                stream.left += 1;
+            }
+        }
+    }
+
     /// A slot's tally, made on its first record.
     fn tally<'a>(&self, slot: &'a mut Option<Box<Tally>>, route: usize) -> &'a mut Tally {
         let info = &self.routes[route].info;
-        slot.get_or_insert_with(|| Box::new(Tally::new(info.outcomes.len(), info.pooled)))
+        slot.get_or_insert_with(|| {
+            Box::new(Tally::new(info.outcomes.len(), info.pooled, info.streamed))
+        })
     }
 
     /// Only an outcome (a fault that holds nothing, e.g. a reset before any delay): counted, with no
@@ -464,7 +588,8 @@ impl GroundTruth {
     /// Route `route` merged over the recorders, locking one slot at a time.
     fn merged_raw(&self, route: usize) -> Tally {
         // Merged, every route has a wait histogram (empty without a pool), for one metric shape.
-        let mut total = Tally::new(self.routes[route].info.outcomes.len(), true);
+        let info = &self.routes[route].info;
+        let mut total = Tally::new(info.outcomes.len(), true, info.streamed);
         for recorder in 0..self.recorders {
             if let Some(tally) = self
                 .slot(recorder, route)
@@ -519,6 +644,7 @@ impl GroundTruth {
         let merged: Vec<Tally> = (0..self.routes.len()).map(|i| self.merged(i)).collect();
         let mut families = vec![self.requests_family(&merged)];
         families.extend(self.histogram_families(&merged));
+        families.extend(self.stream_families(&merged));
         families.extend(self.pools_families());
         families.extend(self.changes_families());
         encode(families, out);
@@ -578,6 +704,71 @@ impl GroundTruth {
             family
         });
         families.collect()
+    }
+
+    /// A streamed route's events: `statico_route_stream_events_total{route}`,
+    /// `statico_route_stream_left_total{route}` and the histograms of the first waits, the gaps
+    /// and the lateness, `statico_route_stream_{first,gap,late}_seconds{route}` (coarse buckets).
+    /// Nothing when no route streams.
+    fn stream_families(&self, merged: &[Tally]) -> Vec<Family> {
+        let streamed: Vec<(&Route, &StreamTally)> = (self.routes.iter().zip(merged))
+            .filter_map(|(route, tally)| Some((route, tally.stream.as_deref()?)))
+            .collect();
+        if streamed.is_empty() {
+            return Vec::new();
+        }
+        type Count = fn(&StreamTally) -> u64;
+        let counters: [(&str, &str, Count); 2] = [
+            (
+                "statico_route_stream_events_total",
+                "Events a streamed route gave out.",
+                |s| s.events,
+            ),
+            (
+                "statico_route_stream_left_total",
+                "Streams whose client left before their last event.",
+                |s| s.left,
+            ),
+        ];
+        let counters = counters.into_iter().map(|(metric, help, value)| {
+            let mut family = Family::counter(metric, help);
+            for (route, stream) in &streamed {
+                family.sample(route.labels.clone(), value(stream) as f64);
+            }
+            family
+        });
+        type Of = fn(&StreamTally) -> &Histogram<u64>;
+        let histograms: [(&str, &str, Of); 3] = [
+            (
+                "statico_route_stream_first_seconds",
+                "A stream's wait drawn from its head to its first event.",
+                |s| &s.first,
+            ),
+            (
+                "statico_route_stream_gap_seconds",
+                "The gaps drawn between a stream's events.",
+                |s| &s.gap,
+            ),
+            (
+                "statico_route_stream_late_seconds",
+                "How late each event went past its due time.",
+                |s| &s.late,
+            ),
+        ];
+        let bounds_ns = bucket_bounds_ns(None);
+        let histograms = histograms.into_iter().map(|(metric, help, histogram_of)| {
+            let mut family = Family::histogram(metric, help);
+            for (route, stream) in &streamed {
+                let histogram = histogram_of(stream);
+                let les = bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
+                let cumulative = les.zip(cumulative_counts(histogram, &bounds_ns));
+                let count = histogram.len();
+                let sum_seconds = histogram.mean() * count as f64 / 1e9;
+                family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+            }
+            family
+        });
+        counters.chain(histograms).collect()
     }
 
     /// The routes table's generation, and the pauses (with pauses possible).
@@ -658,6 +849,7 @@ fn route_truth(info: &RouteInfo, tally: &Tally) -> RouteTruth {
         drawn: Summary::of(&tally.drawn),
         off: Summary::of(&tally.off),
         wait: tally.wait.as_ref().map(Summary::of).unwrap_or_default(),
+        stream: tally.stream.as_deref().map(StreamTally::truth),
     }
 }
 
@@ -792,6 +984,17 @@ fn total_line(truth: &RouteTruth, delayed: bool) -> String {
             human_duration(truth.off.p99_us)
         );
     }
+    if let Some(stream) = &truth.stream {
+        let _ = write!(
+            line,
+            "; stream {} events, {} left, first p50 {}, gap p50 {}, late p99 {}",
+            stream.events,
+            stream.left,
+            human_duration(stream.first.p50_us),
+            human_duration(stream.gap.p50_us),
+            human_duration(stream.late.p99_us)
+        );
+    }
     line
 }
 
@@ -841,6 +1044,7 @@ mod tests {
             outcomes: outcomes.iter().map(|o| o.to_string()).collect(),
             expected,
             pooled: false,
+            streamed: false,
         }
     }
 

@@ -2,7 +2,7 @@
 //! route's [`Ticket`] through its pool (waiting in the queue until woken or its queue timeout,
 //! served until its service is over, shed: the shed answer or the pool's fault), then the delay,
 //! the whole-server pause, the ground truth, the head, the body delay and the body's pieces
-//! (`rate=`), or the answer's fault.
+//! (`rate=`) or its events (`stream=`, [`super::events`]), or the answer's fault.
 //!
 //! No I/O and no clock: each call of [`Delivery::next`] is given the time (a [`Clock`]) and
 //! returns one [`Step`]: what to write (the head, a range of the body, a fault), or when to call
@@ -18,8 +18,9 @@ use std::ops::Range;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use super::events::{Events, Progress};
 use super::fault::Fault;
-use super::hold::{Hold, TruthKey};
+use super::hold::{Hold, TruthKey, PACE_TICK};
 use super::load::Ticket;
 use super::pause::Pauses;
 use super::pool::{Fate, Shed};
@@ -85,6 +86,10 @@ enum Stage {
     Piece,
     /// The tick between two pieces of a paced body.
     Gap,
+    /// A stream's next event: its wait.
+    Event,
+    /// A stream's event (or the rest of it) goes out.
+    EventOut,
     /// After a truncated body: its fault.
     Cut,
     #[default]
@@ -111,6 +116,9 @@ pub struct Delivery {
     ticks: u64,
     /// The server's pauses, when it has them: the head waits while one is in force.
     pauses: Option<Pauses>,
+    /// A streamed body's events, and how far they have gone.
+    events: Option<Box<Events>>,
+    progress: Progress,
 }
 
 impl Delivery {
@@ -135,12 +143,25 @@ impl Delivery {
             at: 0,
             ticks: 0,
             pauses: None,
+            events: None,
+            progress: Progress::default(),
         }
     }
 
     /// The same delivery, its head held while one of the server's `pauses` is in force.
-    pub fn paused_by(self, pauses: Option<Pauses>) -> Delivery {
-        Delivery { pauses, ..self }
+    pub fn paused_by(mut self, pauses: Option<Pauses>) -> Delivery {
+        self.pauses = pauses;
+        self
+    }
+
+    /// The same delivery, its body given out as these `events` (a streamed answer's; its length is
+    /// theirs). The answer's fault strikes after the events' drawn number of them.
+    pub fn with_events(mut self, events: Option<Box<Events>>) -> Delivery {
+        if let Some(events) = &events {
+            self.body_len = events.body_len();
+        }
+        self.events = events;
+        self
     }
 
     /// The next step at `clock`'s time. `room`: the most body bytes the driver takes now (a paced
@@ -181,6 +202,8 @@ impl Delivery {
                     self.stage = Stage::Done;
                     Some(Step::Fault(Fault::Truncate))
                 }
+                Stage::Event => self.event_due(clock),
+                Stage::EventOut => Some(self.event_out(clock, room)),
                 Stage::Done => Some(Step::Done),
             };
             if let Some(step) = step {
@@ -216,7 +239,13 @@ impl Delivery {
     pub fn started(&self) -> bool {
         matches!(
             self.stage,
-            Stage::AfterHead | Stage::BodyDelay | Stage::Piece | Stage::Gap | Stage::Cut
+            Stage::AfterHead
+                | Stage::BodyDelay
+                | Stage::Piece
+                | Stage::Gap
+                | Stage::Cut
+                | Stage::Event
+                | Stage::EventOut
         )
     }
 
@@ -282,9 +311,9 @@ impl Delivery {
         })
     }
 
-    /// The head, or a fault that replaces the whole answer.
+    /// The head, or a fault that replaces the whole answer (a stream's strikes between its events).
     fn head(&mut self) -> Step {
-        match self.hold.fault {
+        match self.hold.fault.filter(|_| self.events.is_none()) {
             Some(fault @ (Fault::Reset | Fault::Close | Fault::Stall)) => {
                 self.stage = Stage::Done;
                 Step::Fault(fault)
@@ -301,7 +330,11 @@ impl Delivery {
     /// What follows the head: half the body and the cut (truncate), nothing, the body held apart
     /// (a body delay or a rate), or the whole body at once.
     fn after_head(&mut self) -> Option<Step> {
-        if let Some(Fault::Truncate) = self.hold.fault {
+        if self.events.is_some() && self.body_len > 0 {
+            self.stage = Stage::Event;
+            return Some(Step::Sent);
+        }
+        if let (Some(Fault::Truncate), None) = (self.hold.fault, &self.events) {
             self.stage = Stage::Cut;
             self.at = self.body_len / 2;
             return (self.at > 0).then_some(Step::Body {
@@ -343,6 +376,69 @@ impl Delivery {
 /// A whole-server pause in force: the answer waits until this instant, then asks again (see
 /// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
 /// pauses are possible.
+impl Delivery {
+    /// A stream's next event: the fault, if it strikes here; else the wait for the event, due its
+    /// wait after the one before was due (the first: after the head went).
+    fn event_due(&mut self, clock: &mut impl Clock) -> Option<Step> {
+        let events = self.events.as_ref()?;
+        let i = self.progress.sent;
+        if let Some((_, fault)) = events.fault.filter(|(after, _)| *after == i) {
+            self.stage = Stage::Done;
+            return Some(Step::Fault(fault));
+        }
+        if i == events.ends.len() {
+            self.stage = Stage::Done;
+            return None;
+        }
+        let now = clock.now();
+        let due = self.progress.due.unwrap_or(now) + events.waits[i];
+        self.progress.due = Some(due);
+        self.stage = Stage::EventOut;
+        (due > now).then_some(Step::Wait(due))
+    }
+
+    /// The due event, or as much of it as the driver takes (`room`); none taken: a tick later. Its
+    /// timing is recorded when its first byte goes.
+    fn event_out(&mut self, clock: &mut impl Clock, room: usize) -> Step {
+        let Some(events) = self.events.as_ref() else {
+            self.stage = Stage::Done;
+            return Step::Done;
+        };
+        let i = self.progress.sent;
+        let (start, end) = (self.progress.at, events.ends[i]);
+        let piece = (end - start).min(room);
+        let now = clock.now();
+        if piece == 0 {
+            return Step::Wait(now + PACE_TICK);
+        }
+        let begins = i.checked_sub(1).map_or(0, |before| events.ends[before]);
+        if start == begins {
+            events.record(i, self.progress.due.unwrap_or(now), now);
+        }
+        self.progress.at = start + piece;
+        if self.progress.at == end {
+            self.progress.sent += 1;
+            self.stage = Stage::Event;
+        }
+        let last = self.progress.at == events.body_len() && events.fault.is_none();
+        Step::Body {
+            range: start..self.progress.at,
+            end: last,
+        }
+    }
+}
+
+/// A stream given up before its last event: its client left with the events it got.
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if let Some(events) = &self.events {
+            if matches!(self.stage, Stage::Event | Stage::EventOut) {
+                events.record_left();
+            }
+        }
+    }
+}
+
 fn paused(pauses: Option<&Pauses>, clock: &mut impl Clock) -> Option<Instant> {
     let pauses = pauses?;
     let now = clock.now();
@@ -554,6 +650,7 @@ mod tests {
                 outcomes: ["200", "gone", "shed"].map(String::from).to_vec(),
                 expected: None,
                 pooled: true,
+                streamed: false,
             };
             Pooled {
                 loads: Arc::new(Loads::new(

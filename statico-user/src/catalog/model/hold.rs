@@ -87,6 +87,21 @@ impl Recorder {
         self.truth.record(self.slot, route, outcome, drawn, held);
     }
 
+    /// One event of a streamed answer `key`: its wait as `drawn` (`first`: from the head) and how
+    /// `late` it went.
+    pub fn record_event(&self, key: TruthKey, first: bool, drawn: Duration, late: Duration) {
+        if key.generation == self.truth.generation() {
+            (self.truth).record_event(self.slot, usize::from(key.route), first, drawn, late);
+        }
+    }
+
+    /// A streamed answer `key` was left by its client before its last event.
+    pub fn record_left(&self, key: TruthKey) {
+        if key.generation == self.truth.generation() {
+            self.truth.record_left(self.slot, usize::from(key.route));
+        }
+    }
+
     /// One request's full truth (see [`crate::observe::truth::GroundTruth::record_sample`]).
     pub fn record_sample(
         &self,

@@ -13,6 +13,7 @@
 
 pub mod delivery;
 pub mod dist;
+pub mod events;
 pub mod fault;
 pub mod hold;
 pub mod load;

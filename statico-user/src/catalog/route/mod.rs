@@ -26,13 +26,15 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
+use super::feed::{self, EventSource, Feed, StreamDraw};
 use super::request::Request;
 use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
 use crate::catalog::model::dist::Dist;
+use crate::catalog::model::events::Events;
 use crate::catalog::model::fault::Fault;
-use crate::catalog::model::hold::{Hold, TruthKey};
+use crate::catalog::model::hold::{Hold, Recorder, TruthKey};
 use crate::catalog::model::load::{Loads, RouteLoad, Ticket, TicketIds};
 use crate::catalog::model::pause::Pauses;
 use crate::catalog::model::pool::{OrphanClock, Pool, Shed};
@@ -40,7 +42,7 @@ use crate::catalog::model::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use phase_spec::with_phases;
 use pool_spec::PoolSpec;
-use spec::{BodySpec, PathMatch, RoutePool, RouteSpec};
+use spec::{BodySpec, PathMatch, RoutePool, RouteSpec, StreamSpec};
 use table::Table;
 
 /// What every routes table of one server is built with and shares with the tables before and
@@ -129,14 +131,29 @@ struct Route {
     phases: Vec<(Window, u16)>,
     /// The server has pauses, which may hold any of its answers.
     pausable: bool,
+    /// A streamed route's events (`stream=`).
+    events: Option<EventSource>,
+    /// The `204 No Content` a reconnecting client gets whose `Last-Event-ID` is the last event.
+    done_answer: Option<u8>,
 }
 
 #[derive(Clone, Debug)]
 struct Answer {
-    /// The head in each framing (no body: it is sent from `body`).
+    /// The head in each framing (no body: it is sent from `body`, or made per request from the
+    /// route's events).
     head: Response,
     body: Bytes,
     stream: Option<StreamAnswer>,
+    /// Its body is the route's events (a streamed route's 2xx answers).
+    streamed: bool,
+}
+
+/// A route's answer body as written for one request: where it starts (when it may be held apart
+/// from the head), and a streamed answer's events.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub body_at: Option<usize>,
+    pub events: Option<Box<Events>>,
 }
 
 /// The longest a drawn delay holds an answer (a heavy-tailed distribution may draw far more).
@@ -153,6 +170,8 @@ pub struct RouteChoice {
     /// The table it was chosen from ([`Routes::generation`]).
     pub generation: u32,
     pub hold: Hold,
+    /// A streamed answer's draw.
+    pub stream: Option<StreamDraw>,
 }
 
 /// A worker's generator for the routes' draws.
@@ -247,7 +266,7 @@ impl Routes {
     ) -> Option<Ticket> {
         let key = choice.hold.truth?;
         let route = &self.routes[usize::from(choice.route)];
-        if !route.ticketed(&choice.hold) {
+        if !route.ticketed(choice) {
             return None;
         }
         let admission = route.admission.as_ref()?;
@@ -269,6 +288,7 @@ impl Routes {
         RouteChoice {
             answer: route.shed_answer.unwrap_or(choice.answer),
             hold,
+            stream: None,
             ..*choice
         }
     }
@@ -297,6 +317,7 @@ impl Routes {
                 || r.rate > 0
                 || !r.fault_cuts.is_empty()
                 || r.loaded
+                || r.events.is_some()
         })
     }
 
@@ -313,7 +334,7 @@ impl Routes {
             .iter()
             .position(|r| r.matches(request.method, path))?;
         let i = self.in_phase(i);
-        Some(self.routes[i].draw(i as u16, self.generation, draw))
+        Some(self.routes[i].draw(i as u16, self.generation, request, draw))
     }
 
     /// Route `i`, or the route its phase open now answers with.
@@ -337,26 +358,69 @@ impl Routes {
         framing: Framing,
         head_only: bool,
         out: &mut impl Sink,
-    ) -> Option<usize> {
+        recorder: Option<&Recorder>,
+    ) -> Written {
         let answer = self.answer(choice);
         let head = answer.head.head(framing);
         let body_at = out.unsent() + head.len();
         out.extend_from_slice(head);
-        if head_only || answer.body.is_empty() {
-            return None;
+        if head_only {
+            return Written::default();
+        }
+        let events = match framing {
+            Framing::KeepAlive => feed::Framing::Chunked,
+            Framing::KeepAlive10 | Framing::Close => feed::Framing::Bare,
+        };
+        if let Some((body, events)) = self.events(choice, events, recorder) {
+            out.extend_from_slice(&body);
+            return Written {
+                body_at: Some(body_at),
+                events: Some(Box::new(events)),
+            };
+        }
+        if answer.body.is_empty() {
+            return Written::default();
         }
         out.share(&answer.body, None);
-        Some(body_at)
+        Written {
+            body_at: Some(body_at),
+            events: None,
+        }
     }
 
-    /// The answer as HTTP/2 and HTTP/3 send it, with its hold.
-    pub fn stream_answer(&self, choice: &RouteChoice) -> StreamAnswer {
+    /// Whether `choice`'s answer is a stream, whose body only the connection's close can end on
+    /// HTTP/1.1 unless it is chunked: it closes the connection unless kept alive in HTTP/1.1.
+    pub fn streamed(&self, choice: &RouteChoice) -> bool {
+        self.answer(choice).streamed
+    }
+
+    /// A streamed answer's body and events for `choice`, framed as `framing` says; `recorder`
+    /// records their timing.
+    fn events(
+        &self,
+        choice: &RouteChoice,
+        framing: feed::Framing,
+        recorder: Option<&Recorder>,
+    ) -> Option<(Vec<u8>, Events)> {
+        let route = &self.routes[usize::from(choice.route)];
+        let (source, stream) = (route.events.as_ref()?, choice.stream?);
+        let truth = recorder.cloned().zip(choice.hold.truth);
+        Some(source.draw(stream, framing, choice.hold.fault, truth))
+    }
+
+    /// The answer as HTTP/2 and HTTP/3 send it, with its hold (a streamed answer with its body and
+    /// events, their timing recorded by `recorder`).
+    pub fn stream_answer(&self, choice: &RouteChoice, recorder: Option<&Recorder>) -> StreamAnswer {
         let mut answer = (self.answer(choice).stream.clone())
             .expect("--http2 and --http3 build the routes' stream answers");
         answer.hold = choice.hold;
         let route = &self.routes[usize::from(choice.route)];
-        if route.ticketed(&choice.hold) {
+        if route.ticketed(choice) {
             answer.admission = route.admission.clone();
+        }
+        if let Some((body, events)) = self.events(choice, feed::Framing::Bare, recorder) {
+            answer.body = Bytes::from(body);
+            answer.events = Some(Box::new(events));
         }
         answer
     }
@@ -389,10 +453,26 @@ impl Route {
             BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
             BodySpec::Size(n) => generated.slice(..*n as usize),
         };
+        let events = spec.stream.as_ref().map(EventSource::new);
+        if events.is_some()
+            && (!body.is_empty() || spec.rate.is_some() || spec.body_delay.is_some())
+        {
+            anyhow::bail!("body, size, rate and body-delay can't be given with stream=: the events are the body");
+        }
         let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
         let mut answers = statuses
-            .map(|status| Answer::build(status, spec, base, &body, streams))
+            .map(|status| match (&spec.stream, status) {
+                (Some(stream), 200..=299) => Answer::streamed(status, spec, stream, base, streams),
+                _ => Answer::build(status, spec, base, &body, streams),
+            })
             .collect::<Result<Vec<_>>>()?;
+        let done_answer = match &spec.stream {
+            Some(_) => {
+                answers.push(Answer::build(204, spec, base, &Bytes::new(), streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            None => None,
+        };
         let shed_answer = match shed {
             Some(Shed::Status(status)) => {
                 answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
@@ -417,6 +497,8 @@ impl Route {
             shed_answer,
             phases: Vec::new(),
             pausable: common.pauses.is_some(),
+            events,
+            done_answer,
         })
     }
 
@@ -432,15 +514,19 @@ impl Route {
         }
     }
 
-    /// Whether an answer of it with `hold` takes a ticket: it has a load model, or it is held — by
-    /// its own hold, or by a pause, which may hold any answer (each then has its hold measured).
-    fn ticketed(&self, hold: &Hold) -> bool {
-        self.loaded || hold.paces() || self.pausable
+    /// Whether its answer `choice` takes a ticket: it has a load model, or it is held — by its own
+    /// hold or its events, or by a pause, which may hold any answer (each then has its hold
+    /// measured).
+    fn ticketed(&self, choice: &RouteChoice) -> bool {
+        self.loaded || choice.hold.paces() || choice.stream.is_some() || self.pausable
     }
 
-    /// How many statuses it draws from (its answers, less a pool's shed answer).
+    /// How many statuses it draws from (its answers, less a pool's shed answer and a stream's
+    /// `204`).
     fn statuses(&self) -> usize {
-        self.answers.len() - usize::from(self.shed_answer.is_some())
+        self.answers.len()
+            - usize::from(self.shed_answer.is_some())
+            - usize::from(self.done_answer.is_some())
     }
 
     /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]); a
@@ -463,12 +549,29 @@ impl Route {
             }
     }
 
-    /// One request's status, fault and delays, drawn in that order.
-    fn draw(&self, route: u16, generation: u32, draw: &mut Draw) -> RouteChoice {
+    /// One request's status (a stream's, after its `Last-Event-ID` in `request`, with its
+    /// events), fault and delays, drawn in that order.
+    fn draw(
+        &self,
+        route: u16,
+        generation: u32,
+        request: &Request<'_>,
+        draw: &mut Draw,
+    ) -> RouteChoice {
         let status_roll = draw.next_u32();
-        let answer = (self.status_cuts.iter())
+        let mut answer = (self.status_cuts.iter())
             .position(|&cut| status_roll < cut)
             .map_or(0, |i| i + 1);
+        let mut stream = match (&self.events, self.answers[answer].streamed) {
+            (Some(events), true) => Some(events.choose(request.last_event_id, draw)),
+            _ => None,
+        };
+        // A reconnecting client that has every event is told to stop.
+        if let (Some(s), Some(done)) = (stream, self.done_answer) {
+            if s.from >= s.events {
+                (answer, stream) = (usize::from(done), None);
+            }
+        }
         let fault = match self.fault_cuts.is_empty() {
             true => None,
             false => {
@@ -488,6 +591,8 @@ impl Route {
                         .position(|(_, g)| *g == f)
                         .unwrap_or(0)
             }
+            // The `204` that ends a stream a client has whole counts as the route's status.
+            None if self.done_answer == Some(answer as u8) => 0,
             None => answer,
         };
         // A heavy tail may draw past what an `Instant` can add: an hour is the longest hold.
@@ -512,6 +617,7 @@ impl Route {
                     generation,
                 }),
             },
+            stream,
         }
     }
 }
@@ -541,6 +647,47 @@ impl Answer {
                 false => None,
             },
             body,
+            streamed: false,
+        })
+    }
+
+    /// A streamed route's answer with `status`: its heads without a length, its body the events
+    /// made per request; the feed's `Content-Type` (and for SSE `Cache-Control: no-cache`) unless
+    /// the route gives its own.
+    fn streamed(
+        status: u16,
+        spec: &RouteSpec,
+        stream: &StreamSpec,
+        base: &ResponseSpec,
+        streams: bool,
+    ) -> Result<Answer> {
+        let mut own = vec![(
+            "Content-Type".to_string(),
+            stream.feed.content_type().to_string(),
+        )];
+        if stream.feed == Feed::Sse {
+            own.push(("Cache-Control".into(), "no-cache".into()));
+        }
+        own.retain(|(name, _)| {
+            !spec
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(name))
+        });
+        own.extend(spec.headers.iter().cloned());
+        let spec = ResponseSpec {
+            status,
+            headers: with_own_fields(&base.headers, &own).cloned().collect(),
+            body: Vec::new(),
+        };
+        Ok(Answer {
+            head: Response::streamed(&spec)?,
+            stream: match streams {
+                true => Some(StreamAnswer::streamed(&spec)?),
+                false => None,
+            },
+            body: Bytes::new(),
+            streamed: true,
         })
     }
 }
@@ -629,17 +776,32 @@ fn path_of(target: &[u8]) -> &[u8] {
     }
 }
 
+/// A stream as the start-up lines show it: `, a stream of 50 sse events, first 0s, gap 20ms`.
+fn describe_stream(stream: &StreamSpec) -> String {
+    let wait = |d: &Option<Dist>| d.as_ref().map_or("0s".to_string(), Dist::to_string);
+    format!(
+        ", a stream of {} {} events, first {}, gap {}",
+        stream.events,
+        stream.feed.name(),
+        wait(&stream.first),
+        wait(&stream.gap)
+    )
+}
+
 /// A route as the start-up lines show it: its name, then what it answers with.
 pub fn describe(spec: &RouteSpec) -> String {
     let mut s = format!("{} → {}", spec.name, spec.status);
     for (status, p) in &spec.status_mix {
         s.push_str(&format!(", {status} {}%", p * 100.0));
     }
-    match &spec.body {
-        BodySpec::Empty => s.push_str(", empty body"),
-        BodySpec::Text(b) => s.push_str(&format!(", {} bytes", b.len())),
-        BodySpec::File(path, b) => s.push_str(&format!(", {} ({} bytes)", path.display(), b.len())),
-        BodySpec::Size(n) => s.push_str(&format!(", {n} generated bytes")),
+    match (&spec.body, &spec.stream) {
+        (_, Some(stream)) => s.push_str(&describe_stream(stream)),
+        (BodySpec::Empty, None) => s.push_str(", empty body"),
+        (BodySpec::Text(b), None) => s.push_str(&format!(", {} bytes", b.len())),
+        (BodySpec::File(path, b), None) => {
+            s.push_str(&format!(", {} ({} bytes)", path.display(), b.len()))
+        }
+        (BodySpec::Size(n), None) => s.push_str(&format!(", {n} generated bytes")),
     }
     if let Some(d) = &spec.delay {
         s.push_str(&format!(", delay {d}"));
@@ -676,6 +838,7 @@ fn route_info(spec: &RouteSpec, pooled: bool, phase: Option<String>) -> RouteInf
         phase,
         outcomes,
         pooled,
+        streamed: spec.stream.is_some(),
         expected: spec
             .delay
             .as_ref()
@@ -797,9 +960,9 @@ mod tests {
         };
         let choice = routes.choose(&request, &mut generator(Some(1), 0)).unwrap();
         let mut out = Vec::new();
-        routes.write(&choice, Framing::KeepAlive, true, &mut out);
+        routes.write(&choice, Framing::KeepAlive, true, &mut out, None);
         let head = String::from_utf8(out).unwrap();
-        (head, routes.stream_answer(&choice).headers)
+        (head, routes.stream_answer(&choice, None).headers)
     }
 
     fn count(head: &str, field: &str) -> usize {

@@ -13,6 +13,7 @@
 //! GET,HEAD /api/* status=200,503:1% delay=lognormal:10ms:80ms header=Cache-Control:no-store
 //! /health body=ok
 //! /download/* size=16m rate=1m fault=truncate:0.5%
+//! /events stream=sse events=uniform:20:50 first=200ms gap=lognormal:20ms:80ms
 //! ```
 //!
 //! Because tokens are split at whitespace, a flag's `body=TEXT` and `header=Name:Value` cannot
@@ -32,7 +33,9 @@ use serde::Deserialize;
 use toml::{Spanned, Value};
 
 use super::pool_spec::{PoolKeys, PoolSpec};
+use crate::catalog::feed::Feed;
 use crate::catalog::model::dist::Dist;
+use crate::catalog::model::events::Count;
 /// The faults a route injects, as its spec names them (and [`crate::catalog::model::hold`] takes them).
 use crate::catalog::model::fault::Fault;
 use crate::catalog::model::units::{parse_percent, parse_size};
@@ -131,7 +134,34 @@ pub struct RouteSpec {
     pub rate: Option<u64>,
     /// The pool the route's requests are served by, if any.
     pub pool: Option<RoutePool>,
+    /// The body streamed as events (`stream=`), instead of `body`.
+    pub stream: Option<StreamSpec>,
 }
+
+/// A streamed body (`stream=sse|ndjson|chunks` and its keys): each request gets `events` events,
+/// the first `first` after the head, each next `gap` after the one before.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamSpec {
+    pub feed: Feed,
+    pub events: Count,
+    pub first: Option<Dist>,
+    pub gap: Option<Dist>,
+    pub event: EventSpec,
+}
+
+/// What each event carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventSpec {
+    /// `event=TEXT`, `{i}` standing for the event's index.
+    Text(String),
+    /// `event-size=SIZE` filler bytes.
+    Size(u64),
+}
+
+/// The events a stream sends when `events=` is not given.
+const DEFAULT_EVENTS: u32 = 10;
+/// The payload of an event when neither `event=` nor `event-size=` is given.
+pub const DEFAULT_EVENT: &str = "{\"i\":{i}}";
 
 /// A route's pool: one defined apart (`pool=NAME`), or its own (the pool keys on the route).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,6 +190,7 @@ impl RouteSpec {
             faults: Vec::new(),
             rate: None,
             pool: None,
+            stream: None,
         }
     }
 }
@@ -175,10 +206,16 @@ enum Key {
     BodyDelay,
     Fault,
     Rate,
+    Stream,
+    Events,
+    First,
+    Gap,
+    Event,
+    EventSize,
 }
 
 impl Key {
-    const ALL: [Key; 8] = [
+    const ALL: [Key; 14] = [
         Key::Status,
         Key::Body,
         Key::Size,
@@ -187,7 +224,25 @@ impl Key {
         Key::BodyDelay,
         Key::Fault,
         Key::Rate,
+        Key::Stream,
+        Key::Events,
+        Key::First,
+        Key::Gap,
+        Key::Event,
+        Key::EventSize,
     ];
+
+    /// The keys that shape a stream's events (they need `stream=`).
+    const OF_STREAM: [Key; 5] = [
+        Key::Events,
+        Key::First,
+        Key::Gap,
+        Key::Event,
+        Key::EventSize,
+    ];
+
+    /// The keys a stream's events replace.
+    const OF_WHOLE_BODY: [Key; 4] = [Key::Body, Key::Size, Key::Rate, Key::BodyDelay];
 
     fn name(self) -> &'static str {
         match self {
@@ -199,17 +254,25 @@ impl Key {
             Key::BodyDelay => "body-delay",
             Key::Fault => "fault",
             Key::Rate => "rate",
+            Key::Stream => "stream",
+            Key::Events => "events",
+            Key::First => "first",
+            Key::Gap => "gap",
+            Key::Event => "event",
+            Key::EventSize => "event-size",
         }
     }
 }
 
 /// The known keys, for the unknown-key error.
-const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, pool, capacity, queue, queue-timeout, shed";
+const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, pool, capacity, queue, queue-timeout, shed";
 
 /// A route being filled in key by key: checks repeats and exclusions, then the key's parser.
 struct Builder<'a> {
     route: RouteSpec,
     seen: Vec<Key>,
+    /// The stream keys as given, made a [`StreamSpec`] when the route is finished.
+    stream: StreamKeys,
     /// `pool=NAME`, or the keys of the route's own pool.
     pool_name: Option<String>,
     pool_keys: PoolKeys,
@@ -224,6 +287,7 @@ impl<'a> Builder<'a> {
         Builder {
             route,
             seen: Vec::new(),
+            stream: StreamKeys::default(),
             pool_name: None,
             pool_keys: PoolKeys::default(),
             base_dir,
@@ -255,6 +319,16 @@ impl<'a> Builder<'a> {
         if other.is_some_and(|other| self.seen.contains(&other)) {
             return Err("body and size can't both be given; a body is TEXT, @FILE or SIZE".into());
         }
+        let other = match key {
+            Key::Event => Some(Key::EventSize),
+            Key::EventSize => Some(Key::Event),
+            _ => None,
+        };
+        if other.is_some_and(|other| self.seen.contains(&other)) {
+            return Err(
+                "event and event-size can't both be given; an event is TEXT or SIZE".into(),
+            );
+        }
         self.seen.push(key);
         self.apply(key, value)
             .map_err(|e| format!("{} {e}", key.name()))
@@ -263,6 +337,7 @@ impl<'a> Builder<'a> {
     /// The route, once every key is in: its pool named or its own (not both). `at` says where
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
+        self.route.stream = self.stream_spec()?;
         let name = self.route.name.clone();
         self.route.pool = match self.pool(&name)? {
             PoolChange::Keep => None,
@@ -283,8 +358,52 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Parses `value` for `key` into the route.
+    /// The stream the keys describe, if `stream=` was given; its keys without it, or a key its
+    /// events replace beside it, are refused naming both.
+    fn stream_spec(&mut self) -> Result<Option<StreamSpec>, String> {
+        let given = |key: &Key| self.seen.contains(key);
+        let Some(feed) = self.stream.feed else {
+            return match Key::OF_STREAM.iter().find(|k| given(k)) {
+                Some(key) => Err(format!(
+                    "{} needs stream=sse|ndjson|chunks: it shapes a stream's events",
+                    key.name()
+                )),
+                None => Ok(None),
+            };
+        };
+        if let Some(key) = Key::OF_WHOLE_BODY.iter().find(|k| given(k)) {
+            return Err(format!(
+                "{} can't be given with stream=: the events are the body (event= or event-size=, events=, first=, gap=)",
+                key.name()
+            ));
+        }
+        let keys = std::mem::take(&mut self.stream);
+        Ok(Some(StreamSpec {
+            feed,
+            events: keys.events.unwrap_or(Count::Fixed(DEFAULT_EVENTS)),
+            first: keys.first,
+            gap: keys.gap,
+            event: keys.event.unwrap_or(EventSpec::Text(DEFAULT_EVENT.into())),
+        }))
+    }
+
+    /// Parses `value` for `key` into the route (a stream key into the stream's keys).
     fn apply(&mut self, key: Key, value: &str) -> Result<(), String> {
+        let stream = &mut self.stream;
+        match key {
+            Key::Stream => stream.feed = Some(Feed::parse(value)?),
+            Key::Events => stream.events = Some(Count::parse(value)?),
+            Key::First => stream.first = Some(parse_wait(value)?),
+            Key::Gap => stream.gap = Some(parse_wait(value)?),
+            Key::Event => stream.event = Some(EventSpec::Text(value.into())),
+            Key::EventSize => stream.event = Some(EventSpec::Size(parse_event_size(value)?)),
+            _ => return self.apply_to_route(key, value),
+        }
+        Ok(())
+    }
+
+    /// Parses `value` for a key of the route itself.
+    fn apply_to_route(&mut self, key: Key, value: &str) -> Result<(), String> {
         let route = &mut self.route;
         match key {
             Key::Status => (route.status, route.status_mix) = parse_status(value)?,
@@ -300,8 +419,38 @@ impl<'a> Builder<'a> {
             },
             Key::Fault => route.faults = parse_faults(value)?,
             Key::Rate => route.rate = Some(parse_rate(value)?),
+            _ => unreachable!("the stream's keys are applied to its keys"),
         }
         Ok(())
+    }
+}
+
+/// The stream keys as given, in any order.
+#[derive(Debug, Default)]
+struct StreamKeys {
+    feed: Option<Feed>,
+    events: Option<Count>,
+    first: Option<Dist>,
+    gap: Option<Dist>,
+    event: Option<EventSpec>,
+}
+
+/// A stream's `first=` or `gap=`: any distribution but `inflight:BASE:PER`, which models the time
+/// before the answer (`delay=`).
+fn parse_wait(value: &str) -> Result<Dist, String> {
+    match Dist::parse(value)? {
+        d if d.in_flight().is_some() => Err(format!(
+            "{value:?}: inflight:BASE:PER is a model of delay= only (the time before the answer)"
+        )),
+        d => Ok(d),
+    }
+}
+
+/// `event-size=`: 1 byte to 1 MiB.
+fn parse_event_size(value: &str) -> Result<u64, String> {
+    match parse_size(value)? {
+        size @ 1..=0x10_0000 => Ok(size),
+        _ => Err(format!("{value:?} is not from 1 byte to 1m")),
     }
 }
 
@@ -369,6 +518,9 @@ pub struct RoutePatch {
     pub faults: Option<Vec<(Fault, f64)>>,
     pub rate: Option<u64>,
     pub pool: PoolChange,
+    /// A stream (`stream=` and its keys, all given anew), which replaces the route's body; a body
+    /// (`body=`, `size=`) replaces the route's stream.
+    pub stream: Option<StreamSpec>,
 }
 
 impl RoutePatch {
@@ -384,6 +536,7 @@ impl RoutePatch {
             builder.set(key, value)?;
         }
         let pool = builder.pool("")?;
+        let stream = builder.stream_spec()?;
         let given = |key: Key| builder.seen.contains(&key);
         let status_given = given(Key::Status);
         let body_given = given(Key::Body) || given(Key::Size);
@@ -399,6 +552,7 @@ impl RoutePatch {
             faults: faults_given.then_some(route.faults),
             rate: route.rate,
             pool,
+            stream,
         })
     }
 
@@ -415,6 +569,13 @@ impl RoutePatch {
             (route.status, route.status_mix) = (*status, mix.clone());
         }
         replace(&mut route.body, &self.body);
+        if self.body.is_some() {
+            route.stream = None;
+        }
+        if let Some(stream) = &self.stream {
+            (route.body, route.rate, route.body_delay) = (BodySpec::Empty, None, None);
+            route.stream = Some(stream.clone());
+        }
         replace(&mut route.headers, &self.headers);
         replace(&mut route.faults, &self.faults);
         if self.delay.is_some() {
@@ -632,6 +793,13 @@ pub(super) struct TomlRoute {
     body_delay: Option<Spanned<Value>>,
     fault: Option<Spanned<Value>>,
     rate: Option<Spanned<Value>>,
+    stream: Option<Spanned<Value>>,
+    events: Option<Spanned<Value>>,
+    first: Option<Spanned<Value>>,
+    gap: Option<Spanned<Value>>,
+    event: Option<Spanned<Value>>,
+    #[serde(rename = "event-size")]
+    event_size: Option<Spanned<Value>>,
     pool: Option<Spanned<Value>>,
     capacity: Option<Spanned<Value>>,
     queue: Option<Spanned<Value>>,
@@ -681,6 +849,12 @@ pub(super) fn toml_route(
         (Key::BodyDelay, &route.body_delay),
         (Key::Fault, &route.fault),
         (Key::Rate, &route.rate),
+        (Key::Stream, &route.stream),
+        (Key::Events, &route.events),
+        (Key::First, &route.first),
+        (Key::Gap, &route.gap),
+        (Key::Event, &route.event),
+        (Key::EventSize, &route.event_size),
     ];
     for (key, value) in keyed {
         let Some(value) = value else { continue };
@@ -898,7 +1072,7 @@ mod tests {
     fn key_errors() {
         assert_eq!(
             spec_err("/ colour=red"),
-            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, pool, capacity, queue, queue-timeout, shed"
+            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, pool, capacity, queue, queue-timeout, shed"
         );
         assert!(spec_err("/ status").contains("\"status\" is not key=value"));
         assert_eq!(spec_err("/ status=200 status=404"), "status given twice");

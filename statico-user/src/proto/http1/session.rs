@@ -38,6 +38,8 @@ pub struct Batch {
     /// With [`Pace::OneByOne`], a route's held answer: its ticket (its fate in a pool, its truth),
     /// and where its shed answer starts in `out` when it may be shed after waiting.
     pub ticket: Option<crate::catalog::model::load::Ticket>,
+    /// With [`Pace::OneByOne`]: a streamed answer's events (its body given out as them).
+    pub events: Option<Box<crate::catalog::model::events::Events>>,
     pub shed_at: Option<usize>,
     /// The last request asked for `Upgrade: h2c` and h2c is on: `101 Switching Protocols` was appended
     /// (after the responses before it); the caller writes it and switches the connection to HTTP/2 with
@@ -178,6 +180,7 @@ impl Session {
                     let written = catalog.write(choice, framing, info.head_only, out);
                     (batch.body_at, batch.hold) = (written.body_at, written.hold);
                     (batch.ticket, batch.shed_at) = (written.ticket, written.shed_at);
+                    batch.events = written.events;
                     if !info.keep_alive || written.close {
                         batch.close = true;
                         batch.unasked_close = info.keep_alive;
