@@ -106,7 +106,7 @@ pub struct StreamDraw {
 
 /// How one request's stream body is framed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framing {
+pub enum Chunking {
     /// Each event one chunk of an HTTP/1.1 chunked body, the last chunk after the last event.
     Chunked,
     /// The events as they are: HTTP/2 and HTTP/3 DATA frames, or an HTTP/1.x body the connection's
@@ -146,14 +146,14 @@ impl EventSource {
         }
     }
 
-    /// One request's body and its events: events `from..events`, framed as `framing` says, at
+    /// One request's body and its events: events `from..events`, framed as `chunking` says, at
     /// most [`MAX_STREAM_BYTES`]; each event's wait drawn, and with `fault` the event count it
     /// strikes after (any from none to all but the last). `truth`: where the events' timing is
     /// recorded.
     pub fn draw(
         &self,
         stream: StreamDraw,
-        framing: Framing,
+        chunking: Chunking,
         fault: Option<Fault>,
         truth: Option<(Recorder, TruthKey)>,
     ) -> (Vec<u8>, Events) {
@@ -165,15 +165,15 @@ impl EventSource {
             let start = body.len();
             payload.clear();
             self.payload(i, &mut payload);
-            match framing {
-                Framing::Chunked => {
+            match chunking {
+                Chunking::Chunked => {
                     let mut event = Vec::with_capacity(payload.len() + 64);
                     self.feed.frame(i, &payload, &mut event);
                     body.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
                     body.extend_from_slice(&event);
                     body.extend_from_slice(b"\r\n");
                 }
-                Framing::Bare => self.feed.frame(i, &payload, &mut body),
+                Chunking::Bare => self.feed.frame(i, &payload, &mut body),
             }
             if body.len() > MAX_STREAM_BYTES && !ends.is_empty() {
                 body.truncate(start);
@@ -187,7 +187,7 @@ impl EventSource {
             ends.push(body.len());
             waits.push(wait);
         }
-        if framing == Framing::Chunked {
+        if chunking == Chunking::Chunked {
             body.extend_from_slice(b"0\r\n\r\n");
             if let Some(last) = ends.last_mut() {
                 *last = body.len();
@@ -248,13 +248,13 @@ mod tests {
     #[test]
     fn sse_events_carry_their_id_and_a_data_line_each_a_chunk_over_http1() {
         let s = source("/s stream=sse event=tok-{i}");
-        let (body, events) = s.draw(draw(3, 0), Framing::Bare, None, None);
+        let (body, events) = s.draw(draw(3, 0), Chunking::Bare, None, None);
         assert_eq!(
             String::from_utf8(body).unwrap(),
             "id: 0\ndata: tok-0\n\nid: 1\ndata: tok-1\n\nid: 2\ndata: tok-2\n\n"
         );
         assert_eq!(events.ends, [19, 38, 57]);
-        let (body, events) = s.draw(draw(2, 0), Framing::Chunked, None, None);
+        let (body, events) = s.draw(draw(2, 0), Chunking::Chunked, None, None);
         let text = String::from_utf8(body).unwrap();
         assert_eq!(
             text,
@@ -268,7 +268,7 @@ mod tests {
         let s = source("/s stream=ndjson events=5");
         let from = s.choose(Some(b"2"), &mut rand::rngs::SmallRng::seed_from_u64(0));
         assert_eq!((from.events, from.from), (5, 3));
-        let (body, _) = s.draw(from, Framing::Bare, None, None);
+        let (body, _) = s.draw(from, Chunking::Bare, None, None);
         assert_eq!(body, b"{\"i\":3}\n{\"i\":4}\n");
         let ignored = s.choose(Some(b"x"), &mut rand::rngs::SmallRng::seed_from_u64(0));
         assert_eq!(ignored.from, 0);
@@ -279,7 +279,7 @@ mod tests {
         let s = source("/s stream=chunks event-size=4 events=4 first=100ms gap=20ms");
         for seed in 0..50 {
             let stream = StreamDraw { seed, ..draw(4, 0) };
-            let (body, events) = s.draw(stream, Framing::Bare, Some(Fault::Close), None);
+            let (body, events) = s.draw(stream, Chunking::Bare, Some(Fault::Close), None);
             assert_eq!(body, b"xxxxxxxxxxxxxxxx");
             let ms = Duration::from_millis;
             assert_eq!(events.waits, [ms(100), ms(20), ms(20), ms(20)]);

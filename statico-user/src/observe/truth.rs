@@ -717,8 +717,8 @@ impl GroundTruth {
         if streamed.is_empty() {
             return Vec::new();
         }
-        type Count = fn(&StreamTally) -> u64;
-        let counters: [(&str, &str, Count); 2] = [
+        type Tallied = fn(&StreamTally) -> u64;
+        let counters: [(&str, &str, Tallied); 2] = [
             (
                 "statico_route_stream_events_total",
                 "Events a streamed route gave out.",

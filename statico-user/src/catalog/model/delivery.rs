@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::events::{Events, Progress};
+use super::events::{Events, Given};
 use super::fault::Fault;
 use super::hold::{Hold, TruthKey, PACE_TICK};
 use super::load::Ticket;
@@ -118,7 +118,7 @@ pub struct Delivery {
     pauses: Option<Pauses>,
     /// A streamed body's events, and how far they have gone.
     events: Option<Box<Events>>,
-    progress: Progress,
+    progress: Given,
 }
 
 impl Delivery {
@@ -144,7 +144,7 @@ impl Delivery {
             ticks: 0,
             pauses: None,
             events: None,
-            progress: Progress::default(),
+            progress: Given::default(),
         }
     }
 

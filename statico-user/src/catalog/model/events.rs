@@ -135,7 +135,7 @@ pub struct Events {
 
 /// Where [`Events`] are in their delivery.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub struct Given {
     /// Events given out whole.
     pub sent: usize,
     /// Body bytes given out.

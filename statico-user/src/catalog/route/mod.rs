@@ -151,7 +151,7 @@ struct Answer {
 /// A route's answer body as written for one request: where it starts (when it may be held apart
 /// from the head), and a streamed answer's events.
 #[derive(Debug, Default)]
-pub struct Written {
+pub struct RouteBody {
     pub body_at: Option<usize>,
     pub events: Option<Box<Events>>,
 }
@@ -359,30 +359,30 @@ impl Routes {
         head_only: bool,
         out: &mut impl Sink,
         recorder: Option<&Recorder>,
-    ) -> Written {
+    ) -> RouteBody {
         let answer = self.answer(choice);
         let head = answer.head.head(framing);
         let body_at = out.unsent() + head.len();
         out.extend_from_slice(head);
         if head_only {
-            return Written::default();
+            return RouteBody::default();
         }
         let events = match framing {
-            Framing::KeepAlive => feed::Framing::Chunked,
-            Framing::KeepAlive10 | Framing::Close => feed::Framing::Bare,
+            Framing::KeepAlive => feed::Chunking::Chunked,
+            Framing::KeepAlive10 | Framing::Close => feed::Chunking::Bare,
         };
         if let Some((body, events)) = self.events(choice, events, recorder) {
             out.extend_from_slice(&body);
-            return Written {
+            return RouteBody {
                 body_at: Some(body_at),
                 events: Some(Box::new(events)),
             };
         }
         if answer.body.is_empty() {
-            return Written::default();
+            return RouteBody::default();
         }
         out.share(&answer.body, None);
-        Written {
+        RouteBody {
             body_at: Some(body_at),
             events: None,
         }
@@ -399,7 +399,7 @@ impl Routes {
     fn events(
         &self,
         choice: &RouteChoice,
-        framing: feed::Framing,
+        framing: feed::Chunking,
         recorder: Option<&Recorder>,
     ) -> Option<(Vec<u8>, Events)> {
         let route = &self.routes[usize::from(choice.route)];
@@ -418,7 +418,7 @@ impl Routes {
         if route.ticketed(choice) {
             answer.admission = route.admission.clone();
         }
-        if let Some((body, events)) = self.events(choice, feed::Framing::Bare, recorder) {
+        if let Some((body, events)) = self.events(choice, feed::Chunking::Bare, recorder) {
             answer.body = Bytes::from(body);
             answer.events = Some(Box::new(events));
         }
