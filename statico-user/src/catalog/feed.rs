@@ -217,15 +217,6 @@ impl EventSource {
             }
         }
     }
-
-    /// The most bytes one request's body may take, from the spec alone (for a start-up check).
-    pub fn most_bytes(&self) -> u64 {
-        let payload = match &self.payload {
-            Payload::Filler(bytes) => bytes.len() as u64,
-            Payload::Text(parts) => parts.iter().map(|p| p.len() as u64 + 10).sum(),
-        };
-        u64::from(self.events.most()) * (payload + 32)
-    }
 }
 
 #[cfg(test)]

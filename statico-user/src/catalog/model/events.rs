@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, RngExt};
 use rand_distr::{Distribution, StandardNormal};
 
+use super::dist::log_normal_of;
 use super::fault::Fault;
 use super::hold::{Recorder, TruthKey};
 
@@ -32,7 +33,7 @@ pub enum Count {
         low: u32,
         high: u32,
     },
-    /// `mu = ln(p50)`, `sigma = ln(p99 / p50) / 2.3263478740` (as [`super::dist::Dist::LogNormal`]).
+    /// Given by its median and 99th percentile, as [`super::dist::Dist::LogNormal`].
     LogNormal {
         p50: f64,
         p99: f64,
@@ -85,28 +86,12 @@ impl Count {
             Count::Fixed(n) => return n,
             Count::Uniform { low, high } => return rng.random_range(low..=high),
             Count::LogNormal { p50, p99 } => {
-                let sigma = (p99 / p50).ln() / 2.326_347_874_0;
+                let (mu, sigma) = log_normal_of(p50, p99);
                 let z: f64 = StandardNormal.sample(rng);
-                (p50.ln() + sigma * z).exp().round()
+                (mu + sigma * z).exp().round()
             }
         };
         n.clamp(1.0, f64::from(MAX_EVENTS)) as u32
-    }
-
-    /// The most events a draw gives (for the body's size limit): the high end, or for a log-normal
-    /// its 99.99th percentile.
-    pub fn most(&self) -> u32 {
-        match *self {
-            Count::Fixed(n) => n,
-            Count::Uniform { high, .. } => high,
-            Count::LogNormal { p50, p99 } => {
-                let sigma = (p99 / p50).ln() / 2.326_347_874_0;
-                (p50.ln() + sigma * 3.719)
-                    .exp()
-                    .round()
-                    .min(f64::from(MAX_EVENTS)) as u32
-            }
-        }
     }
 }
 
@@ -183,9 +168,6 @@ mod tests {
             assert_eq!(count.to_string(), text);
             let draws: Vec<u32> = (0..2000).map(|_| count.sample(&mut rng)).collect();
             assert!(draws.iter().all(|n| (low..=high).contains(n)), "{text}");
-            assert!(draws
-                .iter()
-                .all(|&n| n <= count.most() || text.starts_with("log")));
         }
         let uniform = Count::parse("uniform:3:6").unwrap();
         let seen: std::collections::BTreeSet<u32> =
