@@ -129,8 +129,8 @@ pub struct RouteTruth {
 pub struct StreamTruth {
     /// Events given out (their first byte), over every request.
     pub events: u64,
-    /// Streams whose client left before their last event (the route's outcomes count each answer
-    /// by its status when its head went).
+    /// Streams whose client left before their last event (each counted as outcome `gone`, with
+    /// the events it got).
     pub left: u64,
     /// The first events' waits as drawn (from the head).
     #[serde(rename = "first_us")]
@@ -533,10 +533,16 @@ impl GroundTruth {
         }
     }
 
-    /// A streamed route's client left before the stream's last event.
-    pub fn record_left(&self, recorder: usize, route: usize) {
+    /// A streamed route's client left before the stream's last event: the answer counted as
+    /// `outcome` when its head went counts as `gone` instead.
+    pub fn record_left(&self, recorder: usize, route: usize, outcome: usize, gone: usize) {
         if let Some(mut slot) = self.slot(recorder, route) {
-            if let Some(stream) = self.tally(&mut slot, route).stream.as_mut() {
+            let tally = self.tally(&mut slot, route);
+            if let Some(n) = tally.outcomes.get_mut(outcome) {
+                *n = n.saturating_sub(1);
+            }
+            tally.count(gone);
+            if let Some(stream) = tally.stream.as_mut() {
                 stream.left += 1;
             }
         }
