@@ -3,9 +3,10 @@
 //! after the last chunk), HTTP/1.0 (no chunking, the close ends the stream), curl and the `h2` crate
 //! over HTTP/2 and a quinn + h3 client over HTTP/3 (each event its own DATA frame), the three framings,
 //! `{i}`, `event-size=`, a drawn number of events, `Last-Event-ID` resuming and its 204, HEAD, a drawn
-//! error status answered whole, the truncate fault, a client that leaves mid-stream and one that never
-//! reads, the ground truth checked against what the clients counted, and the one-line start-up errors
-//! of a bad stream route.
+//! error status answered whole, the truncate fault, a client that leaves mid-stream (closing its
+//! connection, or cancelling its HTTP/2 stream) and one that never reads, a hundred streams at once,
+//! the ground truth checked against what the clients counted, and the one-line start-up errors of a
+//! bad stream route.
 //!
 //! Every test runs on the runtime under test (`STATICO_TEST_RUNTIME`); timing bounds are loose (a
 //! stream of 50 ms gaps must be spread over time, not meet a deadline).
@@ -69,7 +70,7 @@ fn assert_no_field(head: &str, name: &str) {
 }
 
 /// How an HTTP/1.1 body read off the wire ended.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum End {
     /// The terminating zero-length chunk came.
     Last,
@@ -464,6 +465,140 @@ fn http2_truncate_fault_resets_the_stream_after_whole_events() {
         most = most.max(n);
     }
     assert!(most > 0, "eight truncated streams, none with an event");
+}
+
+#[test]
+fn http2_a_stream_the_client_cancels_is_gone_and_the_connection_goes_on() {
+    let s = start(
+        &[
+            "/long stream=sse events=100 gap=20ms",
+            "/short stream=ndjson events=3 gap=10ms",
+        ],
+        &["--http2", "--metrics", "127.0.0.1:0"],
+    );
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let short = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let get = |path: &str| {
+            http::Request::get(format!("http://t{path}"))
+                .body(())
+                .unwrap()
+        };
+        let (resp, _) = client.send_request(get("/long"), true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        let mut events = 0;
+        while events < 2 {
+            let frame = tokio::time::timeout(WAIT, body.data()).await.expect("data");
+            events += usize::from(!frame.expect("an event").expect("data").is_empty());
+        }
+        // Dropping the body cancels the stream (RST_STREAM CANCEL), as a closed EventSource does.
+        drop(body);
+        let mut client = client.ready().await.unwrap();
+        let (resp, _) = client.send_request(get("/short"), true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        let mut got = Vec::new();
+        while let Some(frame) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
+            got.extend_from_slice(&frame.expect("the short stream"));
+        }
+        String::from_utf8(got).unwrap()
+    });
+    let want: String = (0..3).map(|i| format!("{}\n", payload(i))).collect();
+    assert_eq!(short, want);
+    let t = truth_when(&s, |t| outcome(entry(t, "/long"), "gone") >= 1);
+    let long = entry(&t, "/long");
+    assert_eq!(outcome(long, "gone"), 1, "{long}");
+    let given = num(long, &["stream", "events"]);
+    assert!(
+        (2.0..=10.0).contains(&given),
+        "{given} events given: {long}"
+    );
+}
+
+// ---- Many at once ----
+
+#[test]
+fn a_hundred_concurrent_streams_interleave_rather_than_queue() {
+    // 100 streams of 500 ms each on two workers: together, not one after another (50 s).
+    let s = start(&["/sse stream=sse events=6 gap=100ms"], &[]);
+    let started = Instant::now();
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            let mut w = Wire::open(&s);
+            std::thread::spawn(move || {
+                w.send(&get("/sse"));
+                let st = w.streamed();
+                (st.texts(), st.end, st.spread())
+            })
+        })
+        .collect();
+    for client in clients {
+        let (texts, end, spread) = client.join().unwrap();
+        assert_eq!((texts, end), (sse_events(0..6), End::Last));
+        assert!(
+            spread >= ms(400),
+            "six events 100 ms apart within {spread:?}"
+        );
+    }
+    let took = started.elapsed();
+    assert!(
+        took < ms(3000),
+        "100 concurrent 500 ms streams took {took:?}"
+    );
+}
+
+#[test]
+fn http2_fifty_concurrent_streams_on_one_connection_interleave() {
+    let s = start(&["/sse stream=sse events=6 gap=100ms"], &["--http2"]);
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let took = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let started = Instant::now();
+        let mut streams = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let client = client.clone();
+            streams.spawn(async move {
+                let mut client = client.ready().await.unwrap();
+                let req = http::Request::get("http://t/sse").body(()).unwrap();
+                let (resp, _) = client.send_request(req, true).unwrap();
+                let mut body = resp.await.expect("a head").into_body();
+                let mut frames = Vec::new();
+                while let Some(frame) = body.data().await {
+                    let frame = frame.expect("the stream");
+                    let _ = body.flow_control().release_capacity(frame.len());
+                    if !frame.is_empty() {
+                        frames.push(String::from_utf8_lossy(&frame).into_owned());
+                    }
+                }
+                frames
+            });
+        }
+        let all = async {
+            while let Some(frames) = streams.join_next().await {
+                assert_eq!(frames.unwrap(), sse_events(0..6));
+            }
+        };
+        tokio::time::timeout(WAIT, all)
+            .await
+            .expect("all 50 streams end");
+        started.elapsed()
+    });
+    assert!(
+        took < ms(3000),
+        "50 concurrent 500 ms streams took {took:?}"
+    );
 }
 
 // ---- HTTP/3 ----
