@@ -345,6 +345,26 @@ fn http1_0_gets_the_events_unchunked_and_the_close_ends_them() {
     }
 }
 
+#[test]
+fn http1_1_connection_close_still_gets_chunks_so_a_truncation_shows() {
+    let s = start(
+        &[
+            "/sse stream=sse events=5 gap=10ms",
+            "/t stream=sse events=20 gap=5ms fault=truncate:100%",
+        ],
+        &[],
+    );
+    let mut w = Wire::open(&s);
+    w.send(b"GET /sse HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let st = w.streamed();
+    assert_eq!((st.texts(), st.end), (sse_events(0..5), End::Last));
+    assert_eq!(w.until_closed(), (Vec::new(), End::Closed));
+    // The last chunk is what tells a client the stream was whole: one cut short must fail.
+    let args = ["-sS", "-N", "--http1.1", "-H", "Connection: close"];
+    let (ok, out, _) = run_client("curl", &[&args[..], &[&s.url("/t")]].concat());
+    assert!(!ok, "curl succeeded on a truncated stream: {out:?}");
+}
+
 // ---- HTTP/2 ----
 
 /// What an HTTP/2 stream gave: the head if one came, each non-empty DATA frame with when it came, and
