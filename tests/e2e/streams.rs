@@ -1185,6 +1185,77 @@ fn ground_truth_counts_the_events_clients_received_and_the_drawn_times() {
     );
 }
 
+// ---- Delays, the control API ----
+
+#[test]
+fn the_head_leaves_after_delay_and_the_first_event_after_first() {
+    let s = start(
+        &["/d stream=ndjson events=3 delay=150ms first=100ms gap=10ms"],
+        &[],
+    );
+    let mut w = Wire::open(&s);
+    w.send(&get("/d"));
+    w.head();
+    let head = w.sent.elapsed();
+    let st = {
+        let mut chunks = Vec::new();
+        while let Some(chunk) = w.chunk().expect("the last chunk") {
+            chunks.push(chunk);
+        }
+        chunks
+    };
+    assert!(
+        head >= ms(145) && head < ms(1000),
+        "head after {head:?} (delay 150 ms)"
+    );
+    assert_eq!(st.len(), 3);
+    let first = st[0].1;
+    assert!(
+        first >= ms(245) && first < ms(1500),
+        "first event after {first:?} (delay 150 ms, first 100 ms)"
+    );
+}
+
+/// One request to the `--admin` control API: the answer.
+fn admin(s: &Server, method: &str, path: &str, body: &str) -> Response {
+    let mut w = Wire {
+        stream: TcpStream::connect(s.admin_addr()).expect("connect to --admin"),
+        buf: Vec::new(),
+        sent: Instant::now(),
+    };
+    w.stream.set_read_timeout(Some(WAIT)).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    w.send(&[head.as_bytes(), body.as_bytes()].concat());
+    w.whole()
+}
+
+#[test]
+fn put_routes_takes_a_stream_route_and_refuses_a_body_with_stream() {
+    let s = start(&["/s body=plain"], &["--admin", "127.0.0.1:0"]);
+    let table = "[[route]]\npath = \"/s\"\nstream = \"ndjson\"\nevents = 3\n";
+    let r = admin(&s, "PUT", "/routes", table);
+    assert_eq!(
+        r.status,
+        200,
+        "{}{}",
+        r.head,
+        String::from_utf8_lossy(&r.body)
+    );
+    let st = stream_of(&s, "/s");
+    let want: Vec<String> = (0..3).map(|i| format!("{}\n", payload(i))).collect();
+    assert_eq!(st.texts(), want);
+    // Refused whole, naming the key: the table in force stays.
+    let bad = "[[route]]\npath = \"/s\"\nstream = \"sse\"\nbody = \"x\"\n";
+    let r = admin(&s, "PUT", "/routes", bad);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!((400..500).contains(&r.status), "{}{text}", r.head);
+    assert!(text.contains("body") && text.contains("stream"), "{text}");
+    assert_eq!(stream_of(&s, "/s").texts(), want);
+}
+
 // ---- Start-up errors and the routes file ----
 
 /// Asserts a flag form route is refused at start-up in one line naming each of `names`.
