@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use statico_tests::figures::{num, outcome, truth, truth_when};
+use statico_tests::figures::{self, num, outcome, truth, truth_when};
 use statico_tests::{get, refused_in_one_line, rss_kib, run_client, Response, Server, WAIT};
 
 /// statico with `--route SPEC` for each of `routes`, then `extra`.
@@ -488,7 +488,7 @@ fn http2_truncate_fault_resets_the_stream_after_whole_events() {
 }
 
 #[test]
-fn http2_a_stream_the_client_cancels_is_gone_and_the_connection_goes_on() {
+fn http2_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
     let s = start(
         &[
             "/long stream=sse events=100 gap=20ms",
@@ -1238,6 +1238,17 @@ fn ground_truth_counts_the_events_clients_received_and_the_drawn_times() {
     assert_eq!(
         num(&entry(&truth(&s), "/sse")["stream"], &["events"]),
         received
+    );
+    // And Prometheus, and the totals at exit.
+    let page = s.scrape("/metrics");
+    let series = r#"statico_route_stream_events_total{route="/sse"}"#;
+    assert_eq!(figures::series(&page, series), Some(received), "{page}");
+    let stopped = s.stop();
+    let line = format!("stream {received} events, 0 left");
+    assert!(
+        stopped.stderr.contains(&line),
+        "no {line:?} in\n{}",
+        stopped.stderr
     );
 }
 
