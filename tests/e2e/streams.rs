@@ -1,15 +1,14 @@
-//! Streamed answers (`stream=sse|ndjson|chunks`) as a client that relies on them sees them: `curl -N`
-//! and a raw socket over HTTP/1.1 (each event its own chunk, spread over time, the connection going on
-//! after the last chunk), HTTP/1.0 (no chunking, the close ends the stream), curl and the `h2` crate
-//! over HTTP/2 and a quinn + h3 client over HTTP/3 (each event its own DATA frame), the three framings,
-//! `{i}`, `event-size=`, a drawn number of events, `Last-Event-ID` resuming and its 204, HEAD, a drawn
-//! error status answered whole, the truncate fault, a client that leaves mid-stream (closing its
-//! connection, or cancelling its HTTP/2 stream) and one that never reads, a hundred streams at once,
-//! the ground truth checked against what the clients counted, and the one-line start-up errors of a
-//! bad stream route.
-//!
-//! Every test runs on the runtime under test (`STATICO_TEST_RUNTIME`); timing bounds are loose (a
-//! stream of 50 ms gaps must be spread over time, not meet a deadline).
+//! Streamed answers (`stream=sse|ndjson|chunks`) as a client that relies on them sees them: `curl
+//! -N` and a raw socket over HTTP/1.1 (each event its own chunk, spread over time, the connection
+//! going on after the last chunk), HTTP/1.0 (no chunking, the close ends the stream), curl and the
+//! `h2` crate over HTTP/2 and a quinn + h3 client over HTTP/3 (each event its own DATA frame), the
+//! three framings, `{i}`, `event-size=`, a drawn number of events, `Last-Event-ID` resuming and its
+//! 204, HEAD, a drawn error status answered whole, the faults (truncate, close, reset, stall), a
+//! client that leaves mid-stream (closing its connection, or cancelling its HTTP/2 or HTTP/3
+//! stream), clients that never read, many streams at once, `delay=` and `first=` timed from the
+//! client, the ground truth (JSON, the control API, Prometheus, the exit totals) checked against
+//! what the clients counted, a stream route put with `PUT /routes`, and the one-line start-up
+//! errors of a bad stream route.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -1264,7 +1263,7 @@ fn the_head_leaves_after_delay_and_the_first_event_after_first() {
     w.send(&get("/d"));
     w.head();
     let head = w.sent.elapsed();
-    let st = {
+    let events = {
         let mut chunks = Vec::new();
         while let Some(chunk) = w.chunk().expect("the last chunk") {
             chunks.push(chunk);
@@ -1275,8 +1274,8 @@ fn the_head_leaves_after_delay_and_the_first_event_after_first() {
         head >= ms(145) && head < ms(1000),
         "head after {head:?} (delay 150 ms)"
     );
-    assert_eq!(st.len(), 3);
-    let first = st[0].1;
+    assert_eq!(events.len(), 3);
+    let first = events[0].1;
     assert!(
         first >= ms(245) && first < ms(1500),
         "first event after {first:?} (delay 150 ms, first 100 ms)"
