@@ -1,14 +1,14 @@
-//! Streamed answers (`stream=sse|ndjson|chunks`) as a client that relies on them sees them: `curl
-//! -N` and a raw socket over HTTP/1.1 (each event its own chunk, spread over time, the connection
-//! going on after the last chunk), HTTP/1.0 (no chunking, the close ends the stream), curl and the
-//! `h2` crate over HTTP/2 and a quinn + h3 client over HTTP/3 (each event its own DATA frame), the
-//! three framings, `{i}`, `event-size=`, a drawn number of events, `Last-Event-ID` resuming and its
-//! 204, HEAD, a drawn error status answered whole, the faults (truncate, close, reset, stall), a
-//! client that leaves mid-stream (closing its connection, or cancelling its HTTP/2 or HTTP/3
-//! stream), clients that never read, many streams at once, `delay=` and `first=` timed from the
-//! client, the ground truth (JSON, the control API, Prometheus, the exit totals) checked against
-//! what the clients counted, a stream route put with `PUT /routes`, and the one-line start-up
-//! errors of a bad stream route.
+//! Streamed answers (`stream=sse|ndjson|chunks`) as a client that relies on them sees them:
+//! `curl -N` and a raw socket over HTTP/1.1 (each event its own chunk, spread over time, the
+//! connection going on after the last chunk), HTTP/1.0 (no chunking, the close ends the stream),
+//! curl and the `h2` crate over HTTP/2 and a quinn + h3 client over HTTP/3 (each event its own DATA
+//! frame), the three framings, `{i}`, `event-size=`, a drawn number of events, `Last-Event-ID`
+//! resuming and its 204, HEAD, a drawn error status answered whole, the faults (truncate, close,
+//! reset, stall), a client that leaves mid-stream (closing its connection, or cancelling its HTTP/2
+//! or HTTP/3 stream), clients that never read, many streams at once, `delay=` and `first=` timed
+//! from the client, the ground truth (JSON, the control API, Prometheus, the exit totals) checked
+//! against what the clients counted, a stream route put with `PUT /routes`, and the one-line
+//! start-up errors of a bad stream route.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
