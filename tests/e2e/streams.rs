@@ -309,7 +309,7 @@ fn each_event_is_its_own_chunk_spread_over_time_and_the_connection_goes_on() {
     // Four 50 ms gaps: 200 ms between the first event and the last.
     let spread = st.spread();
     assert!(
-        spread >= ms(150) && spread < ms(2000),
+        spread >= ms(150) && spread < ms(5000),
         "first to last event {spread:?}: {:?}",
         st.chunks.iter().map(|c| c.1).collect::<Vec<_>>()
     );
@@ -338,7 +338,7 @@ fn http1_0_gets_the_events_unchunked_and_the_close_ends_them() {
         assert_eq!(String::from_utf8_lossy(&body), sse_events(0..5).concat());
         let took = w.sent.elapsed();
         assert!(
-            took >= ms(150) && took < ms(2000),
+            took >= ms(150) && took < ms(5000),
             "{connection:?}: closed {took:?} after the request"
         );
     }
@@ -460,7 +460,7 @@ fn http2_each_event_is_its_own_data_frame_spread_over_time() {
     assert_eq!(out.texts(), sse_events(0..5));
     let spread = out.frames[4].1 - out.frames[0].1;
     assert!(
-        spread >= ms(150) && spread < ms(2000),
+        spread >= ms(150) && spread < ms(5000),
         "first to last frame {spread:?}"
     );
 }
@@ -567,7 +567,7 @@ fn a_hundred_concurrent_streams_interleave_rather_than_queue() {
     }
     let took = started.elapsed();
     assert!(
-        took < ms(3000),
+        took < ms(10000),
         "100 concurrent 500 ms streams took {took:?}"
     );
 }
@@ -615,7 +615,7 @@ fn http2_fifty_concurrent_streams_on_one_connection_interleave() {
         started.elapsed()
     });
     assert!(
-        took < ms(3000),
+        took < ms(10000),
         "50 concurrent 500 ms streams took {took:?}"
     );
 }
@@ -725,7 +725,7 @@ mod http3 {
         assert_eq!(texts, sse_events(0..5), "one piece per event");
         let spread = pieces[4].1 - pieces[0].1;
         assert!(
-            spread >= ms(150) && spread < ms(2000),
+            spread >= ms(150) && spread < ms(5000),
             "first to last event {spread:?}"
         );
     }
@@ -863,7 +863,7 @@ fn last_event_id_resumes_after_it_and_past_the_last_gets_204() {
 
 #[test]
 fn head_gets_the_streams_head_at_once_and_no_body() {
-    let s = start(&["/sse stream=sse events=5 gap=200ms", "/ok body=ok"], &[]);
+    let s = start(&["/sse stream=sse events=5 gap=1s", "/ok body=ok"], &[]);
     let mut w = Wire::open(&s);
     w.send(b"HEAD /sse HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = w.head();
@@ -871,8 +871,8 @@ fn head_gets_the_streams_head_at_once_and_no_body() {
     assert_eq!(r.status, 200, "{}", r.head);
     assert_field(&r.head, "content-type", "text/event-stream");
     assert!(
-        took < ms(500),
-        "HEAD answered after {took:?} (the stream lasts 800 ms)"
+        took < ms(2000),
+        "HEAD answered after {took:?} (the stream lasts 4 s)"
     );
     assert!(w.quiet_for(ms(300)), "HEAD got body bytes");
     w.send(&get("/ok"));
@@ -899,7 +899,7 @@ fn a_drawn_503_answers_whole_and_empty_at_once() {
         r.head
     );
     assert!(
-        w.sent.elapsed() < ms(300),
+        w.sent.elapsed() < ms(2000),
         "503 after {:?}",
         w.sent.elapsed()
     );
@@ -992,7 +992,7 @@ fn close_reset_and_stall_faults_end_a_stream_after_whole_events() {
     assert_ne!(st.end, End::Last, "/stall: the last chunk came");
     let took = w.sent.elapsed();
     assert!(
-        took >= ms(900) && took < ms(3000),
+        took >= ms(900) && took < ms(6000),
         "/stall: ended {took:?} after the request (idle timeout 1 s)"
     );
 }
@@ -1271,13 +1271,13 @@ fn the_head_leaves_after_delay_and_the_first_event_after_first() {
         chunks
     };
     assert!(
-        head >= ms(145) && head < ms(1000),
+        head >= ms(145) && head < ms(3000),
         "head after {head:?} (delay 150 ms)"
     );
     assert_eq!(events.len(), 3);
     let first = events[0].1;
     assert!(
-        first >= ms(245) && first < ms(1500),
+        first >= ms(245) && first < ms(4000),
         "first event after {first:?} (delay 150 ms, first 100 ms)"
     );
 }
