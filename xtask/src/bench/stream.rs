@@ -17,9 +17,10 @@
 //! and its events counted ([`sse_events`]); a round's events are h2load's body bytes over that
 //! sample's bytes per event ([`Sample::events_in`]), shown per answer (50.0 when every stream was
 //! whole). Server CPU per event = the server's CPU time over the round (/proc utime + stime) / the
-//! round's events. Beside it: h2load's mean and longest stream (980 ms due), and statico's own
-//! lateness, the p99 of `late_us` in its ground truth (`/ground-truth.json` on `--metrics`: how late
-//! each event was handed to the kernel against its due time).
+//! round's events; with the share of it spent in the kernel (stime: over loopback, a send carries
+//! the receiving side's TCP too). Beside it: h2load's mean and longest stream (980 ms due), and
+//! statico's own lateness, the p99 of `late_us` in its ground truth (`/ground-truth.json` on
+//! `--metrics`: how late each event was handed to the kernel against its due time).
 //!
 //! The target: statico's CPU per event over HTTP/2 at most [`TARGET_H2`]× its CPU per event over
 //! HTTP/1.1. `report.txt` (also printed) holds the tables, `results.json` every round, `chart.svg`
@@ -33,7 +34,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::accuracy::{parse_truth, StreamTruth};
-use super::measure::{self, server_cpu_us, Round};
+use super::measure::{self, server_cpu, CpuUsed, Round};
 use super::ratio::{verdict, Report};
 use super::report::{bar_chart, RunInfo};
 use super::servers::start_go_httpbin;
@@ -136,6 +137,9 @@ struct StreamRound {
     events_per_answer: f64,
     stream_mean_ms: f64,
     stream_max_ms: f64,
+    /// The share of the server's CPU time spent in the kernel (over loopback, the sending side's
+    /// TCP and the receiving side's both), in %.
+    kernel_percent: f64,
 }
 
 /// Runs both loads; writes `report.txt`, `results.json` and `chart.svg` into `dir` and returns the
@@ -335,20 +339,20 @@ fn round(s: &ServerUnderTest, a: &Asked, load: &Load, run: &RunInfo) -> Result<S
         IDLE_SECS,
         &a.url,
     );
-    let (report, cpu_us) = server_cpu_us(s.pid(), || h2load::run(&mut cmd))?;
+    let (report, cpu) = server_cpu(s.pid(), || h2load::run(&mut cmd))?;
     if report.succeeded == 0 || report.data_bytes == 0 {
         bail!("h2load got no stream from {}", a.url);
     }
-    let r = stream_round(&report, cpu_us, a.sample);
+    let r = stream_round(&report, cpu, a.sample);
     eprintln!(
-        "  {:<17} {:>8.0} events/s {:>7.3} µs/event  {:.1} events/answer  stream mean {:.0} ms",
-        s.name, r.round.rps, r.round.cpu_us_per_req, r.events_per_answer, r.stream_mean_ms
+        "  {:<17} {:>8.0} events/s {:>7.3} µs/event ({:.0}% kernel)  {:.1} events/answer  stream mean {:.0} ms",
+        s.name, r.round.rps, r.round.cpu_us_per_req, r.kernel_percent, r.events_per_answer, r.stream_mean_ms
     );
     Ok(r)
 }
 
 /// A round's figures from h2load's report, the server's CPU over it and the server's sample.
-fn stream_round(report: &h2load::Report, cpu_us: f64, sample: Sample) -> StreamRound {
+fn stream_round(report: &h2load::Report, cpu: CpuUsed, sample: Sample) -> StreamRound {
     let events = sample.events_in(report.data_bytes);
     let answers = report.succeeded;
     let non_2xx = report.status_4xx + report.status_5xx;
@@ -356,7 +360,7 @@ fn stream_round(report: &h2load::Report, cpu_us: f64, sample: Sample) -> StreamR
         round: Round {
             rps: report.rps * events / answers as f64,
             requests: events.round() as u64,
-            cpu_us_per_req: cpu_us / events,
+            cpu_us_per_req: cpu.total_us() / events,
             errors: report.errored + report.timeout + non_2xx,
             non_2xx,
             ..Round::default()
@@ -365,6 +369,7 @@ fn stream_round(report: &h2load::Report, cpu_us: f64, sample: Sample) -> StreamR
         events_per_answer: events / answers as f64,
         stream_mean_ms: report.request_mean_ms,
         stream_max_ms: report.request_max_ms,
+        kernel_percent: 100.0 * cpu.system_us / cpu.total_us().max(1e-9),
     }
 }
 
@@ -428,8 +433,8 @@ fn add_tables(
     );
     let _ = writeln!(
         report.text,
-        "  {:<17} {:>13} {:>14} {:>13} {:>12} {:>7}",
-        "", "events/answer", "stream mean ms", "stream max ms", "late p99 ms", "failed"
+        "  {:<17} {:>13} {:>14} {:>13} {:>12} {:>9} {:>7}",
+        "", "events/answer", "stream mean ms", "stream max ms", "late p99 ms", "kernel %", "failed"
     );
     for (((s, a), r), truth) in servers.iter().zip(asked).zip(rows).zip(truths) {
         let of = |f: fn(&StreamRound) -> f64| measure::Stat::of(r.iter().map(f)).median;
@@ -441,11 +446,12 @@ fn add_tables(
         let failed: u64 = r.iter().map(|x| x.round.errors).sum();
         let _ = writeln!(
             report.text,
-            "  {:<17} {:>13.2} {:>14.1} {:>13.1} {late:>12} {failed:>7}",
+            "  {:<17} {:>13.2} {:>14.1} {:>13.1} {late:>12} {:>9.0} {failed:>7}",
             s.name,
             of(|x| x.events_per_answer),
             of(|x| x.stream_mean_ms),
             of(|x| x.stream_max_ms),
+            of(|x| x.kernel_percent),
         );
     }
 }
@@ -484,6 +490,7 @@ fn load_json(
                         o.insert("events_per_answer".into(), x.events_per_answer.into());
                         o.insert("stream_mean_ms".into(), x.stream_mean_ms.into());
                         o.insert("stream_max_ms".into(), x.stream_max_ms.into());
+                        o.insert("kernel_percent".into(), x.kernel_percent.into());
                     }
                 }
             }
@@ -603,10 +610,15 @@ mod tests {
             request_max_ms: 993.0,
             ..h2load::Report::default()
         };
-        let r = stream_round(&report, 2000.0, sample);
+        let cpu = CpuUsed {
+            user_us: 500.0,
+            system_us: 1500.0,
+        };
+        let r = stream_round(&report, cpu, sample);
         assert_eq!((r.answers, r.events_per_answer), (4, 50.0));
         assert_eq!((r.round.requests, r.round.cpu_us_per_req), (200, 10.0));
         assert_eq!((r.round.rps, r.stream_mean_ms), (100.0, 992.7));
+        assert_eq!(r.kernel_percent, 75.0);
     }
 
     #[test]
