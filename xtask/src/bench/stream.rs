@@ -20,7 +20,8 @@
 //! round's events; with the share of it spent in the kernel (stime: over loopback, a send carries
 //! the receiving side's TCP too). Beside it: h2load's mean and longest stream (980 ms due), and
 //! statico's own lateness, the p99 of `late_us` in its ground truth (`/ground-truth.json` on
-//! `--metrics`: how late each event was handed to the kernel against its due time).
+//! `--metrics`: how late each event was handed to the kernel against its due time), and how long
+//! the server waited for its CPU (other work there: what lateness the machine, not the server, made).
 //!
 //! The target: statico's CPU per event over HTTP/2 at most [`TARGET_H2`]× its CPU per event over
 //! HTTP/1.1. `report.txt` (also printed) holds the tables, `results.json` every round, `chart.svg`
@@ -41,7 +42,7 @@ use super::servers::start_go_httpbin;
 use crate::setup::GO_HTTPBIN_VERSION;
 use crate::tools::h2load;
 use crate::tools::net::{free_port, http_get, wait_port};
-use crate::tools::procfs::machine;
+use crate::tools::procfs::{machine, run_queue_ns};
 use crate::tools::server::{start_statico, statico_bin, ServerUnderTest};
 
 /// Events per stream, and the gap between two events.
@@ -140,6 +141,8 @@ struct StreamRound {
     /// The share of the server's CPU time spent in the kernel (over loopback, the sending side's
     /// TCP and the receiving side's both), in %.
     kernel_percent: f64,
+    /// How long the server's threads waited for a CPU over the round (other work on its CPU), in ms.
+    cpu_wait_ms: f64,
 }
 
 /// Runs both loads; writes `report.txt`, `results.json` and `chart.svg` into `dir` and returns the
@@ -339,11 +342,13 @@ fn round(s: &ServerUnderTest, a: &Asked, load: &Load, run: &RunInfo) -> Result<S
         IDLE_SECS,
         &a.url,
     );
+    let waited = run_queue_ns(s.pid())?;
     let (report, cpu) = server_cpu(s.pid(), || h2load::run(&mut cmd))?;
+    let waited = run_queue_ns(s.pid())?.saturating_sub(waited);
     if report.succeeded == 0 || report.data_bytes == 0 {
         bail!("h2load got no stream from {}", a.url);
     }
-    let r = stream_round(&report, cpu, a.sample);
+    let r = stream_round(&report, cpu, waited as f64 / 1e6, a.sample);
     eprintln!(
         "  {:<17} {:>8.0} events/s {:>7.3} µs/event ({:.0}% kernel)  {:.1} events/answer  stream mean {:.0} ms",
         s.name, r.round.rps, r.round.cpu_us_per_req, r.kernel_percent, r.events_per_answer, r.stream_mean_ms
@@ -351,8 +356,14 @@ fn round(s: &ServerUnderTest, a: &Asked, load: &Load, run: &RunInfo) -> Result<S
     Ok(r)
 }
 
-/// A round's figures from h2load's report, the server's CPU over it and the server's sample.
-fn stream_round(report: &h2load::Report, cpu: CpuUsed, sample: Sample) -> StreamRound {
+/// A round's figures from h2load's report, the server's CPU over it and its wait for the CPU, and
+/// the server's sample.
+fn stream_round(
+    report: &h2load::Report,
+    cpu: CpuUsed,
+    cpu_wait_ms: f64,
+    sample: Sample,
+) -> StreamRound {
     let events = sample.events_in(report.data_bytes);
     let answers = report.succeeded;
     let non_2xx = report.status_4xx + report.status_5xx;
@@ -370,6 +381,7 @@ fn stream_round(report: &h2load::Report, cpu: CpuUsed, sample: Sample) -> Stream
         stream_mean_ms: report.request_mean_ms,
         stream_max_ms: report.request_max_ms,
         kernel_percent: 100.0 * cpu.system_us / cpu.total_us().max(1e-9),
+        cpu_wait_ms,
     }
 }
 
@@ -433,8 +445,15 @@ fn add_tables(
     );
     let _ = writeln!(
         report.text,
-        "  {:<17} {:>13} {:>14} {:>13} {:>12} {:>9} {:>7}",
-        "", "events/answer", "stream mean ms", "stream max ms", "late p99 ms", "kernel %", "failed"
+        "  {:<17} {:>13} {:>14} {:>13} {:>12} {:>9} {:>12} {:>7}",
+        "",
+        "events/answer",
+        "stream mean ms",
+        "stream max ms",
+        "late p99 ms",
+        "kernel %",
+        "cpu wait ms",
+        "failed"
     );
     for (((s, a), r), truth) in servers.iter().zip(asked).zip(rows).zip(truths) {
         let of = |f: fn(&StreamRound) -> f64| measure::Stat::of(r.iter().map(f)).median;
@@ -446,12 +465,13 @@ fn add_tables(
         let failed: u64 = r.iter().map(|x| x.round.errors).sum();
         let _ = writeln!(
             report.text,
-            "  {:<17} {:>13.2} {:>14.1} {:>13.1} {late:>12} {:>9.0} {failed:>7}",
+            "  {:<17} {:>13.2} {:>14.1} {:>13.1} {late:>12} {:>9.0} {:>12.0} {failed:>7}",
             s.name,
             of(|x| x.events_per_answer),
             of(|x| x.stream_mean_ms),
             of(|x| x.stream_max_ms),
             of(|x| x.kernel_percent),
+            of(|x| x.cpu_wait_ms),
         );
     }
 }
@@ -491,6 +511,7 @@ fn load_json(
                         o.insert("stream_mean_ms".into(), x.stream_mean_ms.into());
                         o.insert("stream_max_ms".into(), x.stream_max_ms.into());
                         o.insert("kernel_percent".into(), x.kernel_percent.into());
+                        o.insert("cpu_wait_ms".into(), x.cpu_wait_ms.into());
                     }
                 }
             }
@@ -614,11 +635,11 @@ mod tests {
             user_us: 500.0,
             system_us: 1500.0,
         };
-        let r = stream_round(&report, cpu, sample);
+        let r = stream_round(&report, cpu, 3.0, sample);
         assert_eq!((r.answers, r.events_per_answer), (4, 50.0));
         assert_eq!((r.round.requests, r.round.cpu_us_per_req), (200, 10.0));
         assert_eq!((r.round.rps, r.stream_mean_ms), (100.0, 992.7));
-        assert_eq!(r.kernel_percent, 75.0);
+        assert_eq!((r.kernel_percent, r.cpu_wait_ms), (75.0, 3.0));
     }
 
     #[test]
