@@ -157,9 +157,6 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
             start_servers(root, dir, run.server_cpus, load, &mut skipped)?
                 .into_iter()
                 .unzip();
-        if servers.is_empty() {
-            continue;
-        }
         eprintln!(
             "bench: {} ({} round(s) of {} streams)",
             load.group,
@@ -180,14 +177,29 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
         loads.push(load_json(load, run, &servers, &asked, &rows, &truths));
     }
     let targets = targets(&mut report, &medians);
-    if !skipped.is_empty() {
-        let _ = writeln!(report.text, "\nnot measured");
-    }
     for (name, reason) in &skipped {
-        let _ = writeln!(report.text, "  {name}: {reason}");
+        let _ = writeln!(report.text, "  not measured: {name}: {reason}");
     }
     std::fs::write(dir.join("report.txt"), &report.text)?;
-    let doc = json!({
+    let doc = results_json(root, run, loads, targets, &skipped);
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&doc)?,
+    )?;
+    chart(&dir.join("chart.svg"), &medians)?;
+    eprintln!("bench: wrote {}", dir.display());
+    Ok(report.text)
+}
+
+/// results.json: how the run was made, every load's results, the target, and what was not measured.
+fn results_json(
+    root: &Path,
+    run: &RunInfo,
+    loads: Vec<Value>,
+    targets: Value,
+    skipped: &[(String, String)],
+) -> Value {
+    json!({
         "mode": "stream",
         "machine": machine(),
         "placement": { "server_cpus": run.server_cpus, "client_cpus": run.client_cpus },
@@ -201,14 +213,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
         "loads": loads,
         "targets": targets,
         "skipped": skipped.iter().map(|(n, r)| json!({ "server": n, "reason": r })).collect::<Vec<_>>(),
-    });
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(&doc)?,
-    )?;
-    chart(&dir.join("chart.svg"), &medians)?;
-    eprintln!("bench: wrote {}", dir.display());
-    Ok(report.text)
+    })
 }
 
 fn heading(run: &RunInfo) -> String {
@@ -242,8 +247,8 @@ fn statico_flags(runtime: &str, load: &Load, metrics: &str) -> Vec<String> {
     flags
 }
 
-/// statico on each runtime, and go-httpbin over HTTP/1.1, each with its stream sampled; a server
-/// that cannot start or stream is left out, with the reason in `skipped`.
+/// statico on each runtime, and go-httpbin over HTTP/1.1, each with its stream sampled. A statico
+/// that cannot start or stream fails the run; go-httpbin is left out, with the reason in `skipped`.
 fn start_servers(
     root: &Path,
     dir: &Path,
@@ -254,19 +259,13 @@ fn start_servers(
     let mut servers = Vec::new();
     for runtime in ["io-uring", "tokio"] {
         let name = format!("statico-{runtime}");
-        let started = (|| {
-            let metrics = free_port()?;
-            let flags = statico_flags(runtime, load, &format!("127.0.0.1:{metrics}"));
-            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let server = start_statico(root, &name, Some(cpus), &flags)?;
-            wait_port(metrics)?;
-            let url = format!("http://127.0.0.1:{}{PATH}", server.port);
-            measured(server, url, load, Some(metrics))
-        })();
-        match started {
-            Ok(m) => servers.push(m),
-            Err(e) => skipped.push((format!("{name} ({})", load.group), reason(&e))),
-        }
+        let metrics = free_port()?;
+        let flags = statico_flags(runtime, load, &format!("127.0.0.1:{metrics}"));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let server = start_statico(root, &name, Some(cpus), &flags)?;
+        wait_port(metrics)?;
+        let url = format!("http://127.0.0.1:{}{PATH}", server.port);
+        servers.push(measured(server, url, load, Some(metrics))?);
     }
     if !load.h2 {
         let started = start_go_httpbin(dir, cpus).and_then(|server| {
@@ -275,16 +274,10 @@ fn start_servers(
         });
         match started {
             Ok(m) => servers.push(m),
-            Err(e) => skipped.push((format!("go-httpbin ({})", load.group), reason(&e))),
+            Err(e) => skipped.push((format!("go-httpbin ({})", load.group), format!("{e:#}"))),
         }
     }
     Ok(servers)
-}
-
-/// Why a server was left out: the first line of its error (statico's adds clap's usage hint).
-fn reason(e: &anyhow::Error) -> String {
-    let said = format!("{e:#}");
-    said.lines().next().unwrap_or_default().to_string()
 }
 
 /// `server` with its stream at `url` read once by curl (over HTTP/2 for an HTTP/2 load).
