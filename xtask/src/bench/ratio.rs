@@ -25,6 +25,12 @@ pub fn interleave(
     })
 }
 
+/// "1.12x (met)" or "1.52x (NOT met)".
+pub fn verdict(ratio: f64, target: f64) -> String {
+    let met = if ratio <= target { "met" } else { "NOT met" };
+    format!("{ratio:.2}x ({met})")
+}
+
 /// The report's text, and per scenario each statico's server CPU relative to the peer's for the chart.
 pub struct Report {
     pub text: String,

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use super::accuracy;
 use super::measure::{self, Round, Scenario, Stat};
-use super::ratio::Report;
+use super::ratio::{verdict, Report};
 use super::report::RunInfo;
 use super::servers::{start_fortio, start_nginx, Nginx};
 use crate::tools::procfs::machine;
@@ -383,12 +383,6 @@ fn ratios_between(medians: &[(&str, String, f64)], over: usize, base: usize) -> 
             Some((s.clone(), delayed / base))
         })
         .collect()
-}
-
-/// "1.12x (met)" or "1.52x (NOT met)".
-pub fn verdict(ratio: f64, target: f64) -> String {
-    let met = if ratio <= target { "met" } else { "NOT met" };
-    format!("{ratio:.2}x ({met})")
 }
 
 /// The targets, appended to the report; returned for results.json.
