@@ -369,5 +369,14 @@ fn smoke_benches() -> Result<()> {
             ..Default::default()
         },
     )?;
+    eprintln!("xtask test: smoke stage: cargo xtask bench --stream --quick");
+    bench::run(
+        &workspace_root(),
+        bench::BenchArgs {
+            quick: true,
+            stream: true,
+            ..Default::default()
+        },
+    )?;
     Ok(())
 }
