@@ -700,12 +700,7 @@ impl GroundTruth {
         let families = histograms.into_iter().map(|(metric, help, histogram_of)| {
             let mut family = Family::histogram(metric, help);
             for (route, tally) in self.routes.iter().zip(merged) {
-                let histogram = histogram_of(tally);
-                let les = route.bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
-                let cumulative = les.zip(cumulative_counts(histogram, &route.bounds_ns));
-                let count = histogram.len();
-                let sum_seconds = histogram.mean() * count as f64 / 1e9;
-                family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+                add_buckets(&mut family, route, histogram_of(tally), &route.bounds_ns);
             }
             family
         });
@@ -765,12 +760,7 @@ impl GroundTruth {
         let histograms = histograms.into_iter().map(|(metric, help, histogram_of)| {
             let mut family = Family::histogram(metric, help);
             for (route, stream) in &streamed {
-                let histogram = histogram_of(stream);
-                let les = bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
-                let cumulative = les.zip(cumulative_counts(histogram, &bounds_ns));
-                let count = histogram.len();
-                let sum_seconds = histogram.mean() * count as f64 / 1e9;
-                family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+                add_buckets(&mut family, route, histogram_of(stream), &bounds_ns);
             }
             family
         });
@@ -900,6 +890,15 @@ fn geometric_bounds_ns(low: f64, high: f64, max_steps: usize) -> Vec<u64> {
 fn round_to_4_significant(x: f64) -> u64 {
     let unit = 10f64.powi(x.log10().floor() as i32 - 3).max(1.0);
     ((x / unit).round() * unit) as u64
+}
+
+/// `route`'s sample of a histogram family: `histogram` over the buckets `bounds_ns`.
+fn add_buckets(family: &mut Family, route: &Route, histogram: &Histogram<u64>, bounds_ns: &[u64]) {
+    let les = bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
+    let cumulative = les.zip(cumulative_counts(histogram, bounds_ns));
+    let count = histogram.len();
+    let sum_seconds = histogram.mean() * count as f64 / 1e9;
+    family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
 }
 
 /// How many of `histogram`'s values are at or below each bound (cumulative).

@@ -31,6 +31,18 @@ pub fn verdict(ratio: f64, target: f64) -> String {
     format!("{ratio:.2}x ({met})")
 }
 
+/// Each server's ratio against `target` (`statico-io-uring 0.60x (met), …`), or `none` when there
+/// is no ratio to judge.
+pub fn verdicts(ratios: &[(String, f64)], target: f64, none: &str) -> String {
+    let said: Vec<String> = (ratios.iter())
+        .map(|(name, x)| format!("{name} {}", verdict(*x, target)))
+        .collect();
+    match said.is_empty() {
+        true => none.to_string(),
+        false => said.join(", "),
+    }
+}
+
 /// The report's text, and per scenario each statico's server CPU relative to the peer's for the chart.
 pub struct Report {
     pub text: String,

@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 use super::accuracy::{parse_truth, StreamTruth};
 use super::measure::{self, server_cpu, CpuUsed, Round};
-use super::ratio::{verdict, Report};
+use super::ratio::{verdicts, Report};
 use super::report::{bar_chart, RunInfo};
 use super::servers::start_go_httpbin;
 use crate::setup::GO_HTTPBIN_VERSION;
@@ -547,14 +547,7 @@ fn h2_over_h1(medians: &[(&str, String, f64)]) -> Vec<(String, f64)> {
 /// The target, appended to the report; returned for results.json.
 fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
     let ratios = h2_over_h1(medians);
-    let said: Vec<String> = (ratios.iter())
-        .map(|(n, x)| format!("{n} {}", verdict(*x, TARGET_H2)))
-        .collect();
-    let said = if said.is_empty() {
-        "no statico measured over both".into()
-    } else {
-        said.join(", ")
-    };
+    let said = verdicts(&ratios, TARGET_H2, "no statico measured over both");
     let _ = writeln!(
         report.text,
         "\ntargets\n  statico CPU/event over HTTP/2 <= {TARGET_H2:.1}x over HTTP/1.1: {said}"
