@@ -30,8 +30,6 @@ use serde_json::{json, Value};
 
 use super::accuracy;
 use super::measure::{self, Round, Scenario, Stat};
-#[cfg(test)]
-use super::ratio::verdict;
 use super::ratio::{verdicts, Report};
 use super::report::RunInfo;
 use super::servers::{start_fortio, start_nginx, Nginx};
