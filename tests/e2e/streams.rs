@@ -297,6 +297,27 @@ fn curl_n_gets_five_sse_events_with_their_type_cache_control_and_chunking() {
 }
 
 #[test]
+fn a_request_pipelined_behind_a_stream_due_at_once_is_answered_when_it_ends() {
+    // Every event due as the head goes: the stream ends as its head drains, and the request
+    // behind it must be answered then, not at the header timeout.
+    let s = start(
+        &["/now stream=ndjson events=3", "/ok body=ok"],
+        &["--header-timeout", "5s"],
+    );
+    let mut w = Wire::open(&s);
+    w.send(&[get("/now"), get("/ok")].concat());
+    let st = w.streamed();
+    assert_eq!((st.head.status, st.end), (200, End::Last));
+    assert_eq!(st.texts().len(), 3);
+    assert_eq!(w.whole().body, b"ok");
+    assert!(
+        w.sent.elapsed() < ms(4000),
+        "the request behind the stream waited {:?}",
+        w.sent.elapsed()
+    );
+}
+
+#[test]
 fn each_event_is_its_own_chunk_spread_over_time_and_the_connection_goes_on() {
     let s = start(&["/sse stream=sse events=5 gap=50ms", "/ok body=ok"], &[]);
     let mut w = Wire::open(&s);

@@ -441,6 +441,11 @@ impl Connection {
                 self.phase = Phase::Closed;
             }
         }
+        self.answer_pending(now, env);
+    }
+
+    /// A held answer is over: the requests that came in behind it are answered.
+    fn answer_pending(&mut self, now: Instant, env: Env) {
         if self.phase == Phase::Exchange && !self.pending.is_empty() {
             let answered = self.answer(&[], now, env);
             self.refresh_read_deadline(false, answered, now, env);
@@ -713,8 +718,12 @@ impl Connection {
     /// Everything is sent: a held body starts its delay; an idle connection starts its idle timeout.
     fn drained(&mut self, now: Instant, env: Env) {
         match self.phase {
-            // The head is out: the body's delay counts from now.
-            Phase::SendingHead => self.deliver(now, env),
+            // The head is out: the body's delay counts from now (a stream's events due at once, or
+            // a paced body's only piece, may end the answer here).
+            Phase::SendingHead => {
+                self.deliver(now, env);
+                self.answer_pending(now, env);
+            }
             Phase::Exchange if self.pending.is_empty() && self.session.between_requests() => {
                 self.read_deadline = (now + env.policy.idle_timeout, Timer::Idle);
             }
