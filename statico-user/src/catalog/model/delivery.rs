@@ -219,6 +219,17 @@ impl Delivery {
         }
     }
 
+    /// For a stream's events: how many bytes of room the driver should ask its flow control for
+    /// before the next call — the due event's length once it is made and waits for room, else 0
+    /// (none for another answer, whose pieces take any room).
+    pub fn event_room(&self) -> Option<usize> {
+        let events = self
+            .events
+            .as_ref()
+            .filter(|_| self.stage == Stage::Event)?;
+        Some(events.waiting_len().unwrap_or(0))
+    }
+
     /// What tells this request's place in a pool from every other (for a driver that registers
     /// a waker once per queued request): never given twice in the process.
     pub fn ticket_id(&self) -> Option<u64> {

@@ -232,6 +232,12 @@ impl Events {
         Next::Event { bytes, last }
     }
 
+    /// The length of the due event when it waits for room (the room to ask a flow-controlled
+    /// driver for).
+    pub fn waiting_len(&self) -> Option<usize> {
+        self.made.as_ref().map(Vec::len)
+    }
+
     /// Records that an event waited `drawn` and went at `now`, due at `due`.
     fn record(&self, drawn: Duration, due: Instant, now: Instant) {
         if let Some((recorder, key, _)) = &self.truth {

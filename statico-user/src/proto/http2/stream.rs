@@ -153,7 +153,9 @@ impl Delivering {
     fn run(&mut self, counters: &WorkerCounters) -> Next {
         let mut clock = ReadOnce::default();
         loop {
-            match self.delivery.next(&mut clock, usize::MAX) {
+            let room = self.room();
+            match self.delivery.next(&mut clock, room) {
+                Step::Wait(_) if self.room_came() => {}
                 step @ (Step::Wait(_) | Step::Queued(_)) => return Next::Wait(step),
                 Step::Fault(Fault::Stall) => return Next::Stall,
                 Step::Fault(Fault::Close) => return Next::Ended(Ended::CloseConnection),
@@ -194,6 +196,30 @@ impl Delivering {
                 Step::Done => return Next::Ended(Ended::Done),
             }
         }
+    }
+
+    /// How many body bytes the stream takes now. A stream's event goes only once flow control has
+    /// room for all of it (asked for, its length exactly, once it is made), so that a client that
+    /// does not read makes the events wait rather than `h2` buffer them without bound, and each
+    /// event leaves whole; any other body takes any room.
+    fn room(&mut self) -> usize {
+        let (Some(s), Some(wanted)) = (self.stream.as_mut(), self.delivery.event_room()) else {
+            return usize::MAX;
+        };
+        // A stream the client reset takes no room: its next send finds out and ends the answer.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if s.poll_reset(&mut cx).is_ready() {
+            return usize::MAX;
+        }
+        s.reserve_capacity(wanted);
+        s.capacity()
+    }
+
+    /// Whether a stream's event made and waiting for room has it now (flow control may grant what
+    /// is asked at once): then the delivery goes on rather than waiting a tick.
+    fn room_came(&mut self) -> bool {
+        let wanted = self.delivery.event_room().unwrap_or(0);
+        wanted > 0 && self.room() >= wanted
     }
 
     /// Sends `data` on the answer's stream: false when the client reset the stream, which takes no
