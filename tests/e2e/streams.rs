@@ -594,6 +594,44 @@ fn a_hundred_concurrent_streams_interleave_rather_than_queue() {
 }
 
 #[test]
+fn an_http2_client_that_never_reads_holds_the_events_back_in_bounded_memory() {
+    // 100 000 events of 64 KiB, all due at once: 6.5 GB if the server made them faster than the
+    // client's flow control takes them.
+    let s = start(
+        &["/big stream=chunks events=100000 event-size=64k"],
+        &["--http2", "-t", "1"],
+    );
+    let before = rss_kib(s.pid());
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::get("http://t/big").body(()).unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        // Take what the first window holds, release nothing, then wait.
+        let mut got = 0;
+        while got < 32 * 1024 {
+            got += body.data().await.expect("data").expect("the stream").len();
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (got, body)
+    });
+    let grew = rss_kib(s.pid()).saturating_sub(before);
+    assert!(
+        grew < 32 * 1024,
+        "a client that never reads grew the server by {grew} KiB (got {} bytes)",
+        got.0
+    );
+}
+
+#[test]
 fn http2_fifty_concurrent_streams_on_one_connection_interleave() {
     let s = start(&["/sse stream=sse events=6 gap=100ms"], &["--http2"]);
     let addr = s.addr;

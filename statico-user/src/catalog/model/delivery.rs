@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::events::{Events, Next};
+use super::events::{fits, Events, Next};
 use super::fault::Fault;
 use super::hold::{Hold, TruthKey, PACE_TICK};
 use super::load::Ticket;
@@ -228,6 +228,12 @@ impl Delivery {
             .as_ref()
             .filter(|_| self.stage == Stage::Event)?;
         Some(events.waiting_len().unwrap_or(0))
+    }
+
+    /// Whether a stream's event made and waiting for room goes with `room` (see
+    /// [`super::events::fits`]).
+    pub fn event_fits(&self, room: usize) -> bool {
+        matches!(self.event_room(), Some(wanted) if wanted > 0 && fits(wanted, room))
     }
 
     /// What tells this request's place in a pool from every other (for a driver that registers

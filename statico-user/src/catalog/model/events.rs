@@ -114,6 +114,15 @@ pub trait Render: std::fmt::Debug + Send + Sync {
     fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration;
 }
 
+/// An event goes whole once the driver has room for it, or for [`PART`] of it: an event bigger than
+/// a peer's flow-control window must still go (the driver then holds at most one event past it).
+pub fn fits(len: usize, room: usize) -> bool {
+    room >= len.min(PART)
+}
+
+/// See [`fits`].
+pub const PART: usize = 16 * 1024;
+
 /// One request's events (see the module doc), and how far they have gone.
 #[derive(Clone, Debug)]
 pub struct Events {
@@ -193,7 +202,7 @@ impl Events {
         self.next >= self.end
     }
 
-    /// The next event at `now`, at most `room` bytes (a bigger one waits a tick: `tick`).
+    /// The next event at `now`, if it [`fits`] in `room` bytes (else it waits a tick: `tick`).
     pub fn next(&mut self, now: Instant, room: usize, tick: Duration) -> Next {
         if let Some((_, fault)) = self.fault.filter(|(after, _)| *after == self.sent) {
             return Next::Fault(fault);
@@ -222,7 +231,7 @@ impl Events {
                 bytes
             }
         };
-        if bytes.len() > room {
+        if !fits(bytes.len(), room) {
             self.made = Some(bytes);
             return Next::Wait(now + tick);
         }

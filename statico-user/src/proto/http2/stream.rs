@@ -218,8 +218,11 @@ impl Delivering {
     /// Whether a stream's event made and waiting for room has it now (flow control may grant what
     /// is asked at once): then the delivery goes on rather than waiting a tick.
     fn room_came(&mut self) -> bool {
-        let wanted = self.delivery.event_room().unwrap_or(0);
-        wanted > 0 && self.room() >= wanted
+        let waiting = self.delivery.event_room().is_some_and(|wanted| wanted > 0);
+        waiting && {
+            let room = self.room();
+            self.delivery.event_fits(room)
+        }
     }
 
     /// Sends `data` on the answer's stream: false when the client reset the stream, which takes no
