@@ -123,6 +123,10 @@ struct Conn<'a> {
     /// The message header and slices of a vectored send in flight (boxed: they must not move).
     gather: Option<Box<Gather>>,
     recv: Recv,
+    /// The next receive is a single shot: the connection's first, which finds the request there (the
+    /// listener defers accepts until it has come) and so often is its last — no multishot left armed
+    /// to be torn down by a shutdown before the close.
+    once: bool,
     /// The pacing deadline a timeout is armed for.
     timer: Option<Instant>,
     /// The queued request whose ticket has this connection's waker ([`wake`]), by its id.
@@ -437,6 +441,7 @@ impl<'a> Worker<'a> {
             sending: false,
             gather: None,
             recv: Recv::Off,
+            once: true,
             timer: None,
             registered: None,
             h2: None,
@@ -759,7 +764,7 @@ impl<'a> Worker<'a> {
         self.steer_recv(slot);
     }
 
-    /// Arms the multishot receive when the connection wants input; cancels it when the connection
+    /// Arms a receive when the connection wants input (its first a single shot, then a multishot); cancels it when the connection
     /// would have to keep what arrives (output backed up, a paced response in progress). Input after a
     /// closing response is discarded, so that receive is left to end with the close.
     fn steer_recv(&mut self, slot: usize) {
@@ -768,6 +773,14 @@ impl<'a> Worker<'a> {
         };
         let (wants, pause) = c.wants_input();
         let e = match (wants, pause, c.recv) {
+            (true, _, Recv::Off) if std::mem::take(&mut c.once) => {
+                c.recv = Recv::On;
+                on_fd!(self.fixed, c.fd, |fd| opcode::Recv::new(fd, std::ptr::null_mut(), 0)
+                    .buf_group(BGID)
+                    .build())
+                .flags(squeue::Flags::BUFFER_SELECT)
+                .user_data(token(Op::Recv, slot, c.gen))
+            }
             (true, _, Recv::Off) => {
                 c.recv = Recv::On;
                 on_fd!(self.fixed, c.fd, |fd| opcode::RecvMulti::new(fd, BGID)
@@ -857,7 +870,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Ends a connection: shutdown (which also ends its multishot receive) linked to close.
+    /// Ends a connection: shutdown (which also ends its receive) linked to close, or only the close
+    /// when no receive is in flight.
     fn close(&mut self, slot: usize) {
         self.close_as(slot, Closing::Shutdown);
     }
@@ -874,10 +888,15 @@ impl<'a> Worker<'a> {
         }
         // Hard links: the close runs even if a step before it fails (a peer that already reset).
         // A reset sets `SO_LINGER` 0 first, and shuts down only the reading side (which sends
-        // nothing): either shutdown ends the multishot receive, whose hold on the socket would
-        // otherwise outlive the close.
+        // nothing): either shutdown ends the receive in flight, whose hold on the socket would
+        // otherwise outlive the close. Without one, the close alone sends the FIN.
         let token = token(Op::Close, slot, gen);
         let shut = match how {
+            Closing::Shutdown if c.recv == Recv::Off => {
+                self.close_fd(c.fd, token);
+                self.shared.counters.add(Counter::ConnsClosed, 1);
+                return;
+            }
             Closing::Shutdown => libc::SHUT_RDWR,
             Closing::Reset => {
                 let linger = on_fd!(self.fixed, c.fd, |fd| opcode::SetSockOpt::new(
