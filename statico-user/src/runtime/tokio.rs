@@ -484,7 +484,9 @@ impl Socket for std::net::TcpStream {
         use io::Write;
         match (slices.len(), more) {
             #[cfg(target_os = "linux")]
-            (_, true) => socket2::SockRef::from(self).send_vectored_with_flags(slices, libc::MSG_MORE),
+            (_, true) => {
+                socket2::SockRef::from(self).send_vectored_with_flags(slices, libc::MSG_MORE)
+            }
             (1, _) => (&mut &*self).write(&slices[0]),
             _ => (&mut &*self).write_vectored(slices),
         }
@@ -524,7 +526,10 @@ fn send_file(socket: &impl std::os::fd::AsRawFd, at: FileAt, len: usize) -> io::
         usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
     #[cfg(not(target_os = "linux"))]
-    unreachable!("no file-backed bodies off Linux: {at:?} {len} on {}", socket.as_raw_fd())
+    unreachable!(
+        "no file-backed bodies off Linux: {at:?} {len} on {}",
+        socket.as_raw_fd()
+    )
 }
 
 /// A connection's timers: tokio's for its timeouts, the precise one while an answer is held.

@@ -53,7 +53,8 @@ const KEEP_ALIVE: Scenario = Scenario {
 };
 
 /// The wrk script whose requests are HTTP/1.0 without keep-alive: the server closes after each.
-const HTTP10_LUA: &str = "request = function() return \"GET / HTTP/1.0\\r\\nHost: bench\\r\\n\\r\\n\" end\n";
+const HTTP10_LUA: &str =
+    "request = function() return \"GET / HTTP/1.0\\r\\nHost: bench\\r\\n\\r\\n\" end\n";
 
 /// The size of the answers behind the proxy.
 const PROXIED_BODY: usize = 1024;
@@ -134,7 +135,9 @@ fn one_request_per_connection(
         "{} (wrk -H 'Connection: close'), server CPU per connection",
         CLOSE.name
     );
-    add(report, tables, "close", title, "conn/s", &servers, rows, notes);
+    add(
+        report, tables, "close", title, "conn/s", &servers, rows, notes,
+    );
     if let Some(t) = tables.last() {
         syscall_lines(report, t);
     }
@@ -149,17 +152,41 @@ fn one_request_per_connection(
         checked(s, r.requests, r.errors).map(|()| (r.rps, r.cpu_us_per_req))
     })?;
     let title = "HTTP/1.0 without keep-alive c50 (wrk, GET / HTTP/1.0), server CPU per connection";
-    add(report, tables, "http/1.0", title.into(), "conn/s", &servers, rows, vec![]);
+    add(
+        report,
+        tables,
+        "http/1.0",
+        title.into(),
+        "conn/s",
+        &servers,
+        rows,
+        vec![],
+    );
     let rows = interleave(&servers, run.rounds, |s| wrk(s, KEEP_ALIVE))?;
-    let title = format!("{} (wrk), for scale: server CPU per request", KEEP_ALIVE.name);
-    add(report, tables, "keep-alive", title, "req/s", &servers, rows, vec![]);
+    let title = format!(
+        "{} (wrk), for scale: server CPU per request",
+        KEEP_ALIVE.name
+    );
+    add(
+        report,
+        tables,
+        "keep-alive",
+        title,
+        "req/s",
+        &servers,
+        rows,
+        vec![],
+    );
     Ok(())
 }
 
 /// Fails on a round that measured something else than answers: none, or socket errors and non-2xx.
 fn checked(s: &ServerUnderTest, requests: u64, errors: u64) -> Result<()> {
     if requests == 0 || errors > requests / 1000 {
-        bail!("wrk against {}: {requests} requests, {errors} errors", s.name);
+        bail!(
+            "wrk against {}: {requests} requests, {errors} errors",
+            s.name
+        );
     }
     Ok(())
 }
@@ -204,7 +231,14 @@ fn behind_nginx(
     let rows = interleave(&upstreams, run.rounds, |s| {
         let i = upstreams.iter().position(|u| u.port == s.port).unwrap_or(0);
         let url = format!("http://127.0.0.1:{}/", fronts[i]);
-        let r = measure(s.pid(), &url, KEEP_ALIVE, run.client_cpus, run.duration, &lua)?;
+        let r = measure(
+            s.pid(),
+            &url,
+            KEEP_ALIVE,
+            run.client_cpus,
+            run.duration,
+            &lua,
+        )?;
         checked(s, r.requests, r.errors).map(|()| (r.rps, r.cpu_us_per_req))
     })?;
     drop(proxy);
@@ -212,7 +246,16 @@ fn behind_nginx(
         "behind nginx (proxy_pass, no upstream keepalive; proxy and wrk -c50 on CPU {}), {PROXIED_BODY} B answers: upstream CPU per proxied request",
         run.client_cpus
     );
-    add(report, tables, "proxied", title, "req/s", &upstreams, rows, vec![]);
+    add(
+        report,
+        tables,
+        "proxied",
+        title,
+        "req/s",
+        &upstreams,
+        rows,
+        vec![],
+    );
     Ok(())
 }
 
@@ -241,9 +284,21 @@ fn handshakes(
     }
     servers.push(start_nginx(dir, run.server_cpus, cert.nginx())?);
     let kinds: [(&'static str, &str, &[&str]); 3] = [
-        ("TLS 1.3 full", "full handshakes, TLS 1.3 (openssl s_time -new)", &["-new"]),
-        ("TLS 1.2 full", "full handshakes, TLS 1.2 (openssl s_time -new -tls1_2)", &["-new", "-tls1_2"]),
-        ("TLS 1.2 resumed", "resumed handshakes, TLS 1.2 (openssl s_time -reuse -tls1_2)", &["-reuse", "-tls1_2"]),
+        (
+            "TLS 1.3 full",
+            "full handshakes, TLS 1.3 (openssl s_time -new)",
+            &["-new"],
+        ),
+        (
+            "TLS 1.2 full",
+            "full handshakes, TLS 1.2 (openssl s_time -new -tls1_2)",
+            &["-new", "-tls1_2"],
+        ),
+        (
+            "TLS 1.2 resumed",
+            "resumed handshakes, TLS 1.2 (openssl s_time -reuse -tls1_2)",
+            &["-reuse", "-tls1_2"],
+        ),
     ];
     for (group, title, args) in kinds {
         let mut resumed: Vec<Vec<f64>> = servers.iter().map(|_| Vec::new()).collect();
@@ -258,16 +313,32 @@ fn handshakes(
             .map(|r| json!({ "resumed_share": Stat::of(r.iter().copied()).median }))
             .collect();
         let resumes = args.contains(&"-reuse");
-        add(report, tables, group, title.into(), "conn/s", &servers, rows, notes);
+        add(
+            report,
+            tables,
+            group,
+            title.into(),
+            "conn/s",
+            &servers,
+            rows,
+            notes,
+        );
         if resumes {
             if let Some(t) = tables.last() {
                 let shares: Vec<String> = t
                     .servers
                     .iter()
                     .zip(&t.notes)
-                    .map(|((name, _), n)| format!("{name} {:.0}%", n["resumed_share"].as_f64().unwrap_or(0.0) * 100.0))
+                    .map(|((name, _), n)| {
+                        format!(
+                            "{name} {:.0}%",
+                            n["resumed_share"].as_f64().unwrap_or(0.0) * 100.0
+                        )
+                    })
                     .collect();
-                report.text.push_str(&format!("  resumed: {}\n", shares.join(", ")));
+                report
+                    .text
+                    .push_str(&format!("  resumed: {}\n", shares.join(", ")));
             }
         }
     }
@@ -286,7 +357,11 @@ fn add(
     rows: Vec<Vec<(f64, f64)>>,
     notes: Vec<Value>,
 ) {
-    let cpu = if rate == "req/s" { "µs CPU/req" } else { "µs CPU/conn" };
+    let cpu = if rate == "req/s" {
+        "µs CPU/req"
+    } else {
+        "µs CPU/conn"
+    };
     report.table(group, &title, rate, cpu, servers, &rows);
     tables.push(Table {
         group,
@@ -306,7 +381,9 @@ fn syscall_lines(report: &mut Report, t: &Table) {
         .servers
         .iter()
         .zip(&t.notes)
-        .filter_map(|((name, _), n)| Some(format!("{name} {:.2}", n["syscalls_per_conn"].as_f64()?)))
+        .filter_map(|((name, _), n)| {
+            Some(format!("{name} {:.2}", n["syscalls_per_conn"].as_f64()?))
+        })
         .collect();
     if !per.is_empty() {
         report.text.push_str(&format!(

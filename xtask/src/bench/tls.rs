@@ -301,7 +301,11 @@ pub fn s_time_round(s: &ServerUnderTest, client_cpus: &str, args: &[&str]) -> Re
     // s_time prints one character per connection: `r` for a resumed session.
     let marks = text
         .lines()
-        .filter(|l| !l.is_empty() && l.chars().all(|c| c == 'r' || c == '*' || c.is_ascii_digit()))
+        .filter(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c == 'r' || c == '*' || c.is_ascii_digit())
+        })
         .flat_map(|l| l.chars());
     let (resumed, all) = marks.fold((0, 0), |(r, n), c| (r + u32::from(c == 'r'), n + 1));
     Ok(STime {

@@ -142,8 +142,10 @@ impl Conn<'_> {
             let wants = h.wants_input();
             return (wants, !wants);
         }
-        let wants = self.layer.wants_input(&self.state);
-        (wants, !wants && self.layer.pauses_input(&self.state))
+        // While an answer is held, bytes are read too, so that a client that leaves is noticed at once.
+        let pause = self.layer.pauses_input(&self.state);
+        let wants = self.layer.wants_input(&self.state) || (self.state.holds_answer() && !pause);
+        (wants, !wants && pause)
     }
 }
 
@@ -775,9 +777,13 @@ impl<'a> Worker<'a> {
         let e = match (wants, pause, c.recv) {
             (true, _, Recv::Off) if std::mem::take(&mut c.once) => {
                 c.recv = Recv::On;
-                on_fd!(self.fixed, c.fd, |fd| opcode::Recv::new(fd, std::ptr::null_mut(), 0)
-                    .buf_group(BGID)
-                    .build())
+                on_fd!(self.fixed, c.fd, |fd| opcode::Recv::new(
+                    fd,
+                    std::ptr::null_mut(),
+                    0
+                )
+                .buf_group(BGID)
+                .build())
                 .flags(squeue::Flags::BUFFER_SELECT)
                 .user_data(token(Op::Recv, slot, c.gen))
             }
@@ -870,8 +876,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Ends a connection: shutdown (which also ends its receive) linked to close, or only the close
-    /// when no receive is in flight.
+    /// Ends a connection: shutdown (which also ends its receive and send) linked to close, or only the
+    /// close when neither is in flight.
     fn close(&mut self, slot: usize) {
         self.close_as(slot, Closing::Shutdown);
     }
@@ -888,11 +894,11 @@ impl<'a> Worker<'a> {
         }
         // Hard links: the close runs even if a step before it fails (a peer that already reset).
         // A reset sets `SO_LINGER` 0 first, and shuts down only the reading side (which sends
-        // nothing): either shutdown ends the receive in flight, whose hold on the socket would
-        // otherwise outlive the close. Without one, the close alone sends the FIN.
+        // nothing): either shutdown ends the receive or send in flight, whose hold on the socket would
+        // otherwise outlive the close. Without either, the close alone sends the FIN.
         let token = token(Op::Close, slot, gen);
         let shut = match how {
-            Closing::Shutdown if c.recv == Recv::Off => {
+            Closing::Shutdown if c.recv == Recv::Off && !c.sending => {
                 self.close_fd(c.fd, token);
                 self.shared.counters.add(Counter::ConnsClosed, 1);
                 return;
