@@ -5,7 +5,8 @@
 //! are interleaved and reported as medians (min–max), each statico's server CPU against nginx's:
 //! - **one request per connection**: wrk `-c 50` with `Connection: close`, and with HTTP/1.0 requests
 //!   without keep-alive; keep-alive `-c 50` beside them for scale (server CPU per request, that is per
-//!   connection for the first two);
+//!   connection for the first two). The peer is nginx as configured by default; nginx with `listen …
+//!   deferred` (TCP_DEFER_ACCEPT, which statico's listeners use) runs beside it;
 //! - **system calls per connection** under the `Connection: close` load, counted by `strace -c -f`
 //!   attached for one short round (strace slows the server; only the counts are read);
 //! - **behind nginx**: a real nginx `proxy_pass` with its default upstream settings (HTTP/1.0, a new
@@ -115,6 +116,11 @@ fn one_request_per_connection(
         )?);
     }
     servers.push(start_nginx(dir, run.server_cpus, Nginx::Http1)?);
+    servers.push(start_nginx(
+        &dir.join("deferred"),
+        run.server_cpus,
+        Nginx::Deferred,
+    )?);
     let (lua, http10) = (dir.join("pipeline.lua"), dir.join("http10.lua"));
     std::fs::write(&lua, PIPELINE_LUA)?;
     std::fs::write(&http10, HTTP10_LUA)?;

@@ -39,6 +39,8 @@ pub fn statico_on(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderT
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nginx<'a> {
     Http1,
+    /// HTTP/1.1 with `listen … deferred` (TCP_DEFER_ACCEPT): accepted once the request has come.
+    Deferred,
     /// Cleartext HTTP/2 (prior knowledge), for `--http2`.
     H2c,
     /// HTTPS with this certificate and key (PEM), TLS 1.2 and 1.3 (AES-128-GCM for 1.3), session cache
@@ -81,6 +83,7 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
     let echo;
     let (name, listen) = match mode {
         Nginx::Http1 => ("nginx", ""),
+        Nginx::Deferred => ("nginx deferred", "; listen deferred"),
         Nginx::H2c => ("nginx http2", "; http2"),
         Nginx::Tls { .. } => (
             "nginx https",
@@ -188,6 +191,7 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     let (split, location) = nginx_location(mode);
     let (listen, h2) = match mode {
         Nginx::Http1 | Nginx::Echo { .. } => ("backlog=4096", ""),
+        Nginx::Deferred => ("backlog=4096 deferred", ""),
         Nginx::H2c => ("http2", h2),
         Nginx::Site { root } => return nginx_site_conf(&d.to_string(), port, root),
         Nginx::Tls { cert, key } => {

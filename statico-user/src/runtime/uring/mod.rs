@@ -7,7 +7,10 @@
 //! - one **multishot accept** on the worker's listener, into the ring's table of direct descriptors;
 //! - one **multishot receive** per connection from a **provided-buffer ring** ([`buffers`]): the kernel
 //!   picks a buffer only when bytes arrive, so an idle connection holds no receive buffer; each buffer
-//!   goes back to the ring as soon as the connection has taken its bytes. The receive is cancelled
+//!   goes back to the ring as soon as the connection has taken its bytes. A connection's first receive
+//!   is a single shot instead: the listener defers accepts until the request has come, so it finds the
+//!   request at once, and a connection that one request ends (`Connection: close`, HTTP/1.0) then has
+//!   no receive left to tear down — its close is one `close`, without a `shutdown` before it. The receive is cancelled
 //!   while the connection does not want input (its output is backed up, or a paced response is in
 //!   progress) and armed again when it does: backpressure, as tokio's `await` on a write gives;
 //! - one **send** of the connection's output at a time (a **sendmsg** when it has several chunks: a
