@@ -4,8 +4,9 @@
 //! (where installed) from statico over HTTP/1.1 (plain and TLS), HTTP/2 (TLS + ALPN)
 //! and HTTP/3 (QUIC), and checks what the browser itself reports: every sub-resource loaded with 200,
 //! the protocol (`nextHopProtocol`: `http/1.1`, `h2`, `h3`), a reload revalidating the page with 304, a
-//! `Range` fetch answered 206, the 404 page, and an SPA deep link (`--spa-fallback`) running the
-//! module.
+//! `Range` fetch answered 206, the 404 page, an SPA deep link (`--spa-fallback`) running the
+//! module, and an `EventSource` on a stream route (`stream=sse`) getting its events, then stopping at
+//! the 204 its reconnection gets.
 //!
 //! WebDriver is plain HTTP + JSON, spoken here with `ureq` (already a dependency) and `serde_json`
 //! rather than fantoccini or thirtyfour: a handful of requests need no async runtime and no extra
@@ -810,6 +811,61 @@ fn docs_page_loads(b: &Browser, site: &Site, page: &str) {
     assert_eq!(broken, json!([]), "{page}: images that did not load");
 }
 
+/// A stream route in front of the test site: five server-sent events 50 ms apart.
+const EVENTS: &str = "GET /events stream=sse events=5 gap=50ms";
+
+/// A page's `EventSource` gets the stream route's five events in order with their ids; once the
+/// stream has ended the browser reconnects with `Last-Event-ID: 4`, gets 204, and closes the source
+/// for good (its `readyState` CLOSED), as the server-sent events spec says a 204 does.
+fn event_source(name: &str, protocol: Protocol) {
+    if let Some(reason) = skip_reason(protocol) {
+        println!("SKIPPED: {name} {reason}");
+        return;
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/browser-site");
+    let name = format!("{name}-events");
+    let sites = || vec![Site::serve(&name, protocol, root, &["--route", EVENTS])];
+    in_browser(&name, sites, |b, sites| {
+        let site = &sites[0];
+        b.go(&site.url("/"));
+        b.app_result();
+        // Chromium reconnects 3 s after the end; the page gives up after 20 s.
+        let got = b.run(
+            "return new Promise(done => {
+               const t0 = performance.now(), got = [];
+               const source = new EventSource('/events');
+               source.onmessage = e =>
+                 got.push({ id: e.lastEventId, data: e.data, ms: performance.now() - t0 });
+               source.onerror = () => {
+                 if (source.readyState === EventSource.CLOSED) done({ got, closed: true });
+               };
+               setTimeout(() => { source.close(); done({ got, closed: false }); }, 20000);
+             });",
+        );
+        let events = got["got"].as_array().expect("events");
+        let seen: Vec<(&str, &str)> = (events.iter())
+            .map(|e| {
+                (
+                    e["id"].as_str().unwrap_or(""),
+                    e["data"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String)> = (0..5)
+            .map(|i| (i.to_string(), format!("{{\"i\":{i}}}")))
+            .collect();
+        let want: Vec<(&str, &str)> = want.iter().map(|(i, d)| (&i[..], &d[..])).collect();
+        assert_eq!(seen, want, "{got}");
+        let spread = events[4]["ms"].as_f64().unwrap() - events[0]["ms"].as_f64().unwrap();
+        assert!(
+            spread >= 150.0,
+            "five events 50 ms apart came within {spread} ms: {got}"
+        );
+        assert_eq!(got["closed"], true, "the source never closed: {got}");
+        site.server.wait_stdout("204 No Content");
+    });
+}
+
 /// The tests over one protocol: one module per protocol, one test per check.
 macro_rules! over {
     ($module:ident, $protocol:expr) => {
@@ -864,6 +920,11 @@ macro_rules! over {
                     $protocol,
                     super::routes_answer_the_pages_fetches,
                 );
+            }
+
+            #[test]
+            fn event_source_gets_every_event_then_stops_at_204() {
+                super::event_source(stringify!($module), $protocol);
             }
 
             #[test]

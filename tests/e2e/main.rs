@@ -25,6 +25,7 @@ mod side_ports;
 mod site;
 mod startup;
 mod steering;
+mod streams;
 mod timeouts;
 mod tls;
 mod tls_clients;

@@ -1,8 +1,8 @@
 //! `cargo xtask`: the project's tasks, so that a new machine needs two commands (README).
 //!
 //! - `setup`: installs what a fresh machine lacks, idempotently: Debian packages used by tests and
-//!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), Fortio (`bench --routes`), the pinned nightly
-//!   toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
+//!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), Fortio (`bench --routes`),
+//!   go-httpbin (`bench --stream`), the pinned nightly toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
 //!   0.10.0, and the non-Linux targets' std.
 //! - `build`: release build of the `statico` binary (after installing what building needs: the pinned
 //!   nightly with `rust-src` and `bpf-linker`, nothing else).
@@ -366,6 +366,15 @@ fn smoke_benches() -> Result<()> {
         bench::BenchArgs {
             quick: true,
             http3: true,
+            ..Default::default()
+        },
+    )?;
+    eprintln!("xtask test: smoke stage: cargo xtask bench --stream --quick");
+    bench::run(
+        &workspace_root(),
+        bench::BenchArgs {
+            quick: true,
+            stream: true,
             ..Default::default()
         },
     )?;

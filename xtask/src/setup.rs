@@ -2,7 +2,7 @@
 //! only what it uses ([`Purpose`]): `run` and `build` the toolchains the BPF programs need, `bench`,
 //! `package` and `test` their tools; `setup` installs all of it at once.
 //!
-//! - Debian packages: `curl` and `openssl` (end-to-end tests), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
+//! - Debian packages: `curl` and `openssl` (end-to-end tests; curl also reads a stream in `bench --stream`), `wrk` (benchmarks), `nginx-light` (the benchmark peer),
 //!   `bpftool` (reads the pinned BPF maps in the steering tests), `nghttp2-client` (nghttp in the
 //!   HTTP/2 tests, h2load in `bench --http2`), `linux-perf` (`bench --profile`), `testssl.sh` (the
 //!   HTTPS audit in the TLS tests), `prometheus` (scrapes `--metrics` in a test), `python3.11-doc` and `libnginx-mod-http-brotli-static` (the
@@ -22,6 +22,7 @@
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
+//! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
 //!
@@ -66,7 +67,7 @@ use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
 const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
-    ("curl", "curl", &[Test]),
+    ("curl", "curl", &[Test, Bench]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
     ("nginx", "nginx-light", &[Bench]),
@@ -108,6 +109,8 @@ const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
+/// The go-httpbin `bench --stream` runs as its peer (its `/sse`).
+pub const GO_HTTPBIN_VERSION: &str = "v2.26.0";
 /// The oha `bench --http3` drives its load with (built with the `http3` feature).
 pub const OHA_VERSION: &str = "1.16.0";
 const BPF_LINKER_VERSION: &str = "0.10.0";
@@ -123,19 +126,21 @@ const TOOLCHAIN_FILE: &str = "statico-ebpf/rust-toolchain.toml";
 
 /// h2spec (the HTTP/2 conformance suite the `--http2` tests run), from the Go module proxy.
 fn ensure_h2spec() -> Result<()> {
-    if h2spec_path().is_some() {
+    go_install(
+        "h2spec",
+        "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
+    )
+}
+
+/// `go install PACKAGE@VERSION`, unless `program` is already where `go install` puts it.
+fn go_install(program: &str, package: &str) -> Result<()> {
+    if go_installed(program).is_some() {
         return Ok(());
     }
     if !on_path("go") {
-        bail!("h2spec is missing and there is no Go toolchain to build it: install Go, then run `cargo xtask setup` again");
+        bail!("{program} is missing and there is no Go toolchain to build it: install Go, then run `cargo xtask setup` again");
     }
-    cmd(
-        "go",
-        &[
-            "install",
-            "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible",
-        ],
-    )
+    cmd("go", &["install", package])
 }
 
 /// kubernetes-validate [`KUBERNETES_VALIDATE`] with pip (Debian's Python is externally managed, hence
@@ -150,28 +155,27 @@ fn ensure_kubernetes_validate() -> Result<()> {
     )
 }
 
-/// Where `go install` puts h2spec, or PATH.
-pub fn h2spec_path() -> Option<PathBuf> {
-    go_installed("h2spec")
-}
-
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
 fn ensure_fortio() -> Result<()> {
-    if fortio_path().is_some() {
-        return Ok(());
-    }
-    if !on_path("go") {
-        bail!("fortio is missing and there is no Go toolchain to build it: install Go, then run `cargo xtask setup` again");
-    }
-    cmd(
-        "go",
-        &["install", &format!("fortio.org/fortio@{FORTIO_VERSION}")],
-    )
+    go_install("fortio", &format!("fortio.org/fortio@{FORTIO_VERSION}"))
 }
 
 /// Where `go install` puts fortio, or PATH.
 pub fn fortio_path() -> Option<PathBuf> {
     go_installed("fortio")
+}
+
+/// go-httpbin [`GO_HTTPBIN_VERSION`] (the peer of `bench --stream`), from the Go module proxy.
+fn ensure_go_httpbin() -> Result<()> {
+    go_install(
+        "go-httpbin",
+        &format!("github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin@{GO_HTTPBIN_VERSION}"),
+    )
+}
+
+/// Where `go install` puts go-httpbin, or PATH.
+pub fn go_httpbin_path() -> Option<PathBuf> {
+    go_installed("go-httpbin")
 }
 
 /// `program` where `go install` puts it (GOBIN, else GOPATH/bin, else ~/go/bin), or on PATH.
@@ -309,6 +313,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
     if purposes.contains(&Bench) {
         ensure_oha()?;
         ensure_fortio()?;
+        ensure_go_httpbin()?;
     }
     if report {
         eprintln!("setup: done");

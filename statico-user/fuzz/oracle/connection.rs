@@ -50,7 +50,7 @@ const PLAIN_ROUTES: &[&str] = &[
     "/mix status=503:50% size=100",
     "POST /big size=3000",
 ];
-/// Routes that hold their answers (delays, a held and a paced body, every fault): answered one at a
+/// Routes that hold their answers (delays, a held and a paced body, every fault, streams): answered one at a
 /// time, on the fake clock.
 const HELD_ROUTES: &[&str] = &[
     "GET /r status=201 body=route",
@@ -59,6 +59,8 @@ const HELD_ROUTES: &[&str] = &[
     "/bd body-delay=20ms size=200",
     "/p size=300 rate=10k",
     "/f size=100 fault=reset:20%,close:20%,stall:20%,truncate:20%",
+    "/s stream=sse events=uniform:1:4 first=5ms gap=exp:5ms fault=close:20%,truncate:20%",
+    "/n stream=ndjson events=3 event-size=500",
 ];
 /// `--echo-query`'s limits in the held catalog.
 const ECHO: fortio::Limits = fortio::Limits {

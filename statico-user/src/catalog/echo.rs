@@ -108,7 +108,7 @@ impl Echo {
         match framing {
             Framing::KeepAlive => {}
             Framing::KeepAlive10 => head.push_str("Connection: keep-alive\r\n"),
-            Framing::Close => head.push_str("Connection: close\r\n"),
+            Framing::Close | Framing::Close10 => head.push_str("Connection: close\r\n"),
         }
         head.push_str("Date: ");
         out.extend_from_slice(head.as_bytes());

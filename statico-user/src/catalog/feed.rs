@@ -2,20 +2,17 @@
 //! — a server-sent event with its `id:` and `data:` lines, a JSON line, or the payload as it is —
 //! and, on a persistent HTTP/1.1 connection, as one chunk of a chunked body.
 //!
-//! One request's body is made whole when it is answered ([`Feed`]'s [`EventSource::draw`]): its
-//! events from the one a reconnecting client asks for (`Last-Event-ID`) to the drawn count, where
-//! each ends, and the waits drawn before each. The timing is the model's
-//! ([`super::model::events`]); the delivery machine gives the body out event by event.
+//! [`EventSource`] is a route's [`Render`]: the delivery machine asks it for each event when the
+//! event is due ([`super::model::events`] has the timing), so a stream is made one event at a time.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::{Rng, RngExt, SeedableRng};
+use rand::rngs::SmallRng;
+use rand::Rng;
 
 use super::model::dist::Dist;
-use super::model::events::{Count, Events, MAX_STREAM_BYTES};
-use super::model::fault::Fault;
-use super::model::hold::{Recorder, TruthKey};
+use super::model::events::{Count, Render, StreamDraw};
 use super::route::spec::{EventSpec, StreamSpec};
 
 /// How a stream frames its events.
@@ -95,25 +92,6 @@ enum Payload {
     Filler(Bytes),
 }
 
-/// What one request's stream is, drawn when its route was chosen: how many events, from which
-/// (after a `Last-Event-ID`), and the seed its waits and its fault's place are drawn from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamDraw {
-    pub events: u32,
-    pub from: u32,
-    pub seed: u64,
-}
-
-/// How one request's stream body is framed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Chunking {
-    /// Each event one chunk of an HTTP/1.1 chunked body, the last chunk after the last event.
-    Chunked,
-    /// The events as they are: HTTP/2 and HTTP/3 DATA frames, or an HTTP/1.x body the connection's
-    /// close ends.
-    Bare,
-}
-
 impl EventSource {
     pub fn new(spec: &StreamSpec) -> EventSource {
         let payload = match &spec.event {
@@ -146,63 +124,6 @@ impl EventSource {
         }
     }
 
-    /// One request's body and its events: events `from..events`, framed as `chunking` says, at
-    /// most [`MAX_STREAM_BYTES`]; each event's wait drawn, and with `fault` the event count it
-    /// strikes after (any from none to all but the last). `truth`: where the events' timing is
-    /// recorded.
-    pub fn draw(
-        &self,
-        stream: StreamDraw,
-        chunking: Chunking,
-        fault: Option<Fault>,
-        truth: Option<(Recorder, TruthKey)>,
-    ) -> (Vec<u8>, Events) {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(stream.seed);
-        let mut body = Vec::new();
-        let (mut ends, mut waits) = (Vec::new(), Vec::new());
-        let mut payload = Vec::new();
-        for i in stream.from..stream.events {
-            let start = body.len();
-            payload.clear();
-            self.payload(i, &mut payload);
-            match chunking {
-                Chunking::Chunked => {
-                    let mut event = Vec::with_capacity(payload.len() + 64);
-                    self.feed.frame(i, &payload, &mut event);
-                    body.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
-                    body.extend_from_slice(&event);
-                    body.extend_from_slice(b"\r\n");
-                }
-                Chunking::Bare => self.feed.frame(i, &payload, &mut body),
-            }
-            if body.len() > MAX_STREAM_BYTES && !ends.is_empty() {
-                body.truncate(start);
-                break;
-            }
-            let wait = match (i == stream.from, &self.first, &self.gap) {
-                (true, Some(first), _) => first.sample(&mut rng),
-                (false, _, Some(gap)) => gap.sample(&mut rng),
-                _ => Duration::ZERO,
-            };
-            ends.push(body.len());
-            waits.push(wait);
-        }
-        if chunking == Chunking::Chunked {
-            body.extend_from_slice(b"0\r\n\r\n");
-            if let Some(last) = ends.last_mut() {
-                *last = body.len();
-            }
-        }
-        let fault = fault.map(|f| (rng.random_range(0..ends.len().max(1)), f));
-        let events = Events {
-            ends,
-            waits,
-            fault,
-            truth,
-        };
-        (body, events)
-    }
-
     /// Event `i`'s payload.
     fn payload(&self, i: u32, out: &mut Vec<u8>) {
         match &self.payload {
@@ -217,73 +138,88 @@ impl EventSource {
             }
         }
     }
+}
 
-    /// The most bytes one request's body may take, from the spec alone (for a start-up check).
-    pub fn most_bytes(&self) -> u64 {
-        let payload = match &self.payload {
-            Payload::Filler(bytes) => bytes.len() as u64,
-            Payload::Text(parts) => parts.iter().map(|p| p.len() as u64 + 10).sum(),
-        };
-        u64::from(self.events.most()) * (payload + 32)
+impl Render for EventSource {
+    fn event(&self, i: u32, chunked: bool, last: bool, out: &mut Vec<u8>) {
+        if !chunked {
+            let mut payload = Vec::new();
+            self.payload(i, &mut payload);
+            return self.feed.frame(i, &payload, out);
+        }
+        let (mut payload, mut event) = (Vec::new(), Vec::new());
+        self.payload(i, &mut payload);
+        self.feed.frame(i, &payload, &mut event);
+        out.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
+        out.extend_from_slice(&event);
+        out.extend_from_slice(b"\r\n");
+        if last {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+    }
+
+    fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {
+        let wait = if first { &self.first } else { &self.gap };
+        wait.as_ref().map_or(Duration::ZERO, |d| d.sample(rng))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
 
     fn source(route: &str) -> EventSource {
         let spec = super::super::route::spec::parse_spec(route).unwrap();
         EventSource::new(spec.stream.as_ref().unwrap())
     }
 
-    fn draw(events: u32, from: u32) -> StreamDraw {
-        StreamDraw {
-            events,
-            from,
-            seed: 1,
+    fn events(s: &EventSource, range: std::ops::Range<u32>, chunked: bool) -> String {
+        let mut out = Vec::new();
+        for i in range.clone() {
+            s.event(i, chunked, i + 1 == range.end, &mut out);
         }
+        String::from_utf8(out).unwrap()
     }
 
     #[test]
     fn sse_events_carry_their_id_and_a_data_line_each_a_chunk_over_http1() {
         let s = source("/s stream=sse event=tok-{i}");
-        let (body, events) = s.draw(draw(3, 0), Chunking::Bare, None, None);
         assert_eq!(
-            String::from_utf8(body).unwrap(),
+            events(&s, 0..3, false),
             "id: 0\ndata: tok-0\n\nid: 1\ndata: tok-1\n\nid: 2\ndata: tok-2\n\n"
         );
-        assert_eq!(events.ends, [19, 38, 57]);
-        let (body, events) = s.draw(draw(2, 0), Chunking::Chunked, None, None);
-        let text = String::from_utf8(body).unwrap();
         assert_eq!(
-            text,
+            events(&s, 0..2, true),
             "13\r\nid: 0\ndata: tok-0\n\n\r\n13\r\nid: 1\ndata: tok-1\n\n\r\n0\r\n\r\n"
         );
-        assert_eq!(events.ends, [25, text.len()]);
+        let lines = EventSource::new(&StreamSpec {
+            feed: Feed::Sse,
+            events: Count::Fixed(1),
+            first: None,
+            gap: None,
+            event: EventSpec::Text("a\nb".into()),
+        });
+        assert_eq!(events(&lines, 7..8, false), "id: 7\ndata: a\ndata: b\n\n");
     }
 
     #[test]
     fn a_resumed_stream_starts_after_the_last_event_id_and_ndjson_is_lines() {
         let s = source("/s stream=ndjson events=5");
-        let from = s.choose(Some(b"2"), &mut rand::rngs::SmallRng::seed_from_u64(0));
+        let from = s.choose(Some(b"2"), &mut SmallRng::seed_from_u64(0));
         assert_eq!((from.events, from.from), (5, 3));
-        let (body, _) = s.draw(from, Chunking::Bare, None, None);
-        assert_eq!(body, b"{\"i\":3}\n{\"i\":4}\n");
-        let ignored = s.choose(Some(b"x"), &mut rand::rngs::SmallRng::seed_from_u64(0));
+        assert_eq!(events(&s, 3..5, false), "{\"i\":3}\n{\"i\":4}\n");
+        let ignored = s.choose(Some(b"x"), &mut SmallRng::seed_from_u64(0));
         assert_eq!(ignored.from, 0);
     }
 
     #[test]
-    fn waits_are_the_first_then_the_gaps_and_a_fault_strikes_before_the_end() {
+    fn waits_are_the_first_then_the_gaps_and_filler_is_its_size() {
         let s = source("/s stream=chunks event-size=4 events=4 first=100ms gap=20ms");
-        for seed in 0..50 {
-            let stream = StreamDraw { seed, ..draw(4, 0) };
-            let (body, events) = s.draw(stream, Chunking::Bare, Some(Fault::Close), None);
-            assert_eq!(body, b"xxxxxxxxxxxxxxxx");
-            let ms = Duration::from_millis;
-            assert_eq!(events.waits, [ms(100), ms(20), ms(20), ms(20)]);
-            assert!(events.fault.is_some_and(|(after, _)| after < 4));
-        }
+        let mut rng = SmallRng::seed_from_u64(1);
+        let ms = Duration::from_millis;
+        assert_eq!(s.wait(true, &mut rng), ms(100));
+        assert_eq!(s.wait(false, &mut rng), ms(20));
+        assert_eq!(events(&s, 0..2, false), "xxxxxxxx");
     }
 }

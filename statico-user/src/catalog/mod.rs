@@ -706,8 +706,8 @@ impl<'a> View<'a> {
             }
             _ => None,
         };
-        // A stream not chunked ends with the connection.
-        let close = routes.streamed(&answer) && framing != Framing::KeepAlive;
+        // A stream to an HTTP/1.0 client is not chunked: the connection's close ends it.
+        let close = routes.streamed(&answer) && framing == Framing::KeepAlive10;
         if let (Some(key), false) = (choice.hold.truth, self.paced) {
             recorder.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
         }

@@ -76,6 +76,8 @@ pub enum Framing {
     KeepAlive10 = 1,
     /// The connection closes after this response: `Connection: close`.
     Close = 2,
+    /// The same, to an HTTP/1.0 client (which cannot read a chunked body).
+    Close10 = 3,
 }
 
 /// One fully encoded response.
@@ -173,7 +175,9 @@ pub fn http_date(t: SystemTime) -> [u8; DATE_LEN] {
 /// The response in every framing, plus the error responses, all with a live `Date`.
 #[derive(Clone, Debug)]
 pub struct Response {
+    /// Kept alive (HTTP/1.1, HTTP/1.0), and closing; an HTTP/1.0 close takes the one at `close10`.
     variants: [Encoded; 3],
+    close10: usize,
     errors: [Encoded; ErrorStatus::ALL.len()],
 }
 
@@ -264,12 +268,14 @@ impl Response {
     pub fn streamed(spec: &ResponseSpec) -> Result<Self> {
         let status_line = status_line(spec.status)?;
         let fields = streamed_fields(spec)?;
-        let mut chunked = fields.clone();
-        chunked.push(("Transfer-Encoding".into(), "chunked".into()));
-        let chunked = Encoded::build(&status_line, &chunked, None, b"");
+        let mut chunked_fields = fields.clone();
+        chunked_fields.push(("Transfer-Encoding".into(), "chunked".into()));
+        let chunked = Encoded::build(&status_line, &chunked_fields, None, b"");
         let close = Encoded::build(&status_line, &fields, Some("close"), b"");
+        let chunked_close = Encoded::build(&status_line, &chunked_fields, Some("close"), b"");
         Ok(Response {
-            variants: [chunked, close.clone(), close],
+            variants: [chunked, close, chunked_close],
+            close10: Framing::KeepAlive10 as usize,
             errors: errors(),
         })
     }
@@ -288,6 +294,7 @@ impl Response {
             .map(|connection| Encoded::build(&status_line, &fields, connection, &spec.body));
         Ok(Response {
             variants,
+            close10: Framing::Close as usize,
             errors: errors(),
         })
     }
@@ -295,14 +302,23 @@ impl Response {
     /// The whole response (head and body) in this framing.
     #[inline]
     pub fn full(&self, framing: Framing) -> &[u8] {
-        &self.variants[framing as usize].bytes
+        &self.variants[self.variant(framing)].bytes
     }
 
     /// The head only (for HEAD requests, and for `--body-delay`).
     #[inline]
     pub fn head(&self, framing: Framing) -> &[u8] {
-        let v = &self.variants[framing as usize];
+        let v = &self.variants[self.variant(framing)];
         &v.bytes[..v.head_len]
+    }
+
+    /// Which of the variants `framing` takes.
+    #[inline]
+    fn variant(&self, framing: Framing) -> usize {
+        match framing {
+            Framing::Close10 => self.close10,
+            other => other as usize,
+        }
     }
 
     /// The body only.

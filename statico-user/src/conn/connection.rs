@@ -441,6 +441,11 @@ impl Connection {
                 self.phase = Phase::Closed;
             }
         }
+        self.answer_pending(now, env);
+    }
+
+    /// A held answer is over: the requests that came in behind it are answered.
+    fn answer_pending(&mut self, now: Instant, env: Env) {
         if self.phase == Phase::Exchange && !self.pending.is_empty() {
             let answered = self.answer(&[], now, env);
             self.refresh_read_deadline(false, answered, now, env);
@@ -627,12 +632,13 @@ impl Connection {
         let Some(mut held) = self.held.take() else {
             return;
         };
-        // A client that does not read gets no more of a paced body than it has room for.
-        let room = MAX_UNSENT.saturating_sub(self.unsent());
         let mut clock = now;
         // What the steps give out: from `from` to `held.at`.
         let mut from = held.at;
         loop {
+            // A client that does not read gets no more of a paced body, or of a stream's events,
+            // than it has room for.
+            let room = MAX_UNSENT.saturating_sub(self.unsent() + (held.at - from));
             match held.delivery.next(&mut clock, room) {
                 Step::Wait(until) => {
                     self.phase = match held.delivery.started() {
@@ -653,6 +659,11 @@ impl Connection {
                 Step::Record { key, drawn, held } => env.catalog.record(key, drawn, held),
                 Step::Head { .. } => held.at = held.body_at,
                 Step::Body { range, .. } => held.at = held.body_at + range.end,
+                Step::Event { bytes, .. } => {
+                    self.emit_staged(&held.bytes, from..held.at, now, env);
+                    from = held.at;
+                    self.emit_event(&bytes, now, env);
+                }
                 Step::Sent => {
                     self.phase = Phase::SendingHead;
                     break;
@@ -696,11 +707,23 @@ impl Connection {
         staged.move_range(range.start, range.end, &mut self.out);
     }
 
+    /// Appends a stream's event to the output, behind a send in flight if there is one.
+    fn emit_event(&mut self, bytes: &[u8], now: Instant, env: Env) {
+        if self.unsent() == 0 {
+            self.send_deadline = now + env.policy.idle_timeout;
+        }
+        self.out.extend_from_slice(bytes);
+    }
+
     /// Everything is sent: a held body starts its delay; an idle connection starts its idle timeout.
     fn drained(&mut self, now: Instant, env: Env) {
         match self.phase {
-            // The head is out: the body's delay counts from now.
-            Phase::SendingHead => self.deliver(now, env),
+            // The head is out: the body's delay counts from now (a stream's events due at once, or
+            // a paced body's only piece, may end the answer here).
+            Phase::SendingHead => {
+                self.deliver(now, env);
+                self.answer_pending(now, env);
+            }
             Phase::Exchange if self.pending.is_empty() && self.session.between_requests() => {
                 self.read_deadline = (now + env.policy.idle_timeout, Timer::Idle);
             }

@@ -129,8 +129,8 @@ pub struct RouteTruth {
 pub struct StreamTruth {
     /// Events given out (their first byte), over every request.
     pub events: u64,
-    /// Streams whose client left before their last event (the route's outcomes count each answer
-    /// by its status when its head went).
+    /// Streams whose client left before their last event (each counted as outcome `gone`, with
+    /// the events it got).
     pub left: u64,
     /// The first events' waits as drawn (from the head).
     #[serde(rename = "first_us")]
@@ -533,10 +533,16 @@ impl GroundTruth {
         }
     }
 
-    /// A streamed route's client left before the stream's last event.
-    pub fn record_left(&self, recorder: usize, route: usize) {
+    /// A streamed route's client left before the stream's last event: the answer counted as
+    /// `outcome` when its head went counts as `gone` instead.
+    pub fn record_left(&self, recorder: usize, route: usize, outcome: usize, gone: usize) {
         if let Some(mut slot) = self.slot(recorder, route) {
-            if let Some(stream) = self.tally(&mut slot, route).stream.as_mut() {
+            let tally = self.tally(&mut slot, route);
+            if let Some(n) = tally.outcomes.get_mut(outcome) {
+                *n = n.saturating_sub(1);
+            }
+            tally.count(gone);
+            if let Some(stream) = tally.stream.as_mut() {
                 stream.left += 1;
             }
         }
@@ -694,12 +700,7 @@ impl GroundTruth {
         let families = histograms.into_iter().map(|(metric, help, histogram_of)| {
             let mut family = Family::histogram(metric, help);
             for (route, tally) in self.routes.iter().zip(merged) {
-                let histogram = histogram_of(tally);
-                let les = route.bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
-                let cumulative = les.zip(cumulative_counts(histogram, &route.bounds_ns));
-                let count = histogram.len();
-                let sum_seconds = histogram.mean() * count as f64 / 1e9;
-                family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+                add_buckets(&mut family, route, histogram_of(tally), &route.bounds_ns);
             }
             family
         });
@@ -759,12 +760,7 @@ impl GroundTruth {
         let histograms = histograms.into_iter().map(|(metric, help, histogram_of)| {
             let mut family = Family::histogram(metric, help);
             for (route, stream) in &streamed {
-                let histogram = histogram_of(stream);
-                let les = bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
-                let cumulative = les.zip(cumulative_counts(histogram, &bounds_ns));
-                let count = histogram.len();
-                let sum_seconds = histogram.mean() * count as f64 / 1e9;
-                family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+                add_buckets(&mut family, route, histogram_of(stream), &bounds_ns);
             }
             family
         });
@@ -894,6 +890,15 @@ fn geometric_bounds_ns(low: f64, high: f64, max_steps: usize) -> Vec<u64> {
 fn round_to_4_significant(x: f64) -> u64 {
     let unit = 10f64.powi(x.log10().floor() as i32 - 3).max(1.0);
     ((x / unit).round() * unit) as u64
+}
+
+/// `route`'s sample of a histogram family: `histogram` over the buckets `bounds_ns`.
+fn add_buckets(family: &mut Family, route: &Route, histogram: &Histogram<u64>, bounds_ns: &[u64]) {
+    let les = bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
+    let cumulative = les.zip(cumulative_counts(histogram, bounds_ns));
+    let count = histogram.len();
+    let sum_seconds = histogram.mean() * count as f64 / 1e9;
+    family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
 }
 
 /// How many of `histogram`'s values are at or below each bound (cumulative).

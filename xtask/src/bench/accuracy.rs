@@ -52,6 +52,14 @@ pub struct Quantiles {
     pub p99_us: f64,
 }
 
+/// A stream route's part of the ground truth: the events given out, and how late each was handed
+/// to the kernel against its due time (`"stream": {"events": N, "late_us": {..}, ..}`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StreamTruth {
+    pub events: u64,
+    pub late: Quantiles,
+}
+
 /// One route of `/ground-truth.json`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteTruth {
@@ -65,9 +73,12 @@ pub struct RouteTruth {
     pub drawn: Quantiles,
     /// |held − drawn| per request.
     pub off: Quantiles,
+    /// A stream route's events and lateness; `None` for a route that answers whole.
+    pub stream: Option<StreamTruth>,
 }
 
-/// `/ground-truth.json`: `{"routes":[{"route","count","outcomes":{..},"held_us":{..},"drawn_us":{..}}]}`.
+/// `/ground-truth.json`: `{"routes":[{"route","count","outcomes":{..},"held_us":{..},"drawn_us":{..}}]}`,
+/// a stream route's with `"stream":{"events","late_us":{..}}`.
 pub fn parse_truth(json: &str) -> Result<Vec<RouteTruth>> {
     let doc: Value = serde_json::from_str(json).context("statico's /ground-truth.json")?;
     let quantiles = |q: &Value| Quantiles {
@@ -92,6 +103,10 @@ pub fn parse_truth(json: &str) -> Result<Vec<RouteTruth>> {
             held: quantiles(&r["held_us"]),
             drawn: quantiles(&r["drawn_us"]),
             off: quantiles(&r["off_us"]),
+            stream: r["stream"].as_object().map(|_| StreamTruth {
+                events: r["stream"]["events"].as_u64().unwrap_or(0),
+                late: quantiles(&r["stream"]["late_us"]),
+            }),
         })
         .collect())
 }
@@ -292,8 +307,20 @@ mod tests {
         );
         assert_eq!(t.held.p99_us, 80900.0);
         assert!(within_all(t));
+        assert_eq!(t.stream, None);
         assert!(parse_truth("{}").is_err());
         assert!(parse_truth("nope").is_err());
+    }
+
+    #[test]
+    fn a_stream_route_has_its_events_and_lateness() {
+        let json = r#"{"routes":[{"route":"/sse","count":100,"outcomes":{"200":100},
+            "stream":{"events":5000,"first_us":{"count":100,"p50":0,"p99":0},
+            "late_us":{"count":5000,"p50":40,"p90":90,"p99":310,"max":900,"mean":52}}}]}"#;
+        let t = &parse_truth(json).unwrap()[0];
+        let stream = t.stream.unwrap();
+        assert_eq!((stream.events, stream.late.count), (5000, 5000));
+        assert_eq!((stream.late.p50_us, stream.late.p99_us), (40.0, 310.0));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use super::measure::Oha;
-use super::ratio::{interleave, Report};
+use super::ratio::{interleave, verdicts, Report};
 use super::report::{work_dir, RunInfo};
 use super::servers::{certificate, start_caddy, statico_args, Cert};
 use crate::tools::oha;
@@ -182,19 +182,7 @@ fn memory_after(report: &mut Report, servers: &[ServerUnderTest]) {
 
 /// Whether each statico meets the target against Caddy (nothing to say without Caddy).
 fn target(report: &mut Report) {
-    let verdicts: Vec<String> = report
-        .ratios(GROUP)
-        .iter()
-        .map(|(name, x)| {
-            let met = if *x <= TARGET { "met" } else { "NOT met" };
-            format!("{name} {x:.2}x ({met})")
-        })
-        .collect();
-    let said = if verdicts.is_empty() {
-        "caddy did not run, no ratio".to_string()
-    } else {
-        verdicts.join(", ")
-    };
+    let said = verdicts(report.ratios(GROUP), TARGET, "caddy did not run, no ratio");
     let _ = writeln!(
         report.text,
         "\ntarget: statico's server CPU per request <= {TARGET:.2}x caddy's: {said}"

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::tools::net::Stream;
 use crate::tools::oha::{self, OhaRun};
-use crate::tools::procfs::{clock_ticks_per_second, cpu_ticks, status_kib};
+use crate::tools::procfs::{clock_ticks_per_second, cpu_ticks, status_kib, user_system_ticks};
 use crate::tools::{h2load, pinned};
 
 /// The body every server answers with.
@@ -153,13 +153,35 @@ pub fn interleave<S, R>(
 
 /// Runs `work` and returns what it returned with the CPU time (µs) process `pid` used meanwhile.
 pub fn server_cpu_us<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
-    let before = cpu_ticks(pid)?;
+    let (out, cpu) = server_cpu(pid, work)?;
+    Ok((out, cpu.total_us()))
+}
+
+/// The CPU time a process used over some work, in µs: in user space, and in the kernel on its
+/// behalf (system calls, and on loopback the receiving side's TCP too).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuUsed {
+    pub user_us: f64,
+    pub system_us: f64,
+}
+
+impl CpuUsed {
+    pub fn total_us(self) -> f64 {
+        self.user_us + self.system_us
+    }
+}
+
+/// Runs `work` and returns what it returned with the CPU time process `pid` used meanwhile.
+pub fn server_cpu<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T, CpuUsed)> {
+    let before = user_system_ticks(pid)?;
     let out = work()?;
-    let after = cpu_ticks(pid)?;
-    Ok((
-        out,
-        (after - before) as f64 / clock_ticks_per_second() * 1e6,
-    ))
+    let after = user_system_ticks(pid)?;
+    let us = |ticks: u64| ticks as f64 / clock_ticks_per_second() * 1e6;
+    let cpu = CpuUsed {
+        user_us: us(after.0.saturating_sub(before.0)),
+        system_us: us(after.1.saturating_sub(before.1)),
+    };
+    Ok((out, cpu))
 }
 
 /// The wrk command for a scenario against `url`, pinned to `client_cpus`.

@@ -6,13 +6,16 @@
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
-//!       │  · pause_demo · new_conns · ab  one file per mode; routes ─ accuracy (its ground-truth check),
+//!       │  · pause_demo · stream · new_conns · ab
+//!       │                                 one file per mode; routes ─ accuracy (its ground-truth check,
+//!       │                                 whose ground-truth reader stream shares),
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
-//!       │            fortio for routes)
+//!       │            fortio for routes, go-httpbin for stream)
 //!       ├─ report   (table, results.json, bar charts)          ─┐ both on measure,
-//!       ├─ servers  (nginx, caddy, fortio, peers, the TLS       │ not on each other
-//!       │            certificate; statico's suite flags)       ─┘
+//!       ├─ servers  (nginx, caddy, fortio, go-httpbin, peers,   │ not on each other
+//!       │            the TLS certificate; statico's suite      │
+//!       │            flags)                                    ─┘
 //!       └─ measure  (scenarios, a round of wrk/h2load/oha and the server's CPU over it, RSS with
 //!                    idle connections, Stat, interleave)
 //!
@@ -39,6 +42,7 @@ mod routes;
 mod servers;
 mod site;
 mod steering;
+mod stream;
 mod suite;
 mod tls;
 
@@ -105,13 +109,18 @@ pub struct BenchArgs {
     /// SIGSTOP as wrk2's ^Z), beside statico's ground truth; latency over time in chart.svg
     #[arg(long)]
     pub pause_demo: bool,
+    /// Instead: streamed answers, 1000 server-sent event streams at once (50 events 20 ms apart),
+    /// statico's `stream=sse` route (both runtimes, one worker) against go-httpbin's /sse over
+    /// HTTP/1.1, and over HTTP/2 (h2load -c 10 -m 100): server CPU per event, statico's lateness
+    #[arg(long)]
+    pub stream: bool,
     /// Instead: an A/B of two statico binaries — A the one measured otherwise (STATICO_BIN, else the
     /// release build), B this one (relative to the workspace root, or absolute) — on both runtimes,
     /// A and B in turn each round: server CPU per request and A/B per scenario (keep-alive c50,
     /// pipelined x16 c256, h2load -c 50 -m 10, a 1 ms held route and the same in a pool, at c50)
     #[arg(long, value_name = "STATICO_B", conflicts_with_all = [
-        "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "new_conns",
-        "redraw",
+        "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "stream",
+        "new_conns", "redraw",
     ])]
     pub against: Option<PathBuf>,
     /// Instead: what a new connection costs, statico (both runtimes) against nginx, one worker each:
@@ -161,6 +170,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.pause_demo {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", pause_demo::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
+    if args.stream {
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", stream::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
     let single = args.http2 || args.http3 || args.profile || args.tls || args.site;

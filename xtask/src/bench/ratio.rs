@@ -25,6 +25,24 @@ pub fn interleave(
     })
 }
 
+/// "1.12x (met)" or "1.52x (NOT met)".
+pub fn verdict(ratio: f64, target: f64) -> String {
+    let met = if ratio <= target { "met" } else { "NOT met" };
+    format!("{ratio:.2}x ({met})")
+}
+
+/// Each server's ratio against `target` (`statico-io-uring 0.60x (met), …`), or `none` when there
+/// is no ratio to judge.
+pub fn verdicts(ratios: &[(String, f64)], target: f64, none: &str) -> String {
+    let said: Vec<String> = (ratios.iter())
+        .map(|(name, x)| format!("{name} {}", verdict(*x, target)))
+        .collect();
+    match said.is_empty() {
+        true => none.to_string(),
+        false => said.join(", "),
+    }
+}
+
 /// The report's text, and per scenario each statico's server CPU relative to the peer's for the chart.
 pub struct Report {
     pub text: String,

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use super::accuracy;
 use super::measure::{self, Round, Scenario, Stat};
-use super::ratio::Report;
+use super::ratio::{verdicts, Report};
 use super::report::RunInfo;
 use super::servers::{start_fortio, start_nginx, Nginx};
 use crate::tools::procfs::machine;
@@ -385,12 +385,6 @@ fn ratios_between(medians: &[(&str, String, f64)], over: usize, base: usize) -> 
         .collect()
 }
 
-/// "1.12x (met)" or "1.52x (NOT met)".
-pub fn verdict(ratio: f64, target: f64) -> String {
-    let met = if ratio <= target { "met" } else { "NOT met" };
-    format!("{ratio:.2}x ({met})")
-}
-
 /// The targets, appended to the report; returned for results.json.
 fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
     let _ = writeln!(report.text, "\ntargets");
@@ -402,15 +396,7 @@ fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
             .filter(|(name, _)| name.starts_with("statico"))
             .cloned()
             .collect();
-        let said: Vec<String> = ratios
-            .iter()
-            .map(|(n, x)| format!("{n} {}", verdict(*x, TARGET_VS_FORTIO)))
-            .collect();
-        let said = if said.is_empty() {
-            "fortio did not run, no ratio".into()
-        } else {
-            said.join(", ")
-        };
+        let said = verdicts(&ratios, TARGET_VS_FORTIO, "fortio did not run, no ratio");
         let _ = writeln!(
             report.text,
             "  {}: statico CPU/request <= {TARGET_VS_FORTIO:.1}x fortio's: {said}",
@@ -424,14 +410,11 @@ fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
     ];
     for (what, over, base, target) in between {
         let ratios = ratios_between(medians, over, base);
-        let said: Vec<String> = (ratios.iter())
-            .map(|(n, x)| format!("{n} {}", verdict(*x, target)))
-            .collect();
+        let said = verdicts(&ratios, target, "no statico measured in both");
         let (over, base) = (SCENARIOS[over].group, SCENARIOS[base].group);
         let _ = writeln!(
             report.text,
-            "  {what}: statico CPU/request in '{over}' <= {target:.1}x in '{base}': {}",
-            said.join(", ")
+            "  {what}: statico CPU/request in '{over}' <= {target:.1}x in '{base}': {said}"
         );
         doc.push(json!({ "scenario": over, "target": target, "vs": base, "ratios": ratios }));
     }
@@ -440,6 +423,7 @@ fn targets(report: &mut Report, medians: &[(&str, String, f64)]) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ratio::verdict;
     use super::*;
 
     #[test]

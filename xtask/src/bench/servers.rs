@@ -1,6 +1,6 @@
 //! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site,
 //! an echo of one body), Caddy from Debian (the HTTP/3 peer), Fortio's echo server (the peer of
-//! `--routes`), the peers under `bench/peers/`, and the certificate the TLS and
+//! `--routes`), go-httpbin (the peer of `--stream`), the peers under `bench/peers/`, and the certificate the TLS and
 //! QUIC modes give them all. Each runs behind the guard [`ServerUnderTest`] (`crate::tools::server`),
 //! so no mode can leak a server.
 
@@ -358,6 +358,38 @@ pub fn start_fortio(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
     ServerUnderTest::spawn("fortio", command, cmd, port).with_context(|| {
         let log = std::fs::read_to_string(fdir.join("fortio.log")).unwrap_or_default();
         format!("fortio did not start: {}", log.trim())
+    })
+}
+
+/// go-httpbin (`go install`ed by `cargo xtask setup`) as the peer of `bench --stream`: its `/sse`
+/// answers `count` events spread over `duration` (`/sse?count=50&duration=980ms`), logging off, one
+/// Go scheduler thread (`GOMAXPROCS=1`), pinned to `cpus`. Its log under `dir/go-httpbin`.
+pub fn start_go_httpbin(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let bin = crate::setup::go_httpbin_path()
+        .context("go-httpbin is not installed (cargo xtask setup installs it)")?;
+    let port = free_port()?;
+    let gdir = dir.join("go-httpbin");
+    std::fs::create_dir_all(&gdir)?;
+    let flags = [
+        "-host",
+        "127.0.0.1",
+        "-port",
+        &port.to_string(),
+        "-log-level",
+        "OFF",
+    ];
+    let mut cmd = pinned(Some(cpus), &bin);
+    cmd.args(flags)
+        .env("GOMAXPROCS", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(gdir.join("go-httpbin.log"))?);
+    let command = format!(
+        "GOMAXPROCS=1 taskset -c {cpus} go-httpbin {}",
+        flags.join(" ")
+    );
+    ServerUnderTest::spawn("go-httpbin", command, cmd, port).with_context(|| {
+        let log = std::fs::read_to_string(gdir.join("go-httpbin.log")).unwrap_or_default();
+        format!("go-httpbin did not start: {}", log.trim())
     })
 }
 

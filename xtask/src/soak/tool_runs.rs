@@ -195,6 +195,7 @@ mod tests {
             timeout: 1,
             status_4xx: 3,
             status_5xx: 1,
+            ..h2load::Report::default()
         };
         let c = h2load_counts(&report);
         assert_eq!((c.ok, c.other, c.status), (84, 3, 4));

@@ -18,12 +18,12 @@ pub fn parse_status_kib(status: &str, name: &str) -> Option<u64> {
         .ok()
 }
 
-/// utime + stime (fields 14 and 15) of a /proc/PID/stat text, in clock ticks; the command name may
-/// hold spaces and parentheses, so fields are counted after its last ')'.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+/// utime and stime (fields 14 and 15) of a /proc/PID/stat text, in clock ticks; the command name
+/// may hold spaces and parentheses, so fields are counted after its last ')'.
+pub fn parse_stat_user_system(stat: &str) -> Option<(u64, u64)> {
     let after = stat.get(stat.rfind(')')? + 1..)?;
     let f: Vec<&str> = after.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
 }
 
 /// The field `name` (with its colon) of process `pid`'s /proc/PID/status, in KiB.
@@ -36,8 +36,14 @@ pub fn status_kib(pid: u32, name: &str) -> Option<u64> {
 
 /// utime + stime of a whole process, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Result<u64> {
+    let (user, system) = user_system_ticks(pid)?;
+    Ok(user + system)
+}
+
+/// utime and stime of a whole process, in clock ticks.
+pub fn user_system_ticks(pid: u32) -> Result<(u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_stat_cpu_ticks(&stat).context("/proc/PID/stat format")
+    parse_stat_user_system(&stat).context("/proc/PID/stat format")
 }
 
 /// The descriptors process `pid` has open (/proc/PID/fd).
@@ -112,8 +118,8 @@ mod tests {
             Some(77)
         );
         let stat = "4242 (stat ico) (x) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 4 0 100";
-        assert_eq!(parse_stat_cpu_ticks(stat), Some(175));
-        assert_eq!(parse_stat_cpu_ticks("4242 (x) S 1 2"), None);
+        assert_eq!(parse_stat_user_system(stat), Some((150, 25)));
+        assert_eq!(parse_stat_user_system("4242 (x) S 1 2"), None);
     }
 
     #[test]

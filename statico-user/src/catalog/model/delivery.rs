@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::events::{Events, Given};
+use super::events::{Events, Next};
 use super::fault::Fault;
 use super::hold::{Hold, TruthKey, PACE_TICK};
 use super::load::Ticket;
@@ -64,6 +64,9 @@ pub enum Step {
     Sent,
     /// Write these bytes of the body; `end`: they are the last. Call again.
     Body { range: Range<usize>, end: bool },
+    /// Write this event of a streamed body (made now, framed for the connection); `end`: the body
+    /// ends with it. Call again.
+    Event { bytes: Vec<u8>, end: bool },
     /// The answer ends in this fault: `reset`, `close` and `stall` instead of the answer,
     /// `truncate` after the head and half the body.
     Fault(Fault),
@@ -88,8 +91,7 @@ enum Stage {
     Gap,
     /// A stream's next event: its wait.
     Event,
-    /// A stream's event (or the rest of it) goes out.
-    EventOut,
+
     /// After a truncated body: its fault.
     Cut,
     #[default]
@@ -118,7 +120,6 @@ pub struct Delivery {
     pauses: Option<Pauses>,
     /// A streamed body's events, and how far they have gone.
     events: Option<Box<Events>>,
-    progress: Given,
 }
 
 impl Delivery {
@@ -144,7 +145,6 @@ impl Delivery {
             ticks: 0,
             pauses: None,
             events: None,
-            progress: Given::default(),
         }
     }
 
@@ -154,12 +154,9 @@ impl Delivery {
         self
     }
 
-    /// The same delivery, its body given out as these `events` (a streamed answer's; its length is
-    /// theirs). The answer's fault strikes after the events' drawn number of them.
+    /// The same delivery, its body given out as these `events` (a streamed answer's, made as they
+    /// fall due). The answer's fault strikes after the events' drawn number of them.
     pub fn with_events(mut self, events: Option<Box<Events>>) -> Delivery {
-        if let Some(events) = &events {
-            self.body_len = events.body_len();
-        }
         self.events = events;
         self
     }
@@ -202,8 +199,7 @@ impl Delivery {
                     self.stage = Stage::Done;
                     Some(Step::Fault(Fault::Truncate))
                 }
-                Stage::Event => self.event_due(clock),
-                Stage::EventOut => Some(self.event_out(clock, room)),
+                Stage::Event => Some(self.event(clock, room)),
                 Stage::Done => Some(Step::Done),
             };
             if let Some(step) = step {
@@ -245,7 +241,6 @@ impl Delivery {
                 | Stage::Gap
                 | Stage::Cut
                 | Stage::Event
-                | Stage::EventOut
         )
     }
 
@@ -320,8 +315,9 @@ impl Delivery {
             }
             _ => {
                 self.stage = Stage::AfterHead;
+                let events = self.events.as_ref().is_some_and(|e| !e.is_empty());
                 Step::Head {
-                    end: self.body_len == 0,
+                    end: self.body_len == 0 && !events,
                 }
             }
         }
@@ -330,7 +326,7 @@ impl Delivery {
     /// What follows the head: half the body and the cut (truncate), nothing, the body held apart
     /// (a body delay or a rate), or the whole body at once.
     fn after_head(&mut self) -> Option<Step> {
-        if self.events.is_some() && self.body_len > 0 {
+        if self.events.as_ref().is_some_and(|e| !e.is_empty()) {
             self.stage = Stage::Event;
             return Some(Step::Sent);
         }
@@ -377,53 +373,24 @@ impl Delivery {
 /// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
 /// pauses are possible.
 impl Delivery {
-    /// A stream's next event: the fault, if it strikes here; else the wait for the event, due its
-    /// wait after the one before was due (the first: after the head went).
-    fn event_due(&mut self, clock: &mut impl Clock) -> Option<Step> {
-        let events = self.events.as_ref()?;
-        let i = self.progress.sent;
-        if let Some((_, fault)) = events.fault.filter(|(after, _)| *after == i) {
-            self.stage = Stage::Done;
-            return Some(Step::Fault(fault));
-        }
-        if i == events.ends.len() {
-            self.stage = Stage::Done;
-            return None;
-        }
-        let now = clock.now();
-        let due = self.progress.due.unwrap_or(now) + events.waits[i];
-        self.progress.due = Some(due);
-        self.stage = Stage::EventOut;
-        (due > now).then_some(Step::Wait(due))
-    }
-
-    /// The due event, or as much of it as the driver takes (`room`); none taken: a tick later. Its
-    /// timing is recorded when its first byte goes.
-    fn event_out(&mut self, clock: &mut impl Clock, room: usize) -> Step {
-        let Some(events) = self.events.as_ref() else {
+    /// A stream's next event when it is due and the driver has room for it, the fault if it
+    /// strikes here, or the end.
+    fn event(&mut self, clock: &mut impl Clock, room: usize) -> Step {
+        let Some(events) = self.events.as_mut() else {
             self.stage = Stage::Done;
             return Step::Done;
         };
-        let i = self.progress.sent;
-        let (start, end) = (self.progress.at, events.ends[i]);
-        let piece = (end - start).min(room);
-        let now = clock.now();
-        if piece == 0 {
-            return Step::Wait(now + PACE_TICK);
-        }
-        let begins = i.checked_sub(1).map_or(0, |before| events.ends[before]);
-        if start == begins {
-            events.record(i, self.progress.due.unwrap_or(now), now);
-        }
-        self.progress.at = start + piece;
-        if self.progress.at == end {
-            self.progress.sent += 1;
-            self.stage = Stage::Event;
-        }
-        let last = self.progress.at == events.body_len() && events.fault.is_none();
-        Step::Body {
-            range: start..self.progress.at,
-            end: last,
+        match events.next(clock.now(), room, PACE_TICK) {
+            Next::Event { bytes, last } => Step::Event { bytes, end: last },
+            Next::Wait(at) => Step::Wait(at),
+            Next::Fault(fault) => {
+                self.stage = Stage::Done;
+                Step::Fault(fault)
+            }
+            Next::Done => {
+                self.stage = Stage::Done;
+                Step::Done
+            }
         }
     }
 }
@@ -432,7 +399,7 @@ impl Delivery {
 impl Drop for Delivery {
     fn drop(&mut self) {
         if let Some(events) = &self.events {
-            if matches!(self.stage, Stage::Event | Stage::EventOut) {
+            if self.stage == Stage::Event {
                 events.record_left();
             }
         }
@@ -609,6 +576,104 @@ mod tests {
                 body(4..6, true)
             ]
         );
+    }
+
+    /// Events of `size` bytes, the first 10 ms after the head, then 5 ms apart.
+    #[derive(Debug)]
+    struct Ticks {
+        size: usize,
+    }
+
+    impl crate::catalog::model::events::Render for Ticks {
+        fn event(&self, i: u32, _chunked: bool, _last: bool, out: &mut Vec<u8>) {
+            out.extend(std::iter::repeat_n(b'0' + i as u8, self.size));
+        }
+
+        fn wait(&self, first: bool, _: &mut rand::rngs::SmallRng) -> Duration {
+            if first {
+                10 * MS
+            } else {
+                5 * MS
+            }
+        }
+    }
+
+    fn stream(size: usize, events: u32, fault: Option<Fault>) -> Delivery {
+        stream_seeded(size, events, fault, 3)
+    }
+
+    fn stream_seeded(size: usize, events: u32, fault: Option<Fault>, seed: u64) -> Delivery {
+        use crate::catalog::model::events::{Events, StreamDraw};
+        let draw = StreamDraw {
+            events,
+            from: 0,
+            seed,
+        };
+        let events = Events::new(Arc::new(Ticks { size }), draw, false, fault, None);
+        Delivery::new(Hold::default(), 0, None, None, None).with_events(Some(Box::new(events)))
+    }
+
+    fn event(bytes: &[u8], end: bool) -> Step {
+        Step::Event {
+            bytes: bytes.to_vec(),
+            end,
+        }
+    }
+
+    #[test]
+    fn a_stream_gives_each_event_at_its_due_time_after_the_head() {
+        let t0 = Instant::now();
+        assert_eq!(
+            drive(&mut stream(2, 3, None), t0),
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                (0, Step::Wait(t0 + 10 * MS)),
+                (10, event(b"00", false)),
+                (10, Step::Wait(t0 + 15 * MS)),
+                (15, event(b"11", false)),
+                (15, Step::Wait(t0 + 20 * MS)),
+                (20, event(b"22", true)),
+                (20, Step::Done),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_event_waits_for_room_and_a_late_one_does_not_push_back_the_next() {
+        let t0 = Instant::now();
+        let mut d = stream(4, 2, None);
+        let mut now = t0;
+        assert_eq!(d.next(&mut now, usize::MAX), Step::Head { end: false });
+        assert_eq!(d.next(&mut now, usize::MAX), Step::Sent);
+        assert_eq!(d.next(&mut now, usize::MAX), Step::Wait(t0 + 10 * MS));
+        now = t0 + 10 * MS;
+        // No room for 4 bytes: a tick later, then it goes, late.
+        assert_eq!(d.next(&mut now, 3), Step::Wait(now + PACE_TICK));
+        now += PACE_TICK;
+        assert_eq!(d.next(&mut now, 4), event(b"0000", false));
+        // Due 5 ms after the first was due (15 ms), which has passed: at once.
+        assert_eq!(d.next(&mut now, 4), event(b"1111", true));
+    }
+
+    #[test]
+    fn a_fault_strikes_between_events_and_never_after_the_last() {
+        let mut struck_after = std::collections::BTreeSet::new();
+        for seed in 0..40 {
+            let t0 = Instant::now();
+            let steps = drive(&mut stream_seeded(1, 3, Some(Fault::Close), seed), t0);
+            let events = steps
+                .iter()
+                .filter(|(_, s)| matches!(s, Step::Event { .. }))
+                .count();
+            assert!(events < 3, "{steps:?}");
+            assert_eq!(
+                steps.last().map(|(_, s)| s),
+                Some(&Step::Fault(Fault::Close))
+            );
+            struck_after.insert(events);
+        }
+        assert_eq!(struck_after.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
     }
 
     #[test]

@@ -328,8 +328,13 @@ fn interpolate(points: &[(f64, Duration)], q: f64) -> Duration {
 
 /// A log-normal's `(mu, sigma)`, in log-seconds, from its median and 99th percentile.
 fn log_normal_params(p50: Duration, p99: Duration) -> (f64, f64) {
-    let p50 = p50.as_secs_f64();
-    (p50.ln(), (p99.as_secs_f64() / p50).ln() / Z99)
+    log_normal_of(p50.as_secs_f64(), p99.as_secs_f64())
+}
+
+/// A log-normal's `(mu, sigma)` from its median and 99th percentile (durations in seconds, or
+/// counts).
+pub fn log_normal_of(p50: f64, p99: f64) -> (f64, f64) {
+    (p50.ln(), (p99 / p50).ln() / Z99)
 }
 
 /// `mean + sd · z`, which is `mean` when `sd` is zero (even for an infinite `z`).

@@ -2,26 +2,27 @@
 //! its own time — the first `first=` after the head, each next one `gap=` after the one before —
 //! like a server-sent event feed or an inference server's tokens.
 //!
-//! Per request the route draws how many events ([`Count`]), the first wait, each gap and, with a
-//! fault, after how many events it strikes; [`Events`] is that draw, with where each event ends in
-//! the body the protocol sends. [`super::delivery::Delivery`] gives the body out event by event at
-//! those times and records, per event, the time drawn and how late it went (its due time is the
-//! head's plus the waits drawn so far, so a late event does not push back the ones after it).
+//! Per request the route draws how many events ([`Count`]), where a reconnecting client resumes, a
+//! seed for the waits and, with a fault, after how many events it strikes; [`Events`] carries that
+//! draw and makes each event when it is due — its wait drawn then, its bytes framed then by the
+//! route's [`Render`] — so a stream costs its connection one event's bytes at a time, however long
+//! it is. [`super::delivery::Delivery`] gives the events out and records, per event, the wait drawn
+//! and how late it went (its due time is the head's plus the waits drawn so far, so a late event
+//! does not push back the ones after it).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::{Rng, RngExt};
+use rand::rngs::SmallRng;
+use rand::{Rng, RngExt, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 
+use super::dist::log_normal_of;
 use super::fault::Fault;
 use super::hold::{Recorder, TruthKey};
 
 /// At most this many events a stream (a drawn count is clamped to it).
 pub const MAX_EVENTS: u32 = 100_000;
-
-/// At most this many bytes in one request's stream body (events of a longer draw are left out): the
-/// body is made whole when the request is answered.
-pub const MAX_STREAM_BYTES: usize = 16 << 20;
 
 /// How many events: `N`, `uniform:LO:HI` or `lognormal:P50:P99` — no units; a draw is rounded and
 /// kept within `1..=MAX_EVENTS`.
@@ -32,7 +33,7 @@ pub enum Count {
         low: u32,
         high: u32,
     },
-    /// `mu = ln(p50)`, `sigma = ln(p99 / p50) / 2.3263478740` (as [`super::dist::Dist::LogNormal`]).
+    /// Given by its median and 99th percentile, as [`super::dist::Dist::LogNormal`].
     LogNormal {
         p50: f64,
         p99: f64,
@@ -85,28 +86,12 @@ impl Count {
             Count::Fixed(n) => return n,
             Count::Uniform { low, high } => return rng.random_range(low..=high),
             Count::LogNormal { p50, p99 } => {
-                let sigma = (p99 / p50).ln() / 2.326_347_874_0;
+                let (mu, sigma) = log_normal_of(p50, p99);
                 let z: f64 = StandardNormal.sample(rng);
-                (p50.ln() + sigma * z).exp().round()
+                (mu + sigma * z).exp().round()
             }
         };
         n.clamp(1.0, f64::from(MAX_EVENTS)) as u32
-    }
-
-    /// The most events a draw gives (for the body's size limit): the high end, or for a log-normal
-    /// its 99.99th percentile.
-    pub fn most(&self) -> u32 {
-        match *self {
-            Count::Fixed(n) => n,
-            Count::Uniform { high, .. } => high,
-            Count::LogNormal { p50, p99 } => {
-                let sigma = (p99 / p50).ln() / 2.326_347_874_0;
-                (p50.ln() + sigma * 3.719)
-                    .exp()
-                    .round()
-                    .min(f64::from(MAX_EVENTS)) as u32
-            }
-        }
     }
 }
 
@@ -120,48 +105,145 @@ impl std::fmt::Display for Count {
     }
 }
 
-/// One request's events, drawn (see the module doc).
-#[derive(Clone, Debug)]
-pub struct Events {
-    /// Where each event ends in the body, counted from the body's start, ascending.
-    pub ends: Vec<usize>,
-    /// Before each event: the first from the head, then the gap after the one before.
-    pub waits: Vec<Duration>,
-    /// A fault strikes after this many events, instead of the rest.
-    pub fault: Option<(usize, Fault)>,
-    /// Where each event's timing is recorded (a route's answer).
-    pub truth: Option<(Recorder, TruthKey)>,
+/// What makes a stream's events: the route's framing and payload, and its wait distributions.
+pub trait Render: std::fmt::Debug + Send + Sync {
+    /// Appends event `i`, framed; `chunked`: as one HTTP/1.1 chunk, and with `last` the chunked
+    /// body's last chunk after it.
+    fn event(&self, i: u32, chunked: bool, last: bool, out: &mut Vec<u8>);
+    /// The wait before an event: the first's from the head, else the gap after the one before.
+    fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration;
 }
 
-/// Where [`Events`] are in their delivery.
-#[derive(Debug, Default)]
-pub struct Given {
-    /// Events given out whole.
-    pub sent: usize,
-    /// Body bytes given out.
-    pub at: usize,
-    /// When the event being given out was due (its wait counted from the one before's due).
-    pub due: Option<Instant>,
+/// One request's events (see the module doc), and how far they have gone.
+#[derive(Clone, Debug)]
+pub struct Events {
+    render: Arc<dyn Render>,
+    chunked: bool,
+    /// The next event's index, and the index past the last.
+    next: u32,
+    end: u32,
+    /// A fault strikes once this many events have gone, instead of the rest.
+    fault: Option<(u32, Fault)>,
+    /// Where each event's timing is recorded (a route's answer), and the route's `gone` outcome.
+    truth: Option<(Recorder, TruthKey, u8)>,
+    rng: SmallRng,
+    /// Events given out.
+    sent: u32,
+    /// When the event being given out is due, and the wait drawn for it.
+    due: Option<(Instant, Duration)>,
+    /// When the event before it was due.
+    last_due: Option<Instant>,
+    /// The due event, made, while it waits for room.
+    made: Option<Vec<u8>>,
+}
+
+/// What one request's stream is, drawn when its route was chosen: how many events, from which
+/// (after a `Last-Event-ID`), and the seed of the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamDraw {
+    pub events: u32,
+    pub from: u32,
+    pub seed: u64,
+}
+
+/// An event the driver takes now, or when to ask again.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// This event's bytes; `last`: the body ends with it.
+    Event { bytes: Vec<u8>, last: bool },
+    /// Nothing before this instant (the event's due time, or a tick for room).
+    Wait(Instant),
+    /// The fault strikes now.
+    Fault(Fault),
+    /// Every event has gone.
+    Done,
 }
 
 impl Events {
-    /// The body's length.
-    pub fn body_len(&self) -> usize {
-        self.ends.last().copied().unwrap_or(0)
-    }
-
-    /// Records that event `i`, due at `due`, started to go out at `now`.
-    pub fn record(&self, i: usize, due: Instant, now: Instant) {
-        if let Some((recorder, key)) = &self.truth {
-            let late = now.saturating_duration_since(due);
-            recorder.record_event(*key, i == 0, self.waits[i], late);
+    /// The events of `stream` made by `render` (as HTTP/1.1 chunks with `chunked`); with `fault`,
+    /// it strikes after a number of events drawn evenly from none to all but the last. `truth`:
+    /// where their timing goes, and the route's `gone` outcome.
+    pub fn new(
+        render: Arc<dyn Render>,
+        stream: StreamDraw,
+        chunked: bool,
+        fault: Option<Fault>,
+        truth: Option<(Recorder, TruthKey, u8)>,
+    ) -> Events {
+        let mut rng = SmallRng::seed_from_u64(stream.seed);
+        let count = stream.events.saturating_sub(stream.from);
+        let fault = fault.map(|f| (rng.random_range(0..count.max(1)), f));
+        Events {
+            render,
+            chunked,
+            next: stream.from,
+            end: stream.events.max(stream.from),
+            fault,
+            truth,
+            rng,
+            sent: 0,
+            due: None,
+            last_due: None,
+            made: None,
         }
     }
 
-    /// Records that the client left before the last event.
+    /// Whether no event has been given out yet, and none will be (a stream resumed past its end).
+    pub fn is_empty(&self) -> bool {
+        self.next >= self.end
+    }
+
+    /// The next event at `now`, at most `room` bytes (a bigger one waits a tick: `tick`).
+    pub fn next(&mut self, now: Instant, room: usize, tick: Duration) -> Next {
+        if let Some((_, fault)) = self.fault.filter(|(after, _)| *after == self.sent) {
+            return Next::Fault(fault);
+        }
+        if self.next >= self.end {
+            return Next::Done;
+        }
+        let (due, drawn) = match self.due {
+            Some(due) => due,
+            None => {
+                let drawn = self.render.wait(self.sent == 0, &mut self.rng);
+                let due = (self.last_due.unwrap_or(now) + drawn, drawn);
+                self.due = Some(due);
+                due
+            }
+        };
+        if due > now {
+            return Next::Wait(due);
+        }
+        let last = self.next + 1 == self.end && self.fault.is_none();
+        let bytes = match self.made.take() {
+            Some(bytes) => bytes,
+            None => {
+                let mut bytes = Vec::new();
+                self.render.event(self.next, self.chunked, last, &mut bytes);
+                bytes
+            }
+        };
+        if bytes.len() > room {
+            self.made = Some(bytes);
+            return Next::Wait(now + tick);
+        }
+        self.record(drawn, due, now);
+        (self.next, self.sent, self.due) = (self.next + 1, self.sent + 1, None);
+        self.last_due = Some(due);
+        Next::Event { bytes, last }
+    }
+
+    /// Records that an event waited `drawn` and went at `now`, due at `due`.
+    fn record(&self, drawn: Duration, due: Instant, now: Instant) {
+        if let Some((recorder, key, _)) = &self.truth {
+            let late = now.saturating_duration_since(due);
+            recorder.record_event(*key, self.sent == 0, drawn, late);
+        }
+    }
+
+    /// Records that the client left before the last event: its answer counts as `gone`.
     pub fn record_left(&self) {
-        if let Some((recorder, key)) = &self.truth {
-            recorder.record_left(*key);
+        if let Some((recorder, key, gone)) = &self.truth {
+            recorder.record_left(*key, *gone);
         }
     }
 }
@@ -183,9 +265,6 @@ mod tests {
             assert_eq!(count.to_string(), text);
             let draws: Vec<u32> = (0..2000).map(|_| count.sample(&mut rng)).collect();
             assert!(draws.iter().all(|n| (low..=high).contains(n)), "{text}");
-            assert!(draws
-                .iter()
-                .all(|&n| n <= count.most() || text.starts_with("log")));
         }
         let uniform = Count::parse("uniform:3:6").unwrap();
         let seen: std::collections::BTreeSet<u32> =

@@ -95,10 +95,12 @@ impl Recorder {
         }
     }
 
-    /// A streamed answer `key` was left by its client before its last event.
-    pub fn record_left(&self, key: TruthKey) {
+    /// A streamed answer `key` was left by its client before its last event: it counts as
+    /// outcome `gone` instead.
+    pub fn record_left(&self, key: TruthKey, gone: u8) {
         if key.generation == self.truth.generation() {
-            self.truth.record_left(self.slot, usize::from(key.route));
+            let (route, outcome) = (usize::from(key.route), usize::from(key.outcome));
+            (self.truth).record_left(self.slot, route, outcome, usize::from(gone));
         }
     }
 

@@ -26,13 +26,13 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
-use super::feed::{self, EventSource, Feed, StreamDraw};
+use super::feed::{EventSource, Feed};
 use super::request::Request;
 use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
 use crate::catalog::model::dist::Dist;
-use crate::catalog::model::events::Events;
+use crate::catalog::model::events::{Events, StreamDraw};
 use crate::catalog::model::fault::Fault;
 use crate::catalog::model::hold::{Hold, Recorder, TruthKey};
 use crate::catalog::model::load::{Loads, RouteLoad, Ticket, TicketIds};
@@ -132,7 +132,7 @@ struct Route {
     /// The server has pauses, which may hold any of its answers.
     pausable: bool,
     /// A streamed route's events (`stream=`).
-    events: Option<EventSource>,
+    events: Option<Arc<EventSource>>,
     /// The `204 No Content` a reconnecting client gets whose `Last-Event-ID` is the last event.
     done_answer: Option<u8>,
 }
@@ -367,14 +367,10 @@ impl Routes {
         if head_only {
             return RouteBody::default();
         }
-        let events = match framing {
-            Framing::KeepAlive => feed::Chunking::Chunked,
-            Framing::KeepAlive10 | Framing::Close => feed::Chunking::Bare,
-        };
-        if let Some((body, events)) = self.events(choice, events, recorder) {
-            out.extend_from_slice(&body);
+        let chunked = matches!(framing, Framing::KeepAlive | Framing::Close);
+        if let Some(events) = self.events(choice, chunked, recorder) {
             return RouteBody {
-                body_at: Some(body_at),
+                body_at: None,
                 events: Some(Box::new(events)),
             };
         }
@@ -388,24 +384,31 @@ impl Routes {
         }
     }
 
-    /// Whether `choice`'s answer is a stream, whose body only the connection's close can end on
-    /// HTTP/1.1 unless it is chunked: it closes the connection unless kept alive in HTTP/1.1.
+    /// Whether `choice`'s answer is a stream, whose body only the connection's close ends unless it
+    /// is chunked.
     pub fn streamed(&self, choice: &RouteChoice) -> bool {
         self.answer(choice).streamed
     }
 
-    /// A streamed answer's body and events for `choice`, framed as `framing` says; `recorder`
-    /// records their timing.
+    /// A streamed answer's events for `choice` (as HTTP/1.1 chunks with `chunked`), their timing
+    /// recorded by `recorder`.
     fn events(
         &self,
         choice: &RouteChoice,
-        framing: feed::Chunking,
+        chunked: bool,
         recorder: Option<&Recorder>,
-    ) -> Option<(Vec<u8>, Events)> {
+    ) -> Option<Events> {
         let route = &self.routes[usize::from(choice.route)];
         let (source, stream) = (route.events.as_ref()?, choice.stream?);
-        let truth = recorder.cloned().zip(choice.hold.truth);
-        Some(source.draw(stream, framing, choice.hold.fault, truth))
+        let gone = route.gone_outcome();
+        let truth = (recorder.cloned().zip(choice.hold.truth)).map(|(r, key)| (r, key, gone));
+        Some(Events::new(
+            source.clone(),
+            stream,
+            chunked,
+            choice.hold.fault,
+            truth,
+        ))
     }
 
     /// The answer as HTTP/2 and HTTP/3 send it, with its hold (a streamed answer with its body and
@@ -418,10 +421,7 @@ impl Routes {
         if route.ticketed(choice) {
             answer.admission = route.admission.clone();
         }
-        if let Some((body, events)) = self.events(choice, feed::Chunking::Bare, recorder) {
-            answer.body = Bytes::from(body);
-            answer.events = Some(Box::new(events));
-        }
+        answer.events = self.events(choice, false, recorder).map(Box::new);
         answer
     }
 
@@ -453,7 +453,7 @@ impl Route {
             BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
             BodySpec::Size(n) => generated.slice(..*n as usize),
         };
-        let events = spec.stream.as_ref().map(EventSource::new);
+        let events = spec.stream.as_ref().map(|s| Arc::new(EventSource::new(s)));
         if events.is_some()
             && (!body.is_empty() || spec.rate.is_some() || spec.body_delay.is_some())
         {

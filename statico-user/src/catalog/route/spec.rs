@@ -446,11 +446,11 @@ fn parse_wait(value: &str) -> Result<Dist, String> {
     }
 }
 
-/// `event-size=`: 1 byte to 1 MiB.
+/// `event-size=`: 1 byte to 64 KiB (an event goes out whole, when the connection has room for it).
 fn parse_event_size(value: &str) -> Result<u64, String> {
     match parse_size(value)? {
-        size @ 1..=0x10_0000 => Ok(size),
-        _ => Err(format!("{value:?} is not from 1 byte to 1m")),
+        size @ 1..=0x1_0000 => Ok(size),
+        _ => Err(format!("{value:?} is not from 1 byte to 64k")),
     }
 }
 

@@ -334,7 +334,7 @@ impl Site {
         out.extend_from_slice(match framing {
             Framing::KeepAlive => b"\r\n\r\n",
             Framing::KeepAlive10 => b"\r\nConnection: keep-alive\r\n\r\n",
-            Framing::Close => b"\r\nConnection: close\r\n\r\n",
+            Framing::Close | Framing::Close10 => b"\r\nConnection: close\r\n\r\n",
         });
     }
 

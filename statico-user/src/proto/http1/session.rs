@@ -234,7 +234,8 @@ fn request_view(raw: &[u8]) -> Request<'_> {
 
 fn framing(info: &RequestInfo) -> Framing {
     match (info.keep_alive, info.version) {
-        (false, _) => Framing::Close,
+        (false, Version::Http10) => Framing::Close10,
+        (false, Version::Http11) => Framing::Close,
         (true, Version::Http10) => Framing::KeepAlive10,
         (true, Version::Http11) => Framing::KeepAlive,
     }

@@ -182,15 +182,26 @@ impl Delivering {
                 // h2 queues the head: the body delay counts from now.
                 Step::Sent => {}
                 Step::Body { range, end } => {
-                    // A stream the client reset takes no more data: its answer is over.
-                    if let Some(s) = self.stream.as_mut() {
-                        if s.send_data(self.data.slice(range), end).is_err() {
-                            return Next::Ended(Ended::Done);
-                        }
+                    if !self.send(self.data.slice(range), end) {
+                        return Next::Ended(Ended::Done);
+                    }
+                }
+                Step::Event { bytes, end } => {
+                    if !self.send(Bytes::from(bytes), end) {
+                        return Next::Ended(Ended::Done);
                     }
                 }
                 Step::Done => return Next::Ended(Ended::Done),
             }
+        }
+    }
+
+    /// Sends `data` on the answer's stream: false when the client reset the stream, which takes no
+    /// more data (its answer is over).
+    fn send(&mut self, data: Bytes, end: bool) -> bool {
+        match self.stream.as_mut() {
+            Some(s) => s.send_data(data, end).is_ok(),
+            None => true,
         }
     }
 

@@ -653,6 +653,7 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
             }
             Step::Sent => Ok(()),
             Step::Body { range, .. } => stream.send_data(body.slice(range)).await,
+            Step::Event { bytes, .. } => stream.send_data(Bytes::from(bytes)).await,
             Step::Fault(Fault::Reset) => {
                 stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
                 return Ended::Done;

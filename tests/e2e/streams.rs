@@ -1,0 +1,1428 @@
+//! Streamed answers (`stream=sse|ndjson|chunks`) as a client that relies on them sees them:
+//! `curl -N` and a raw socket over HTTP/1.1 (each event its own chunk, spread over time, the
+//! connection going on after the last chunk), HTTP/1.0 (no chunking, the close ends the stream),
+//! curl and the `h2` crate over HTTP/2 and a quinn + h3 client over HTTP/3 (each event its own DATA
+//! frame), the three framings, `{i}`, `event-size=`, a drawn number of events, `Last-Event-ID`
+//! resuming and its 204, HEAD, a drawn error status answered whole, the faults (truncate, close,
+//! reset, stall), a client that leaves mid-stream (closing its connection, or cancelling its HTTP/2
+//! or HTTP/3 stream), clients that never read, many streams at once, `delay=` and `first=` timed
+//! from the client, the ground truth (JSON, the control API, Prometheus, the exit totals) checked
+//! against what the clients counted, a stream route put with `PUT /routes`, and the one-line
+//! start-up errors of a bad stream route.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use statico_tests::figures::{self, num, outcome, truth, truth_when};
+use statico_tests::{get, refused_in_one_line, rss_kib, run_client, Response, Server, WAIT};
+
+/// statico with `--route SPEC` for each of `routes`, then `extra`.
+fn start(routes: &[&str], extra: &[&str]) -> Server {
+    let mut args: Vec<&str> = routes.iter().flat_map(|r| ["--route", *r]).collect();
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The default payload of event `i` (`{"i":{i}}`).
+fn payload(i: usize) -> String {
+    format!("{{\"i\":{i}}}")
+}
+
+/// Event `i` as server-sent events frame it.
+fn sse(i: usize, data: &str) -> String {
+    format!("id: {i}\ndata: {data}\n\n")
+}
+
+/// The default SSE events `ids`, as text.
+fn sse_events(ids: Range<usize>) -> Vec<String> {
+    ids.map(|i| sse(i, &payload(i))).collect()
+}
+
+/// The values of every field `name` in a response head (its status line first), in order.
+fn fields(head: &str, name: &str) -> Vec<String> {
+    head.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+        .collect()
+}
+
+/// Asserts the head carries exactly one field `name`, with `value`.
+fn assert_field(head: &str, name: &str, value: &str) {
+    assert_eq!(fields(head, name), [value], "{name} in\n{head}");
+}
+
+/// Asserts the head carries no field `name`.
+fn assert_no_field(head: &str, name: &str) {
+    assert!(fields(head, name).is_empty(), "{name} in\n{head}");
+}
+
+/// How an HTTP/1.1 body read off the wire ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum End {
+    /// The terminating zero-length chunk came.
+    Last,
+    /// The server closed the connection (EOF) first.
+    Closed,
+    /// A read failed.
+    Failed(ErrorKind),
+}
+
+/// A chunked answer: its head, each chunk's bytes with when it was whole (since the request), and
+/// how it ended.
+struct Streamed {
+    head: Response,
+    chunks: Vec<(Vec<u8>, Duration)>,
+    end: End,
+}
+
+impl Streamed {
+    fn texts(&self) -> Vec<String> {
+        (self.chunks.iter())
+            .map(|(c, _)| String::from_utf8_lossy(c).into_owned())
+            .collect()
+    }
+
+    /// From the first chunk to the last.
+    fn spread(&self) -> Duration {
+        match (self.chunks.first(), self.chunks.last()) {
+            (Some(first), Some(last)) => last.1 - first.1,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// An HTTP/1.x connection read by hand: heads, chunks as they arrive, bodies by length or to the close.
+struct Wire {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    sent: Instant,
+}
+
+impl Wire {
+    fn open(s: &Server) -> Wire {
+        Wire {
+            stream: s.connect(),
+            buf: Vec::new(),
+            sent: Instant::now(),
+        }
+    }
+
+    /// Sends `bytes`; times are counted from here.
+    fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send to statico");
+        self.sent = Instant::now();
+    }
+
+    /// Reads once more: how many bytes came (0 at EOF), or how the read failed.
+    fn fill(&mut self) -> Result<usize, ErrorKind> {
+        let mut chunk = [0u8; 65536];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.kind()),
+            }
+        }
+    }
+
+    /// The next response head (its body left unread).
+    fn head(&mut self) -> Response {
+        let end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let got = self.fill();
+            assert!(
+                matches!(got, Ok(n) if n > 0),
+                "no response head ({got:?}); got {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+        };
+        let head = String::from_utf8(self.buf.drain(..end).collect()).expect("ASCII head");
+        let status = head
+            .get(9..12)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not a status line: {head:?}"));
+        Response {
+            status,
+            head,
+            body: Vec::new(),
+        }
+    }
+
+    /// The next chunk of a chunked body and when it was whole; `Ok(None)` for the terminating one
+    /// (trailers none), `Err` if the body ended without it.
+    fn chunk(&mut self) -> Result<Option<(Vec<u8>, Duration)>, End> {
+        loop {
+            if let Some(line) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let text = String::from_utf8_lossy(&self.buf[..line]).into_owned();
+                let hex = text.split(';').next().unwrap().trim();
+                let size = usize::from_str_radix(hex, 16)
+                    .unwrap_or_else(|_| panic!("not a chunk size line: {text:?}"));
+                let whole = line + 2 + size + 2;
+                if self.buf.len() >= whole {
+                    let at = self.sent.elapsed();
+                    let bytes: Vec<u8> = self.buf.drain(..whole).collect();
+                    assert_eq!(&bytes[whole - 2..], b"\r\n", "a chunk not ended by CRLF");
+                    let data = bytes[line + 2..line + 2 + size].to_vec();
+                    return Ok((size > 0).then_some((data, at)));
+                }
+            }
+            match self.fill() {
+                Ok(0) => return Err(End::Closed),
+                Ok(_) => {}
+                Err(kind) => return Err(End::Failed(kind)),
+            }
+        }
+    }
+
+    /// A response with a chunked body, every chunk read to the terminating one or the end.
+    fn streamed(&mut self) -> Streamed {
+        let head = self.head();
+        assert_field(&head.head, "transfer-encoding", "chunked");
+        let mut chunks = Vec::new();
+        let end = loop {
+            match self.chunk() {
+                Ok(Some(chunk)) => chunks.push(chunk),
+                Ok(None) => break End::Last,
+                Err(end) => break end,
+            }
+        };
+        Streamed { head, chunks, end }
+    }
+
+    /// A response whose body has a Content-Length (none: empty).
+    fn whole(&mut self) -> Response {
+        let mut r = self.head();
+        assert_no_field(&r.head, "transfer-encoding");
+        let len: usize = r.header("content-length").map_or(0, |v| v.parse().unwrap());
+        while self.buf.len() < len {
+            assert!(
+                matches!(self.fill(), Ok(n) if n > 0),
+                "closed inside a body"
+            );
+        }
+        r.body = self.buf.drain(..len).collect();
+        r
+    }
+
+    /// Everything until the server closes, and how the connection ended.
+    fn until_closed(&mut self) -> (Vec<u8>, End) {
+        let end = loop {
+            match self.fill() {
+                Ok(0) => break End::Closed,
+                Ok(_) => {}
+                Err(kind) => break End::Failed(kind),
+            }
+        };
+        (std::mem::take(&mut self.buf), end)
+    }
+
+    /// True if nothing arrives within `d` and the connection is still open.
+    fn quiet_for(&mut self, d: Duration) -> bool {
+        self.stream.set_read_timeout(Some(d)).unwrap();
+        let got = self.fill();
+        self.stream.set_read_timeout(Some(WAIT)).unwrap();
+        matches!(got, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)) && self.buf.is_empty()
+    }
+}
+
+/// One GET for `path` on a fresh connection, read as a stream.
+fn stream_of(s: &Server, path: &str) -> Streamed {
+    let mut w = Wire::open(s);
+    w.send(&get(path));
+    w.streamed()
+}
+
+/// A GET for `path` with `Last-Event-ID: id` on `w`.
+fn resume(path: &str, id: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: t\r\nLast-Event-ID: {id}\r\n\r\n").into_bytes()
+}
+
+/// The SSE events of `text`, as (id, data) with a multi-line data joined by `\n`.
+fn parse_sse(text: &str) -> Vec<(String, String)> {
+    (text.split_terminator("\n\n"))
+        .map(|event| {
+            let mut id = String::new();
+            let mut data: Vec<&str> = Vec::new();
+            for line in event.lines() {
+                match line.split_once(": ") {
+                    Some(("id", v)) => id = v.to_string(),
+                    Some(("data", v)) => data.push(v),
+                    _ => panic!("not an SSE line: {line:?} in {text:?}"),
+                }
+            }
+            (id, data.join("\n"))
+        })
+        .collect()
+}
+
+/// curl's output split into its (lower-cased) head and its body.
+fn curl_split(out: &str) -> (String, &str) {
+    let (head, body) = out
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head in curl's output: {out:?}"));
+    (head.to_ascii_lowercase(), body)
+}
+
+// ---- HTTP/1.1 and HTTP/1.0 ----
+
+#[test]
+fn curl_n_gets_five_sse_events_with_their_type_cache_control_and_chunking() {
+    let s = start(&["/sse stream=sse events=5 gap=50ms"], &[]);
+    let (ok, out, err) = run_client("curl", &["-sS", "-N", "-i", "--http1.1", &s.url("/sse")]);
+    assert!(ok, "curl: {err}");
+    let (head, body) = curl_split(&out);
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert_field(&head, "content-type", "text/event-stream");
+    assert_field(&head, "cache-control", "no-cache");
+    assert_field(&head, "transfer-encoding", "chunked");
+    assert_no_field(&head, "content-length");
+    assert_eq!(body, sse_events(0..5).concat());
+}
+
+#[test]
+fn a_request_pipelined_behind_a_stream_due_at_once_is_answered_when_it_ends() {
+    // Every event due as the head goes: the stream ends as its head drains, and the request
+    // behind it must be answered then, not at the header timeout.
+    let s = start(
+        &["/now stream=ndjson events=3", "/ok body=ok"],
+        &["--header-timeout", "5s"],
+    );
+    let mut w = Wire::open(&s);
+    w.send(&[get("/now"), get("/ok")].concat());
+    let st = w.streamed();
+    assert_eq!((st.head.status, st.end), (200, End::Last));
+    assert_eq!(st.texts().len(), 3);
+    assert_eq!(w.whole().body, b"ok");
+    assert!(
+        w.sent.elapsed() < ms(4000),
+        "the request behind the stream waited {:?}",
+        w.sent.elapsed()
+    );
+}
+
+#[test]
+fn each_event_is_its_own_chunk_spread_over_time_and_the_connection_goes_on() {
+    let s = start(&["/sse stream=sse events=5 gap=50ms", "/ok body=ok"], &[]);
+    let mut w = Wire::open(&s);
+    // A second request pipelined behind the stream: answered after its last chunk.
+    w.send(&[get("/sse"), get("/ok")].concat());
+    let st = w.streamed();
+    assert_eq!(st.head.status, 200, "{}", st.head.head);
+    assert_eq!(st.end, End::Last);
+    assert_eq!(st.texts(), sse_events(0..5));
+    // Four 50 ms gaps: 200 ms between the first event and the last.
+    let spread = st.spread();
+    assert!(
+        spread >= ms(150) && spread < ms(5000),
+        "first to last event {spread:?}: {:?}",
+        st.chunks.iter().map(|c| c.1).collect::<Vec<_>>()
+    );
+    assert_eq!(w.whole().body, b"ok");
+    // And a stream again on the same connection.
+    w.send(&get("/sse"));
+    assert_eq!(w.streamed().texts(), sse_events(0..5));
+}
+
+#[test]
+fn http1_0_gets_the_events_unchunked_and_the_close_ends_them() {
+    let s = start(&["/sse stream=sse events=5 gap=50ms"], &[]);
+    // Keep-alive asked for or not, an unchunked stream can only end with the connection.
+    for connection in ["", "Connection: keep-alive\r\n"] {
+        let mut w = Wire::open(&s);
+        w.send(format!("GET /sse HTTP/1.0\r\nHost: t\r\n{connection}\r\n").as_bytes());
+        let head = w.head();
+        assert_eq!(head.status, 200, "{}", head.head);
+        assert_no_field(&head.head, "transfer-encoding");
+        assert_no_field(&head.head, "content-length");
+        assert_field(&head.head, "content-type", "text/event-stream");
+        let conn = head.header("connection").map(|c| c.to_ascii_lowercase());
+        assert_eq!(conn.as_deref(), Some("close"), "{}", head.head);
+        let (body, end) = w.until_closed();
+        assert_eq!(end, End::Closed, "{connection:?}");
+        assert_eq!(String::from_utf8_lossy(&body), sse_events(0..5).concat());
+        let took = w.sent.elapsed();
+        assert!(
+            took >= ms(150) && took < ms(5000),
+            "{connection:?}: closed {took:?} after the request"
+        );
+    }
+}
+
+#[test]
+fn http1_1_connection_close_still_gets_chunks_so_a_truncation_shows() {
+    let s = start(
+        &[
+            "/sse stream=sse events=5 gap=10ms",
+            "/t stream=sse events=20 gap=5ms fault=truncate:100%",
+        ],
+        &[],
+    );
+    let mut w = Wire::open(&s);
+    w.send(b"GET /sse HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let st = w.streamed();
+    assert_eq!((st.texts(), st.end), (sse_events(0..5), End::Last));
+    assert_eq!(w.until_closed(), (Vec::new(), End::Closed));
+    // The last chunk is what tells a client the stream was whole: one cut short must fail.
+    let args = ["-sS", "-N", "--http1.1", "-H", "Connection: close"];
+    let (ok, out, _) = run_client("curl", &[&args[..], &[&s.url("/t")]].concat());
+    assert!(!ok, "curl succeeded on a truncated stream: {out:?}");
+}
+
+// ---- HTTP/2 ----
+
+/// What an HTTP/2 stream gave: the head if one came, each non-empty DATA frame with when it came, and
+/// the error it ended with.
+struct H2Frames {
+    head: Option<http::response::Parts>,
+    frames: Vec<(bytes::Bytes, Duration)>,
+    error: Option<h2::Error>,
+}
+
+impl H2Frames {
+    fn texts(&self) -> Vec<String> {
+        (self.frames.iter())
+            .map(|(f, _)| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+}
+
+/// One GET for `path` over a fresh prior-knowledge HTTP/2 connection to `s`, read frame by frame.
+fn h2_frames(s: &Server, path: &str) -> H2Frames {
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::get(format!("http://t{path}"))
+            .body(())
+            .unwrap();
+        let sent = Instant::now();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let mut out = H2Frames {
+            head: None,
+            frames: Vec::new(),
+            error: None,
+        };
+        let resp = match tokio::time::timeout(WAIT, resp).await.expect("an answer") {
+            Ok(resp) => resp,
+            Err(e) => {
+                out.error = Some(e);
+                return out;
+            }
+        };
+        let (head, mut body) = resp.into_parts();
+        out.head = Some(head);
+        while let Some(frame) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
+            match frame {
+                Ok(frame) => {
+                    let _ = body.flow_control().release_capacity(frame.len());
+                    if !frame.is_empty() {
+                        out.frames.push((frame, sent.elapsed()));
+                    }
+                }
+                Err(e) => {
+                    out.error = Some(e);
+                    break;
+                }
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn curl_n_over_http2_gets_the_five_events() {
+    let s = start(&["/sse stream=sse events=5 gap=50ms"], &["--http2"]);
+    let (ok, out, err) = run_client(
+        "curl",
+        &["-sS", "-N", "-i", "--http2-prior-knowledge", &s.url("/sse")],
+    );
+    assert!(ok, "curl: {err}");
+    let (head, body) = curl_split(&out);
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert_field(&head, "content-type", "text/event-stream");
+    assert_field(&head, "cache-control", "no-cache");
+    assert_no_field(&head, "content-length");
+    assert_eq!(body, sse_events(0..5).concat());
+}
+
+#[test]
+fn http2_each_event_is_its_own_data_frame_spread_over_time() {
+    let s = start(&["/sse stream=sse events=5 gap=50ms"], &["--http2"]);
+    let out = h2_frames(&s, "/sse");
+    assert!(out.error.is_none(), "{:?}", out.error);
+    let head = out.head.as_ref().expect("a head");
+    assert_eq!(head.status, 200);
+    assert_eq!(head.headers["content-type"], "text/event-stream");
+    assert_eq!(head.headers["cache-control"], "no-cache");
+    assert!(head.headers.get("content-length").is_none(), "{head:?}");
+    assert_eq!(out.texts(), sse_events(0..5));
+    let spread = out.frames[4].1 - out.frames[0].1;
+    assert!(
+        spread >= ms(150) && spread < ms(5000),
+        "first to last frame {spread:?}"
+    );
+}
+
+#[test]
+fn http2_truncate_fault_resets_the_stream_after_whole_events() {
+    let s = start(
+        &["/t stream=sse events=20 gap=5ms fault=truncate:100%"],
+        &["--http2"],
+    );
+    let mut most = 0;
+    for _ in 0..8 {
+        let out = h2_frames(&s, "/t");
+        let head = out.head.as_ref().expect("a head before the truncation");
+        assert_eq!(head.status, 200);
+        let err = out.error.as_ref().expect("the stream is reset");
+        assert!(err.is_reset(), "{err}");
+        let n = out.frames.len();
+        assert!(n < 20, "all 20 events, then a reset");
+        assert_eq!(out.texts(), sse_events(0..n));
+        most = most.max(n);
+    }
+    assert!(most > 0, "eight truncated streams, none with an event");
+}
+
+#[test]
+fn http2_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
+    let s = start(
+        &[
+            "/long stream=sse events=100 gap=20ms",
+            "/short stream=ndjson events=3 gap=10ms",
+        ],
+        &["--http2", "--metrics", "127.0.0.1:0"],
+    );
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let short = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let get = |path: &str| {
+            http::Request::get(format!("http://t{path}"))
+                .body(())
+                .unwrap()
+        };
+        let (resp, _) = client.send_request(get("/long"), true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        let mut events = 0;
+        while events < 2 {
+            let frame = tokio::time::timeout(WAIT, body.data()).await.expect("data");
+            events += usize::from(!frame.expect("an event").expect("data").is_empty());
+        }
+        // Dropping the body cancels the stream (RST_STREAM CANCEL), as a closed EventSource does.
+        drop(body);
+        let mut client = client.ready().await.unwrap();
+        let (resp, _) = client.send_request(get("/short"), true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        let mut got = Vec::new();
+        while let Some(frame) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
+            got.extend_from_slice(&frame.expect("the short stream"));
+        }
+        String::from_utf8(got).unwrap()
+    });
+    let want: String = (0..3).map(|i| format!("{}\n", payload(i))).collect();
+    assert_eq!(short, want);
+    let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
+    let long = entry(&t, "/long");
+    assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
+    let given = num(long, &["stream", "events"]);
+    assert!(
+        (2.0..=10.0).contains(&given),
+        "{given} events given: {long}"
+    );
+}
+
+// ---- Many at once ----
+
+#[test]
+fn a_hundred_concurrent_streams_interleave_rather_than_queue() {
+    // 100 streams of 500 ms each on two workers: together, not one after another (50 s).
+    let s = start(&["/sse stream=sse events=6 gap=100ms"], &[]);
+    let started = Instant::now();
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            let mut w = Wire::open(&s);
+            std::thread::spawn(move || {
+                w.send(&get("/sse"));
+                let st = w.streamed();
+                (st.texts(), st.end, st.spread())
+            })
+        })
+        .collect();
+    for client in clients {
+        let (texts, end, spread) = client.join().unwrap();
+        assert_eq!((texts, end), (sse_events(0..6), End::Last));
+        assert!(
+            spread >= ms(400),
+            "six events 100 ms apart within {spread:?}"
+        );
+    }
+    let took = started.elapsed();
+    assert!(
+        took < ms(10000),
+        "100 concurrent 500 ms streams took {took:?}"
+    );
+}
+
+#[test]
+fn http2_fifty_concurrent_streams_on_one_connection_interleave() {
+    let s = start(&["/sse stream=sse events=6 gap=100ms"], &["--http2"]);
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let took = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let started = Instant::now();
+        let mut streams = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let client = client.clone();
+            streams.spawn(async move {
+                let mut client = client.ready().await.unwrap();
+                let req = http::Request::get("http://t/sse").body(()).unwrap();
+                let (resp, _) = client.send_request(req, true).unwrap();
+                let mut body = resp.await.expect("a head").into_body();
+                let mut frames = Vec::new();
+                while let Some(frame) = body.data().await {
+                    let frame = frame.expect("the stream");
+                    let _ = body.flow_control().release_capacity(frame.len());
+                    if !frame.is_empty() {
+                        frames.push(String::from_utf8_lossy(&frame).into_owned());
+                    }
+                }
+                frames
+            });
+        }
+        let all = async {
+            while let Some(frames) = streams.join_next().await {
+                assert_eq!(frames.unwrap(), sse_events(0..6));
+            }
+        };
+        tokio::time::timeout(WAIT, all)
+            .await
+            .expect("all 50 streams end");
+        started.elapsed()
+    });
+    assert!(
+        took < ms(10000),
+        "50 concurrent 500 ms streams took {took:?}"
+    );
+}
+
+// ---- HTTP/3 ----
+
+#[cfg(target_os = "linux")]
+mod http3 {
+    //! The same stream over HTTP/3, with the quinn + h3 client of `http3.rs`.
+
+    use std::time::{Duration, Instant};
+
+    use bytes::Buf;
+
+    use statico_tests::figures::{num, truth_when};
+
+    use super::{entry, left_or_gone, ms, payload, sse_events};
+    use crate::http3::{connect, runtime, scratch, start};
+
+    #[test]
+    fn http3_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
+        let dir = scratch("streams-cancel");
+        let s = start(
+            &dir,
+            &[
+                "--route",
+                "/long stream=sse events=100 gap=20ms",
+                "--route",
+                "/short stream=ndjson events=3 gap=10ms",
+                "--metrics",
+                "127.0.0.1:0",
+            ],
+        );
+        let short = runtime().block_on(async {
+            let (conn, mut send) = connect(&dir, s.addr).await;
+            let get = |path: &str| {
+                http::Request::get(format!("https://localhost{path}"))
+                    .body(())
+                    .unwrap()
+            };
+            let mut long = send.send_request(get("/long")).await.expect("send");
+            long.finish().await.expect("finish");
+            long.recv_response().await.expect("a head");
+            let mut got = 0;
+            while got < 2 * "id: 0\ndata: {\"i\":0}\n\n".len() {
+                let mut piece = long.recv_data().await.expect("body").expect("an event");
+                got += piece.copy_to_bytes(piece.remaining()).len();
+            }
+            // Dropped unread, quinn's receive stream asks the server to stop sending (STOP_SENDING):
+            // h3-quinn's own stop_sending panics while a read is pending.
+            drop(long);
+            let mut short = send.send_request(get("/short")).await.expect("send");
+            short.finish().await.expect("finish");
+            short.recv_response().await.expect("a head");
+            let mut body = Vec::new();
+            while let Some(mut piece) = short.recv_data().await.expect("body") {
+                body.extend_from_slice(&piece.copy_to_bytes(piece.remaining()));
+            }
+            conn.close(0u32.into(), b"done");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            String::from_utf8(body).unwrap()
+        });
+        let want: String = (0..3).map(|i| format!("{}\n", payload(i))).collect();
+        assert_eq!(short, want);
+        let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
+        let long = entry(&t, "/long");
+        assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
+        let given = num(long, &["stream", "events"]);
+        assert!(
+            (2.0..=10.0).contains(&given),
+            "{given} events given: {long}"
+        );
+    }
+
+    #[test]
+    fn http3_each_event_comes_as_its_own_piece_spread_over_time() {
+        let dir = scratch("streams-sse");
+        let s = start(&dir, &["--route", "/sse stream=sse events=5 gap=50ms"]);
+        let (head, pieces) = runtime().block_on(async {
+            let (conn, mut send) = connect(&dir, s.addr).await;
+            let req = http::Request::get("https://localhost/sse")
+                .body(())
+                .unwrap();
+            let sent = Instant::now();
+            let mut stream = send.send_request(req).await.expect("send");
+            stream.finish().await.expect("finish");
+            let head = stream.recv_response().await.expect("a head");
+            let mut pieces: Vec<(String, Duration)> = Vec::new();
+            let read = async {
+                while let Some(mut piece) = stream.recv_data().await.expect("body") {
+                    let bytes = piece.copy_to_bytes(piece.remaining());
+                    pieces.push((String::from_utf8_lossy(&bytes).into(), sent.elapsed()));
+                }
+            };
+            tokio::time::timeout(statico_tests::WAIT, read)
+                .await
+                .expect("the stream ends");
+            conn.close(0u32.into(), b"done");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            (head, pieces)
+        });
+        assert_eq!(head.status(), 200);
+        assert_eq!(head.headers()["content-type"], "text/event-stream");
+        assert_eq!(head.headers()["cache-control"], "no-cache");
+        assert!(head.headers().get("content-length").is_none(), "{head:?}");
+        let texts: Vec<String> = pieces.iter().map(|p| p.0.clone()).collect();
+        assert_eq!(texts, sse_events(0..5), "one piece per event");
+        let spread = pieces[4].1 - pieces[0].1;
+        assert!(
+            spread >= ms(150) && spread < ms(5000),
+            "first to last event {spread:?}"
+        );
+    }
+}
+
+// ---- Framings, payloads, counts ----
+
+#[test]
+fn ndjson_events_are_lines_with_every_i_replaced_by_the_index() {
+    let s = start(
+        &[r#"/n stream=ndjson events=4 event={"n":{i},"again":"{i}"}"#],
+        &[],
+    );
+    let st = stream_of(&s, "/n");
+    assert_eq!(st.end, End::Last);
+    assert_field(&st.head.head, "content-type", "application/x-ndjson");
+    let want: Vec<String> = (0..4)
+        .map(|i| format!("{{\"n\":{i},\"again\":\"{i}\"}}\n"))
+        .collect();
+    assert_eq!(st.texts(), want);
+}
+
+#[test]
+fn chunks_events_are_the_payload_as_is() {
+    let s = start(&["/c stream=chunks events=3 event=tick-{i};"], &[]);
+    let st = stream_of(&s, "/c");
+    assert_eq!(st.end, End::Last);
+    assert_field(&st.head.head, "content-type", "application/octet-stream");
+    assert_eq!(st.texts(), ["tick-0;", "tick-1;", "tick-2;"]);
+}
+
+#[test]
+fn a_stream_route_without_counts_gives_ten_events_of_the_default_payload() {
+    let s = start(&["/d stream=ndjson"], &[]);
+    let st = stream_of(&s, "/d");
+    assert_eq!(st.end, End::Last);
+    let want: Vec<String> = (0..10).map(|i| format!("{}\n", payload(i))).collect();
+    assert_eq!(st.texts(), want);
+}
+
+#[test]
+fn event_size_100_gives_each_event_100_bytes_in_every_framing() {
+    let s = start(
+        &[
+            "/c stream=chunks events=3 event-size=100",
+            "/n stream=ndjson events=3 event-size=100",
+            "/s stream=sse events=3 event-size=100",
+        ],
+        &[],
+    );
+    let chunks = stream_of(&s, "/c");
+    assert_eq!(chunks.chunks.len(), 3);
+    for (c, _) in &chunks.chunks {
+        assert_eq!(c.len(), 100, "{:?}", String::from_utf8_lossy(c));
+    }
+    // One line per event: a filler with newlines would make several ndjson records of one event.
+    let lines = stream_of(&s, "/n");
+    assert_eq!(lines.chunks.len(), 3);
+    for (c, _) in &lines.chunks {
+        assert_eq!(c.len(), 101, "{:?}", String::from_utf8_lossy(c));
+        let newlines = c.iter().filter(|b| **b == b'\n').count();
+        assert!(
+            c.ends_with(b"\n") && newlines == 1,
+            "not one line: {:?}",
+            String::from_utf8_lossy(c)
+        );
+    }
+    let events = stream_of(&s, "/s");
+    assert_eq!(events.chunks.len(), 3);
+    for (i, text) in events.texts().iter().enumerate() {
+        let parsed = parse_sse(text);
+        assert_eq!(parsed.len(), 1, "one event per chunk: {text:?}");
+        assert_eq!(parsed[0].0, i.to_string(), "{text:?}");
+        assert_eq!(parsed[0].1.len(), 100, "the data of {text:?}");
+    }
+}
+
+#[test]
+fn a_routes_content_type_replaces_the_streams() {
+    let s = start(
+        &["/j stream=ndjson events=2 header=Content-Type:application/json-seq"],
+        &[],
+    );
+    let st = stream_of(&s, "/j");
+    assert_field(&st.head.head, "content-type", "application/json-seq");
+    assert_eq!(st.chunks.len(), 2);
+}
+
+#[test]
+fn events_uniform_3_6_gives_3_to_6_events_and_each_count_over_60_requests() {
+    let s = start(&["/u stream=ndjson events=uniform:3:6"], &[]);
+    let mut w = Wire::open(&s);
+    let mut seen = [0usize; 7];
+    for _ in 0..60 {
+        w.send(&get("/u"));
+        let st = w.streamed();
+        assert_eq!(st.end, End::Last);
+        let n = st.chunks.len();
+        assert!((3..=6).contains(&n), "{n} events");
+        let want: Vec<String> = (0..n).map(|i| format!("{}\n", payload(i))).collect();
+        assert_eq!(st.texts(), want);
+        seen[n] += 1;
+    }
+    // Even an end of the range drawn at half the others' rate is missed by 60 draws one time in 50 000.
+    assert!(seen[3..].iter().all(|n| *n > 0), "counts 3..=6: {seen:?}");
+}
+
+// ---- Last-Event-ID ----
+
+#[test]
+fn last_event_id_resumes_after_it_and_past_the_last_gets_204() {
+    let s = start(&["/sse stream=sse events=5 gap=10ms"], &[]);
+    let mut w = Wire::open(&s);
+    w.send(&resume("/sse", "2"));
+    let st = w.streamed();
+    assert_eq!(st.end, End::Last);
+    assert_eq!(st.texts(), sse_events(3..5));
+    // At or past the last event: 204, no body, and the connection goes on.
+    for id in ["4", "17"] {
+        w.send(&resume("/sse", id));
+        let r = w.head();
+        assert_eq!(r.status, 204, "Last-Event-ID: {id}\n{}", r.head);
+        assert_no_field(&r.head, "transfer-encoding");
+        assert!(
+            w.quiet_for(ms(100)),
+            "Last-Event-ID: {id}: a body after 204"
+        );
+    }
+    // Not a number: from the start.
+    w.send(&resume("/sse", "banana"));
+    assert_eq!(w.streamed().texts(), sse_events(0..5));
+}
+
+// ---- HEAD and drawn statuses ----
+
+#[test]
+fn head_gets_the_streams_head_at_once_and_no_body() {
+    let s = start(&["/sse stream=sse events=5 gap=1s", "/ok body=ok"], &[]);
+    let mut w = Wire::open(&s);
+    w.send(b"HEAD /sse HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = w.head();
+    let took = w.sent.elapsed();
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_field(&r.head, "content-type", "text/event-stream");
+    assert!(
+        took < ms(2000),
+        "HEAD answered after {took:?} (the stream lasts 4 s)"
+    );
+    assert!(w.quiet_for(ms(300)), "HEAD got body bytes");
+    w.send(&get("/ok"));
+    assert_eq!(w.whole().body, b"ok");
+}
+
+#[test]
+fn a_drawn_503_answers_whole_and_empty_at_once() {
+    let s = start(
+        &[
+            "/down stream=sse events=5 gap=100ms status=503",
+            "/mix stream=ndjson events=3 status=200,503:50%",
+        ],
+        &[],
+    );
+    let mut w = Wire::open(&s);
+    w.send(&get("/down"));
+    let r = w.whole();
+    assert_eq!(r.status, 503, "{}", r.head);
+    assert_eq!(
+        r.header("content-length").as_deref(),
+        Some("0"),
+        "{}",
+        r.head
+    );
+    assert!(
+        w.sent.elapsed() < ms(2000),
+        "503 after {:?}",
+        w.sent.elapsed()
+    );
+    assert!(w.quiet_for(ms(200)), "bytes after an empty 503");
+    // A mix on one connection: each answer framed as its status says.
+    let (mut streams, mut errors) = (0, 0);
+    for _ in 0..40 {
+        w.send(&get("/mix"));
+        let head = w.head();
+        match head.status {
+            200 => {
+                assert_field(&head.head, "transfer-encoding", "chunked");
+                let mut n = 0;
+                while let Some((c, _)) = w.chunk().expect("the terminating chunk") {
+                    assert_eq!(String::from_utf8_lossy(&c), format!("{}\n", payload(n)));
+                    n += 1;
+                }
+                assert_eq!(n, 3);
+                streams += 1;
+            }
+            503 => {
+                assert_eq!(head.header("content-length").as_deref(), Some("0"));
+                assert_no_field(&head.head, "transfer-encoding");
+                errors += 1;
+            }
+            other => panic!("status {other}"),
+        }
+    }
+    assert!(
+        streams > 0 && errors > 0,
+        "{streams} streams, {errors} 503s"
+    );
+}
+
+// ---- Faults ----
+
+#[test]
+fn truncate_fault_ends_the_stream_after_whole_events_without_the_last_chunk() {
+    let s = start(
+        &["/t stream=sse events=20 gap=5ms fault=truncate:100%"],
+        &[],
+    );
+    let (ok, out, _) = run_client("curl", &["-sS", "-N", "--http1.1", &s.url("/t")]);
+    assert!(!ok, "curl succeeded on a truncated stream: {out:?}");
+    let mut most = 0;
+    for _ in 0..10 {
+        let st = stream_of(&s, "/t");
+        assert_eq!(st.head.status, 200);
+        assert_eq!(st.end, End::Closed, "the stream did not end with the close");
+        let n = st.chunks.len();
+        assert!(n < 20, "all 20 events before the close");
+        assert_eq!(st.texts(), sse_events(0..n));
+        most = most.max(n);
+    }
+    assert!(most > 0, "ten truncated streams, none with an event");
+}
+
+#[test]
+fn close_reset_and_stall_faults_end_a_stream_after_whole_events() {
+    let s = start(
+        &[
+            "/close stream=sse events=20 gap=5ms fault=close:100%",
+            "/reset stream=sse events=20 gap=5ms fault=reset:100%",
+            "/stall stream=sse events=20 gap=5ms fault=stall:100%",
+        ],
+        &["--idle-timeout", "1s"],
+    );
+    for (path, want) in [
+        ("/close", End::Closed),
+        ("/reset", End::Failed(ErrorKind::ConnectionReset)),
+    ] {
+        let mut most = 0;
+        for _ in 0..8 {
+            let st = stream_of(&s, path);
+            assert_eq!(st.end, want, "{path}");
+            let n = st.chunks.len();
+            assert!(n < 20, "{path}: all 20 events");
+            assert_eq!(st.texts(), sse_events(0..n), "{path}");
+            most = most.max(n);
+        }
+        assert!(most > 0, "{path}: eight streams, none with an event");
+    }
+    // A stall sends nothing more until the idle timeout closes the connection.
+    let mut w = Wire::open(&s);
+    w.send(&get("/stall"));
+    let st = w.streamed();
+    let n = st.chunks.len();
+    assert!(n < 20, "/stall: all 20 events");
+    assert_eq!(st.texts(), sse_events(0..n));
+    assert_ne!(st.end, End::Last, "/stall: the last chunk came");
+    let took = w.sent.elapsed();
+    assert!(
+        took >= ms(900) && took < ms(6000),
+        "/stall: ended {took:?} after the request (idle timeout 1 s)"
+    );
+}
+
+// ---- Clients that leave or never read ----
+
+/// The ground truth's entry for route `name`.
+fn entry<'a>(truth: &'a Value, name: &str) -> &'a Value {
+    (truth["routes"].as_array())
+        .and_then(|rs| rs.iter().find(|r| r["route"] == name))
+        .unwrap_or_else(|| panic!("no route {name} in {truth}"))
+}
+
+/// What the interface between the stream's authors says of a client that leaves mid-stream.
+const GONE: &str = "a client that leaves mid-stream is counted in outcome `gone`";
+
+/// A route entry's streams left by their clients, counted either way (`stream.left`, outcome `gone`).
+fn left_or_gone(entry: &Value) -> u64 {
+    entry["stream"]["left"].as_u64().unwrap_or(0) + outcome(entry, "gone")
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_is_counted_gone_and_the_others_are_served() {
+    let s = start(
+        &[
+            "/long stream=sse events=100 gap=20ms",
+            "/short stream=sse events=3 gap=10ms",
+            "/ok body=ok",
+        ],
+        &["-t", "1", "--metrics", "127.0.0.1:0"],
+    );
+    let mut w = Wire::open(&s);
+    w.send(&get("/long"));
+    assert_eq!(w.head().status, 200);
+    for i in 0..2 {
+        let (c, _) = w.chunk().expect("an event").expect("not the last");
+        assert_eq!(String::from_utf8_lossy(&c), sse(i, &payload(i)));
+    }
+    drop(w);
+    // The same (only) worker goes on serving.
+    let short = stream_of(&s, "/short");
+    assert_eq!((short.texts(), short.end), (sse_events(0..3), End::Last));
+    let mut ok = Wire::open(&s);
+    ok.send(&get("/ok"));
+    assert_eq!(ok.whole().body, b"ok");
+    // Gone, noticed within a few events rather than after the 2 s the stream would take.
+    let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
+    let long = entry(&t, "/long");
+    assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
+    assert_eq!(outcome(long, "gone"), 1, "{GONE}: {long}");
+    assert_eq!(outcome(long, "200"), 0, "{GONE}: {long}");
+    let given = num(long, &["stream", "events"]);
+    assert!(
+        (2.0..=10.0).contains(&given),
+        "{given} events given: {long}"
+    );
+    let short = entry(&t, "/short");
+    assert_eq!(outcome(short, "200"), 1, "{short}");
+    assert_eq!(num(short, &["stream", "events"]), 3.0, "{short}");
+}
+
+#[test]
+fn a_reading_client_gets_every_event_of_a_64_mib_stream() {
+    let s = start(&["/big stream=chunks event-size=64k events=1000"], &[]);
+    let mut w = Wire::open(&s);
+    w.send(&get("/big"));
+    let head = w.head();
+    assert_eq!(head.status, 200, "{}", head.head);
+    let (mut events, mut odd) = (0, Vec::new());
+    let end = loop {
+        match w.chunk() {
+            Ok(Some((c, _))) => {
+                if c.len() != 65536 {
+                    odd.push((events, c.len()));
+                }
+                events += 1;
+            }
+            Ok(None) => break End::Last,
+            Err(end) => break end,
+        }
+    };
+    assert!(
+        odd.is_empty(),
+        "events not of 64 KiB (index, size): {odd:?}"
+    );
+    assert_eq!(
+        (events, end),
+        (1000, End::Last),
+        "events=1000 event-size=64k: events before the end"
+    );
+}
+
+#[test]
+fn eight_clients_that_never_read_a_big_stream_hold_bounded_memory() {
+    let s = start(
+        &["/big stream=chunks event-size=64k events=1000"],
+        &["-t", "1", "--idle-timeout", "5s"],
+    );
+    let before = rss_kib(s.pid());
+    let clients: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let c = s.connect();
+            (&c).write_all(&get("/big")).unwrap();
+            c
+        })
+        .collect();
+    let sent = Instant::now();
+    let mut peak = 0;
+    while sent.elapsed() < ms(1500) {
+        peak = peak.max(rss_kib(s.pid()));
+        std::thread::sleep(ms(20));
+    }
+    // The events are filler: what a stalled client costs is its place in the stream, not its bytes.
+    statico_tests::assert_memory!(
+        peak < before + 64 * 1024,
+        "RSS grew from {before} KiB to {peak} KiB for 8 streams nobody reads"
+    );
+    drop(clients);
+}
+
+/// Whether the server has closed the connection, probed without reading what it sent: once closed,
+/// the bytes written reach a socket nobody reads and the server's kernel resets the connection, so a
+/// later write fails; while open, the write just lands in the server's receive buffer. The bytes are
+/// the start of a valid request, in case the server reads them.
+fn closed_by_server(s: &TcpStream, probe: &mut usize) -> bool {
+    const PROBE: &[u8] = b"GET /ok HTTP/1.1\r\nX-Probe: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    s.set_nonblocking(true).unwrap();
+    let byte = PROBE[(*probe).min(PROBE.len() - 1)];
+    *probe += 1;
+    let closed = match (&*s).write(&[byte]) {
+        Ok(_) => false,
+        Err(e) => e.kind() != ErrorKind::WouldBlock,
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
+
+#[test]
+fn a_client_that_never_reads_a_big_stream_holds_bounded_memory_and_is_closed_at_the_timeout() {
+    // 4000 events of 64 KiB: a server that made them all regardless would hold 250 MiB.
+    let s = start(
+        &["/big stream=chunks event-size=64k events=4000"],
+        &["-t", "1", "--idle-timeout", "2s"],
+    );
+    let before = rss_kib(s.pid());
+    let c = s.connect();
+    (&c).write_all(&get("/big")).unwrap();
+    let sent = Instant::now();
+    let mut peak = 0;
+    while sent.elapsed() < ms(1500) {
+        peak = peak.max(rss_kib(s.pid()));
+        std::thread::sleep(ms(20));
+    }
+    statico_tests::assert_memory!(
+        peak < before + 64 * 1024,
+        "RSS grew from {before} KiB to {peak} KiB for one stream nobody reads"
+    );
+    // The output stalls at once: not closed before the 2 s idle timeout, and not long after.
+    let mut probe = 0;
+    while !closed_by_server(&c, &mut probe) {
+        assert!(
+            sent.elapsed() < ms(5000),
+            "still open {:?} after the output stalled",
+            sent.elapsed()
+        );
+        std::thread::sleep(ms(100));
+    }
+    let closed = sent.elapsed();
+    assert!(
+        closed >= ms(1800),
+        "closed after {closed:?} (idle timeout 2 s)"
+    );
+    let after = rss_kib(s.pid());
+    statico_tests::assert_memory!(
+        after < before + 64 * 1024,
+        "RSS {after} KiB after the close (from {before} KiB)"
+    );
+    drop(c);
+    let stopped = s.stop();
+    assert_eq!(
+        stopped.total("conns_closed"),
+        stopped.total("conns_accepted")
+    );
+}
+
+// ---- Ground truth ----
+
+#[test]
+fn ground_truth_counts_the_events_clients_received_and_the_drawn_times() {
+    let s = start(
+        &["/sse stream=sse events=uniform:3:8 first=20ms gap=uniform:5ms:15ms"],
+        &["--metrics", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+    );
+    let requests: u64 = 10;
+    let mut received = 0;
+    let mut w = Wire::open(&s);
+    for _ in 0..requests {
+        w.send(&get("/sse"));
+        let st = w.streamed();
+        assert_eq!(st.end, End::Last);
+        let n = st.chunks.len();
+        assert_eq!(st.texts(), sse_events(0..n));
+        let first = st.chunks[0].1;
+        assert!(
+            first >= ms(19),
+            "first event {first:?} after the request (first=20ms)"
+        );
+        received += n;
+    }
+    let received = received as f64;
+    let t = truth_when(&s, |t| outcome(entry(t, "/sse"), "200") >= requests);
+    let e = entry(&t, "/sse");
+    assert_eq!(outcome(e, "200"), requests, "{e}");
+    let stream = &e["stream"];
+    assert_eq!(num(stream, &["events"]), received, "{stream}");
+    // One first wait per request, one gap between each two events, one lateness per event.
+    let first = &stream["first_us"];
+    assert_eq!(num(first, &["count"]), requests as f64, "{first}");
+    // The summaries are those of the other histograms (count, mean, p50 … p99.9, max): no min.
+    assert!(num(first, &["mean"]) >= 19_000.0, "{first}");
+    assert!(num(first, &["max"]) <= 21_000.0, "{first}");
+    let gap = &stream["gap_us"];
+    assert_eq!(num(gap, &["count"]), received - requests as f64, "{gap}");
+    assert!(num(gap, &["max"]) <= 15_100.0, "{gap}");
+    // Over 20 or more uniform draws from 5..15 ms, a mean off 10 ms by 3 ms is 4 standard errors.
+    let mean = num(gap, &["mean"]);
+    assert!((7_000.0..=13_000.0).contains(&mean), "{gap}");
+    let late = &stream["late_us"];
+    assert_eq!(num(late, &["count"]), received, "{late}");
+    assert!(num(late, &["p50"]) < 20_000.0, "{late}");
+    // The control API's document says the same.
+    let admin = format!("http://{}/ground-truth", s.admin_addr());
+    let text = ureq::get(&admin)
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let from_admin: Value = serde_json::from_str(&text).unwrap();
+    let events = num(&entry(&from_admin, "/sse")["stream"], &["events"]);
+    assert_eq!(events, received, "{text}");
+    assert_eq!(
+        num(&entry(&truth(&s), "/sse")["stream"], &["events"]),
+        received
+    );
+    // And Prometheus, and the totals at exit.
+    let page = s.scrape("/metrics");
+    let series = r#"statico_route_stream_events_total{route="/sse"}"#;
+    assert_eq!(figures::series(&page, series), Some(received), "{page}");
+    let stopped = s.stop();
+    let line = format!("stream {received} events, 0 left");
+    assert!(
+        stopped.stderr.contains(&line),
+        "no {line:?} in\n{}",
+        stopped.stderr
+    );
+}
+
+// ---- Delays, the control API ----
+
+#[test]
+fn the_head_leaves_after_delay_and_the_first_event_after_first() {
+    let s = start(
+        &["/d stream=ndjson events=3 delay=150ms first=100ms gap=10ms"],
+        &[],
+    );
+    let mut w = Wire::open(&s);
+    w.send(&get("/d"));
+    w.head();
+    let head = w.sent.elapsed();
+    let events = {
+        let mut chunks = Vec::new();
+        while let Some(chunk) = w.chunk().expect("the last chunk") {
+            chunks.push(chunk);
+        }
+        chunks
+    };
+    assert!(
+        head >= ms(145) && head < ms(3000),
+        "head after {head:?} (delay 150 ms)"
+    );
+    assert_eq!(events.len(), 3);
+    let first = events[0].1;
+    assert!(
+        first >= ms(245) && first < ms(4000),
+        "first event after {first:?} (delay 150 ms, first 100 ms)"
+    );
+}
+
+/// One request to the `--admin` control API: the answer.
+fn admin(s: &Server, method: &str, path: &str, body: &str) -> Response {
+    let mut w = Wire {
+        stream: TcpStream::connect(s.admin_addr()).expect("connect to --admin"),
+        buf: Vec::new(),
+        sent: Instant::now(),
+    };
+    w.stream.set_read_timeout(Some(WAIT)).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    w.send(&[head.as_bytes(), body.as_bytes()].concat());
+    w.whole()
+}
+
+#[test]
+fn put_routes_takes_a_stream_route_and_refuses_a_body_with_stream() {
+    let s = start(&["/s body=plain"], &["--admin", "127.0.0.1:0"]);
+    let table = "[[route]]\npath = \"/s\"\nstream = \"ndjson\"\nevents = 3\n";
+    let r = admin(&s, "PUT", "/routes", table);
+    assert_eq!(
+        r.status,
+        200,
+        "{}{}",
+        r.head,
+        String::from_utf8_lossy(&r.body)
+    );
+    let st = stream_of(&s, "/s");
+    let want: Vec<String> = (0..3).map(|i| format!("{}\n", payload(i))).collect();
+    assert_eq!(st.texts(), want);
+    // Refused whole, naming the key: the table in force stays.
+    let bad = "[[route]]\npath = \"/s\"\nstream = \"sse\"\nbody = \"x\"\n";
+    let r = admin(&s, "PUT", "/routes", bad);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!((400..500).contains(&r.status), "{}{text}", r.head);
+    assert!(text.contains("body") && text.contains("stream"), "{text}");
+    assert_eq!(stream_of(&s, "/s").texts(), want);
+}
+
+// ---- Start-up errors and the routes file ----
+
+/// Asserts a flag form route is refused at start-up in one line naming each of `names`.
+fn assert_refused(spec: &str, names: &[&str]) {
+    let line = refused_in_one_line(&["--route", spec]);
+    for name in [&["--route"], names].concat() {
+        assert!(line.contains(name), "{spec:?} should name {name:?}: {line}");
+    }
+}
+
+#[test]
+fn a_body_size_rate_or_body_delay_with_stream_exits_2_naming_the_key_and_the_events() {
+    for (spec, key) in [
+        ("/s stream=sse body=x", "body"),
+        ("/s stream=sse size=1k", "size"),
+        ("/s stream=ndjson rate=1k", "rate"),
+        ("/s stream=chunks body-delay=10ms", "body-delay"),
+    ] {
+        assert_refused(spec, &[key, "stream", "event"]);
+    }
+}
+
+#[test]
+fn bad_stream_keys_exit_2_naming_the_key() {
+    for (spec, names) in [
+        ("/s stream=sse events=0", &["events"][..]),
+        ("/s stream=foo", &["stream", "foo"]),
+        ("/s stream=sse gap=soonish", &["gap", "soonish"]),
+        ("/s stream=sse first=later", &["first", "later"]),
+        ("/s stream=sse events=many", &["events", "many"]),
+        ("/s stream=sse event-size=huge", &["event-size", "huge"]),
+    ] {
+        assert_refused(spec, names);
+    }
+}
+
+#[test]
+fn stream_keys_without_stream_exit_2_naming_the_key_and_stream() {
+    for (spec, key) in [
+        ("/s events=5", "events"),
+        ("/s gap=10ms", "gap"),
+        ("/s first=10ms", "first"),
+        ("/s event=x", "event"),
+        ("/s event-size=100", "event-size"),
+    ] {
+        assert_refused(spec, &[key, "stream="]);
+    }
+}
+
+#[test]
+fn the_routes_file_takes_the_stream_keys_and_refuses_a_body_with_them() {
+    let dir = statico_tests::scratch_dir("streams", "toml");
+    let good = dir.join("good.toml");
+    // Integers and strings both; a payload with a newline gets one `data:` line per line.
+    std::fs::write(
+        &good,
+        "[[route]]\npath = \"/sse\"\nstream = \"sse\"\nevents = 3\ngap = \"10ms\"\n\
+         first = \"5ms\"\nevent = \"line {i}\\nsecond {i}\"\n\n\
+         [[route]]\npath = \"/c\"\nstream = \"chunks\"\nevents = \"2\"\nevent-size = \"1k\"\n",
+    )
+    .unwrap();
+    let s = Server::start(&["--routes", good.to_str().unwrap()]);
+    let st = stream_of(&s, "/sse");
+    let want: Vec<String> = (0..3)
+        .map(|i| format!("id: {i}\ndata: line {i}\ndata: second {i}\n\n"))
+        .collect();
+    assert_eq!(st.texts(), want);
+    let c = stream_of(&s, "/c");
+    let sizes: Vec<usize> = c.chunks.iter().map(|c| c.0.len()).collect();
+    assert_eq!(sizes, [1024, 1024]);
+    drop(s);
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[route]]\npath = \"/ok\"\n\n[[route]]\npath = \"/s\"\nstream = \"sse\"\nbody = \"x\"\n",
+    )
+    .unwrap();
+    let bad = bad.to_str().unwrap();
+    let line = refused_in_one_line(&["--routes", bad]);
+    for name in ["--routes", bad, "body", "stream"] {
+        assert!(line.contains(name), "should name {name:?}: {line}");
+    }
+}
