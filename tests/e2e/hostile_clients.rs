@@ -246,6 +246,40 @@ fn clients_that_reset_mid_request_leave_nothing_behind() {
 }
 
 #[test]
+fn clients_that_reset_or_stay_silent_before_sending_are_bounded_and_the_counts_balance() {
+    // The listener defers accepts until a request arrives: a client that resets before sending may
+    // never reach `accept` (then it is not counted at all), one that stays silent reaches it after
+    // the deferral and is then bounded by the idle timeout like any other.
+    let s = Server::start(&["-t", "1", "--idle-timeout", "1s"]);
+    for _ in 0..200 {
+        let c = s.connect();
+        // SO_LINGER 0: close() sends a reset instead of a FIN.
+        socket2::SockRef::from(&c)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(c);
+    }
+    let start = Instant::now();
+    let mut silent = Reader::new(s.connect());
+    let mut r = Reader::new(s.connect());
+    r.send(&get("/"));
+    assert_eq!(r.response(false).status, 200, "still serving");
+    drop(r);
+    assert!(silent.until_closed().is_empty());
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(3500),
+        "the silent client closed after {waited:?} (idle timeout 1 s, accept deferred up to 1 s)"
+    );
+    drop(silent);
+    let stopped = s.stop();
+    assert_eq!(stopped.total("timeouts"), 1);
+    let accepted = stopped.total("conns_accepted");
+    assert!((2..=202).contains(&accepted), "accepted {accepted}");
+    assert_eq!(stopped.total("conns_closed"), accepted);
+}
+
+#[test]
 fn garbage_after_a_good_request_is_answered_then_closed_and_the_server_keeps_serving() {
     let args = ["-t", "1", "-b", "ok", "-m", "--meter-format", "json"];
     let s = Server::start(&args);

@@ -300,6 +300,10 @@ fn set_incoming_cpu(_: &TcpListener, _: usize) -> io::Result<()> {
     Err(io::Error::other("not Linux"))
 }
 
+/// How long the kernel holds a connection that has sent nothing before handing it to `accept`
+/// anyway (see [`defer_accept`](crate::kernel::sys::defer_accept)): one SYN-ACK retransmission.
+const DEFER_ACCEPT_SECS: u32 = 1;
+
 fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     crate::kernel::sys::allow_quick_rebind(&socket)?;
@@ -315,6 +319,7 @@ fn new_socket(addr: SocketAddr, reuse_port: bool, opts: SocketOptions) -> io::Re
     if opts.nodelay {
         socket.set_tcp_nodelay(true)?;
     }
+    crate::kernel::sys::defer_accept(&socket, DEFER_ACCEPT_SECS)?;
     socket.set_nonblocking(true)?;
     Ok(socket)
 }

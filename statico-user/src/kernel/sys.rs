@@ -127,6 +127,38 @@ pub fn allow_quick_rebind(_: &Socket) -> io::Result<()> {
     Ok(())
 }
 
+/// TCP_DEFER_ACCEPT: the kernel hands a connection to `accept` only once its first bytes have
+/// arrived, so that the read after `accept` finds the request instead of waiting for it. A client
+/// that sends nothing is handed over after `secs` (the retransmitted SYN-ACK it acknowledges), and
+/// from then on the server's own timeouts bound it.
+#[cfg(target_os = "linux")]
+pub fn defer_accept(socket: &Socket, secs: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let secs = secs as libc::c_int;
+    // SAFETY: the descriptor is the socket's, open; the option's value is a local int of the size
+    // given.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&secs).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Only Linux defers accepts this way; elsewhere a connection is accepted as it is established.
+#[cfg(not(target_os = "linux"))]
+pub fn defer_accept(_: &Socket, _: u32) -> io::Result<()> {
+    Ok(())
+}
+
 /// SO_REUSEPORT: several listeners on one port (asked for only where it balances connections: Linux,
 /// see `steering`).
 #[cfg(all(

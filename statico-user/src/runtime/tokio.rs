@@ -1,7 +1,13 @@
 //! The tokio runtime: each worker is a current-thread tokio runtime on its own pinned thread.
 //!
-//! This file is the hot path; what to do with the bytes is the shared [`Connection`]'s decision. Per
-//! connection, per read batch, the syscalls are exactly:
+//! This file is the hot path; what to do with the bytes is the shared [`Connection`]'s decision.
+//!
+//! A new connection is served first on the socket as accepted (`accept4` with `SOCK_NONBLOCK`), not
+//! yet registered with epoll and without a task of its own: one `read` of what the client has sent, the
+//! answers written, and if that ends the connection (`Connection: close`, HTTP/1.0) the `close` — four
+//! system calls, as many as nginx makes without its `epoll_ctl`. Only a connection that goes on
+//! (keep-alive, a request not complete yet, output the socket did not take, TLS, HTTP/2) is registered
+//! and gets its task. From then on, per read batch, the syscalls are exactly:
 //! - one `read` (through tokio's `poll_read`, which also learns from a short read that the socket is
 //!   drained, so no extra `read` returning `EAGAIN` is made), into a 64 KiB scratch buffer owned by the
 //!   worker, not by the connection: an idle connection holds no read buffer;
@@ -31,8 +37,9 @@ use std::time::SystemTime;
 
 use slab::Slab;
 use statico_common::Counter;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
@@ -70,7 +77,10 @@ pub fn run(setup: WorkerSetup, ready: mpsc::Sender<Result<(), String>>) {
             counters,
             shutdown,
         } = setup;
-        let listener = match TcpListener::from_std(listener) {
+        // SAFETY: the listener owns its descriptor, which stays open and the same until the
+        // `AsyncFd` that owns the listener is dropped.
+        let registered = unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) };
+        let listener = match registered {
             Ok(l) => l,
             Err(e) => {
                 let _ = ready.send(Err(format!(
@@ -160,7 +170,11 @@ async fn clock(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_loop(worker: &Rc<Worker>, listener: TcpListener, mut shutdown: shutdown::Listener) {
+async fn accept_loop(
+    worker: &Rc<Worker>,
+    listener: AsyncFd<std::net::TcpListener>,
+    mut shutdown: shutdown::Listener,
+) {
     let stop = shutdown::fired(&mut shutdown);
     tokio::pin!(stop);
     let mut errors = AcceptErrors::new(worker.id);
@@ -168,14 +182,14 @@ async fn accept_loop(worker: &Rc<Worker>, listener: TcpListener, mut shutdown: s
         let accepted = tokio::select! {
             biased;
             () = &mut stop => return,
-            r = listener.accept() => r,
+            r = accept(&listener) => r,
         };
         match accepted {
-            Ok((stream, _peer)) => {
+            Ok(stream) => {
                 errors.succeeded();
                 worker.counters().add(Counter::ConnsAccepted, 1);
                 // TCP_NODELAY, when asked for, is inherited from the listener (set in `steering`).
-                spawn_connection(worker, stream);
+                serve_accepted(worker, stream);
             }
             Err(e) => {
                 if errors.failed_io(&e) == AcceptRetry::Later {
@@ -190,7 +204,76 @@ async fn accept_loop(worker: &Rc<Worker>, listener: TcpListener, mut shutdown: s
     }
 }
 
-fn spawn_connection(worker: &Rc<Worker>, stream: TcpStream) {
+/// The next connection on the listener, non-blocking and not registered with epoll.
+async fn accept(listener: &AsyncFd<std::net::TcpListener>) -> io::Result<std::net::TcpStream> {
+    loop {
+        let mut ready = listener.readable().await?;
+        #[cfg(target_os = "linux")]
+        let accepted = ready.try_io(|l| {
+            let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+            socket2::SockRef::from(l.get_ref()).accept4(flags)
+        });
+        #[cfg(not(target_os = "linux"))]
+        let accepted = ready.try_io(|l| {
+            let (s, a) = l.get_ref().accept()?;
+            s.set_nonblocking(true)?;
+            Ok((socket2::Socket::from(s), a.into()))
+        });
+        // `Err(_)`: it would block; the readiness is cleared and awaited again.
+        if let Ok(accepted) = accepted {
+            return accepted.map(|(socket, _peer)| socket.into());
+        }
+    }
+}
+
+/// A new connection's first exchange, on the socket as accepted: one read of what the client has sent,
+/// its answers written; the connection closed here if that ends it, else handed to its own task.
+fn serve_accepted(worker: &Rc<Worker>, stream: std::net::TcpStream) {
+    let (mut conn, mut layer) = open(worker);
+    let read = io::Read::read(&mut &stream, &mut worker.scratch.borrow_mut());
+    let now = std::time::Instant::now();
+    worker.with_env(|env| match read {
+        Ok(0) => layer.peer_closed(&mut conn, env),
+        Ok(n) => layer.receive(&mut conn, &worker.scratch.borrow()[..n], now, env),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(_) => layer.peer_closed(&mut conn, env),
+    });
+    let status = match flush(worker, &stream, &mut conn, &mut layer) {
+        Ok(()) => layer.status(&conn),
+        Err(()) => Status::Close,
+    };
+    match status {
+        Status::Close => {}
+        Status::Reset => {
+            // SO_LINGER 0: the close sends RST (a route's `reset` fault).
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+        }
+        Status::Open | Status::ShutdownWrite | Status::Upgrade => {
+            return spawn_connection(worker, stream, conn, layer);
+        }
+    }
+    worker.counters().add(Counter::ConnsClosed, 1);
+}
+
+/// A new connection's state: TLS or not, its header timeout running from now.
+fn open(w: &Worker) -> (Connection, Layer) {
+    let policy = &w.settings.policy;
+    let start = std::time::Instant::now();
+    let layer = Layer::new(w.settings.tls.as_ref(), start, policy.header_timeout);
+    let conn = if layer.is_tls() {
+        Connection::new_tls(policy, start)
+    } else {
+        Connection::new(policy, start)
+    };
+    (conn, layer)
+}
+
+fn spawn_connection(
+    worker: &Rc<Worker>,
+    stream: std::net::TcpStream,
+    conn: Connection,
+    layer: Layer,
+) {
     let idle = Rc::new(Cell::new(false));
     let mut conns = worker.conns.borrow_mut();
     let entry = conns.vacant_entry();
@@ -198,7 +281,7 @@ fn spawn_connection(worker: &Rc<Worker>, stream: TcpStream) {
         worker: worker.clone(),
         key: entry.key(),
     };
-    let task = tokio::task::spawn_local(serve(guard, stream, idle.clone()));
+    let task = tokio::task::spawn_local(serve(guard, stream, (conn, layer), idle.clone()));
     entry.insert(ConnEntry {
         idle,
         abort: task.abort_handle(),
@@ -252,10 +335,18 @@ enum Wake {
     Pool,
 }
 
-/// Serves one connection until it closes, on HTTP/1.1 and, if it switches, on HTTP/2.
-async fn serve(guard: ConnGuard, mut stream: TcpStream, idle: Rc<Cell<bool>>) {
+/// Serves one connection, registered now, until it closes, on HTTP/1.1 and, if it switches, on HTTP/2.
+async fn serve(
+    guard: ConnGuard,
+    stream: std::net::TcpStream,
+    state: (Connection, Layer),
+    idle: Rc<Cell<bool>>,
+) {
     let w = guard.worker.clone();
-    if let Some(h2) = serve_http1(&w, &mut stream, &idle).await {
+    let Ok(mut stream) = TcpStream::from_std(stream) else {
+        return; // not registered: closed, and counted by the guard
+    };
+    if let Some(h2) = serve_http1(&w, &mut stream, state, &idle).await {
         // HTTP/2 drains by itself, with GOAWAY. Boxed: HTTP/2's state is kilobytes, and inline it
         // would make every connection's task that large, HTTP/1.1 ones included.
         idle.set(false);
@@ -284,15 +375,12 @@ struct ToH2 {
 
 /// The HTTP/1.1 loop: send what the connection has, act on its status, wait for what it waits for.
 /// Returns the connection if it switches to HTTP/2.
-async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> Option<ToH2> {
-    let policy = &w.settings.policy;
-    let start = std::time::Instant::now();
-    let mut layer = Layer::new(w.settings.tls.as_ref(), start, policy.header_timeout);
-    let mut conn = if layer.is_tls() {
-        Connection::new_tls(policy, start)
-    } else {
-        Connection::new(policy, start)
-    };
+async fn serve_http1(
+    w: &Worker,
+    stream: &mut TcpStream,
+    (mut conn, mut layer): (Connection, Layer),
+    idle: &Cell<bool>,
+) -> Option<ToH2> {
     let timer = sleep_until(Instant::from_std(layer.deadline(&conn).0));
     tokio::pin!(timer);
     // A held answer's deadline needs better than tokio's millisecond (see `kernel::timer`).
@@ -357,7 +445,7 @@ async fn serve_http1(w: &Worker, stream: &mut TcpStream, idle: &Cell<bool>) -> O
 /// `write` per batch in the common case). An error means the connection is gone.
 fn flush(
     w: &Worker,
-    stream: &TcpStream,
+    stream: &impl Socket,
     conn: &mut Connection,
     layer: &mut Layer,
 ) -> Result<(), ()> {
@@ -369,8 +457,8 @@ fn flush(
                 Next::Slices {
                     count,
                     file_follows,
-                } => send(stream, &slices[..count], file_follows),
-                Next::File { at, len } => send_file(stream, at, len),
+                } => stream.send(&slices[..count], file_follows),
+                Next::File { at, len } => stream.send_file(at, len),
             }
         };
         match written {
@@ -381,32 +469,67 @@ fn flush(
     }
 }
 
-/// One `write`, `writev`, or `sendmsg(MSG_MORE)` when a file's bytes follow (they leave in the same
-/// segments, not behind a small one).
-fn send(stream: &TcpStream, slices: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
-    match (slices.len(), more) {
-        #[cfg(target_os = "linux")]
-        (_, true) => stream.try_io(tokio::io::Interest::WRITABLE, || {
-            socket2::SockRef::from(stream).send_vectored_with_flags(slices, libc::MSG_MORE)
-        }),
-        (1, _) => stream.try_write(&slices[0]),
-        _ => stream.try_write_vectored(slices),
+/// A socket [`flush`] writes to: tokio's once the connection is registered (its writes go through
+/// tokio's readiness), the accepted one before (plain non-blocking writes).
+trait Socket {
+    /// One `write`, `writev`, or `sendmsg(MSG_MORE)` when a file's bytes follow (they leave in the
+    /// same segments, not behind a small one).
+    fn send(&self, slices: &[io::IoSlice<'_>], more: bool) -> io::Result<usize>;
+    /// `sendfile` of `len` bytes of a site's sealed store from `at`.
+    fn send_file(&self, at: FileAt, len: usize) -> io::Result<usize>;
+}
+
+impl Socket for std::net::TcpStream {
+    fn send(&self, slices: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
+        use io::Write;
+        match (slices.len(), more) {
+            #[cfg(target_os = "linux")]
+            (_, true) => {
+                socket2::SockRef::from(self).send_vectored_with_flags(slices, libc::MSG_MORE)
+            }
+            (1, _) => (&mut &*self).write(&slices[0]),
+            _ => (&mut &*self).write_vectored(slices),
+        }
+    }
+
+    fn send_file(&self, at: FileAt, len: usize) -> io::Result<usize> {
+        send_file(self, at, len)
     }
 }
 
-/// `sendfile` of `len` bytes of a site's sealed store from `at` (only Linux builds have one).
-fn send_file(stream: &TcpStream, at: FileAt, len: usize) -> io::Result<usize> {
+impl Socket for TcpStream {
+    fn send(&self, slices: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
+        match (slices.len(), more) {
+            #[cfg(target_os = "linux")]
+            (_, true) => self.try_io(Interest::WRITABLE, || {
+                socket2::SockRef::from(self).send_vectored_with_flags(slices, libc::MSG_MORE)
+            }),
+            (1, _) => self.try_write(&slices[0]),
+            _ => self.try_write_vectored(slices),
+        }
+    }
+
+    fn send_file(&self, at: FileAt, len: usize) -> io::Result<usize> {
+        self.try_io(Interest::WRITABLE, || send_file(self, at, len))
+    }
+}
+
+/// `sendfile` of `len` bytes of a site's sealed store from `at` to `socket` (only Linux builds have
+/// one).
+fn send_file(socket: &impl std::os::fd::AsRawFd, at: FileAt, len: usize) -> io::Result<usize> {
     #[cfg(target_os = "linux")]
-    return stream.try_io(tokio::io::Interest::WRITABLE, || {
-        use std::os::fd::AsRawFd;
+    {
         let mut offset = at.offset as libc::off_t;
         // SAFETY: both descriptors are open (the store's is owned by the body the output holds);
         // `offset` is a local the kernel updates.
-        let n = unsafe { libc::sendfile(stream.as_raw_fd(), at.fd, &mut offset, len) };
+        let n = unsafe { libc::sendfile(socket.as_raw_fd(), at.fd, &mut offset, len) };
         usize::try_from(n).map_err(|_| io::Error::last_os_error())
-    });
+    }
     #[cfg(not(target_os = "linux"))]
-    unreachable!("no file-backed bodies off Linux: {at:?} {len} on {stream:?}")
+    unreachable!(
+        "no file-backed bodies off Linux: {at:?} {len} on {}",
+        socket.as_raw_fd()
+    )
 }
 
 /// A connection's timers: tokio's for its timeouts, the precise one while an answer is held.

@@ -221,7 +221,12 @@ pub fn measure(
     duration: u64,
     lua: &Path,
 ) -> Result<Round> {
-    let mut cmd = wrk_command(sc, client_cpus, duration, lua, url);
+    measure_command(pid, &mut wrk_command(sc, client_cpus, duration, lua, url))
+}
+
+/// One round of the wrk command `cmd` against the server `pid`: wrk's figures and the server's CPU
+/// per request over the same window.
+pub fn measure_command(pid: u32, cmd: &mut Command) -> Result<Round> {
     let (out, cpu_us) = server_cpu_us(pid, || cmd.output().context("run wrk"))?;
     if !out.status.success() {
         bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -6,7 +6,8 @@
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
-//!       │  · pause_demo · stream · ab     one file per mode; routes ─ accuracy (its ground-truth check,
+//!       │  · pause_demo · stream · new_conns · ab
+//!       │                                 one file per mode; routes ─ accuracy (its ground-truth check,
 //!       │                                 whose ground-truth reader stream shares),
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
@@ -31,6 +32,7 @@ mod capacity;
 mod http2;
 mod http3;
 mod measure;
+mod new_conns;
 mod pause_demo;
 mod profile;
 mod queueing;
@@ -118,9 +120,15 @@ pub struct BenchArgs {
     /// pipelined x16 c256, h2load -c 50 -m 10, a 1 ms held route and the same in a pool, at c50)
     #[arg(long, value_name = "STATICO_B", conflicts_with_all = [
         "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "stream",
-        "redraw",
+        "new_conns", "redraw",
     ])]
     pub against: Option<PathBuf>,
+    /// Instead: what a new connection costs, statico (both runtimes) against nginx, one worker each:
+    /// `Connection: close` and HTTP/1.0 at c50 (server CPU and system calls per connection), behind
+    /// an nginx `proxy_pass` without upstream keepalive (1 KiB answers), TLS handshakes with openssl
+    /// s_time (-new, and TLS 1.2 -reuse)
+    #[arg(long)]
+    pub new_conns: bool,
     /// Instead: redraw DIR/chart.svg from DIR/results.json (medians), without measuring
     #[arg(long, value_name = "DIR")]
     pub redraw: Option<PathBuf>,
@@ -145,6 +153,13 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.routes {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", routes::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
+    if args.new_conns {
+        // wrk, openssl s_time and the proxy each run one thread.
+        let client_cpus = args.client_cpus.clone().unwrap_or_else(|| "0".into());
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", new_conns::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
     if args.capacity {

@@ -39,10 +39,12 @@ pub fn statico_on(root: &Path, cpus: &str, runtime: &str) -> Result<ServerUnderT
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nginx<'a> {
     Http1,
+    /// HTTP/1.1 with `listen … deferred` (TCP_DEFER_ACCEPT): accepted once the request has come.
+    Deferred,
     /// Cleartext HTTP/2 (prior knowledge), for `--http2`.
     H2c,
-    /// HTTPS with this certificate and key (PEM), TLS 1.3, session cache and tickets, and HTTP/2 by
-    /// ALPN.
+    /// HTTPS with this certificate and key (PEM), TLS 1.2 and 1.3 (AES-128-GCM for 1.3), session cache
+    /// and tickets, and HTTP/2 by ALPN.
     Tls {
         cert: &'a Path,
         key: &'a Path,
@@ -81,10 +83,11 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
     let echo;
     let (name, listen) = match mode {
         Nginx::Http1 => ("nginx", ""),
+        Nginx::Deferred => ("nginx deferred", "; listen deferred"),
         Nginx::H2c => ("nginx http2", "; http2"),
         Nginx::Tls { .. } => (
             "nginx https",
-            "; ssl http2; TLSv1.3 AES-128-GCM; ssl_session_cache; tickets",
+            "; ssl http2; TLSv1.2 TLSv1.3 (AES-128-GCM); ssl_session_cache; tickets",
         ),
         Nginx::Site { .. } => (
             "nginx",
@@ -102,6 +105,57 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
     let mut s = ServerUnderTest::spawn(name, command, cmd, port)?;
     s.tls = matches!(mode, Nginx::Tls { .. });
     Ok(s)
+}
+
+/// nginx as the proxy in front of `upstreams` (their ports on 127.0.0.1), one listening port for each,
+/// with `proxy_pass` as its users leave it: HTTP/1.0 to the upstream, a new connection per request,
+/// no `keepalive`; one worker pinned to `cpus`, access log off, keep-alive from clients unlimited.
+/// Returns the proxy and its ports, in the order of `upstreams`; its files under `dir`.
+pub fn start_nginx_proxy(
+    dir: &Path,
+    cpus: &str,
+    upstreams: &[u16],
+) -> Result<(ServerUnderTest, Vec<u16>)> {
+    let nginx = which("nginx").context("nginx is not installed (cargo xtask setup installs it)")?;
+    std::fs::create_dir_all(dir)?;
+    let d = dir.display();
+    let fronts = upstreams
+        .iter()
+        .map(|_| free_port())
+        .collect::<Result<Vec<u16>>>()?;
+    let servers: String = fronts
+        .iter()
+        .zip(upstreams)
+        .map(|(front, up)| {
+            format!(
+                "  server {{\n    listen 127.0.0.1:{front} backlog=4096;\n    location / {{ proxy_pass http://127.0.0.1:{up}; }}\n  }}\n"
+            )
+        })
+        .collect();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 20000; }}\n\
+         http {{\n  access_log off;\n  server_tokens off;\n  keepalive_requests 100000000;\n  keepalive_timeout 65;\n\
+         client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
+         uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n{servers}}}\n"
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf)?;
+    let mut cmd = pinned(Some(cpus), &nginx);
+    cmd.arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let command = format!(
+        "taskset -c {cpus} nginx -c {} (worker_processes 1; proxy_pass without upstream keepalive)",
+        conf_path.display()
+    );
+    let proxy = ServerUnderTest::spawn("nginx proxy", command, cmd, fronts[0])?;
+    Ok((proxy, fronts))
 }
 
 /// The body length of an [`Nginx::Echo`] (0 for the others).
@@ -137,11 +191,12 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     let (split, location) = nginx_location(mode);
     let (listen, h2) = match mode {
         Nginx::Http1 | Nginx::Echo { .. } => ("backlog=4096", ""),
+        Nginx::Deferred => ("backlog=4096 deferred", ""),
         Nginx::H2c => ("http2", h2),
         Nginx::Site { root } => return nginx_site_conf(&d.to_string(), port, root),
         Nginx::Tls { cert, key } => {
             tls = format!(
-                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.3;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
+                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.2 TLSv1.3;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
                 cert.display(),
                 key.display()
             );

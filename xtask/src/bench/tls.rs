@@ -57,7 +57,9 @@ pub fn run(root: &Path, run: &RunInfo) -> Result<String> {
         let title = format!("{} (wrk over https)", sc.name);
         report.table(sc.name, &title, "req/s", "µs CPU/req", &servers, &rows);
     }
-    let rows = interleave(&servers, run.rounds, |s| s_time_round(s, run.client_cpus))?;
+    let rows = interleave(&servers, run.rounds, |s| {
+        s_time_round(s, run.client_cpus, &["-new"]).map(|r| (r.rate, r.cpu_us))
+    })?;
     let title = "full handshakes (openssl s_time -new)";
     report.table(
         "full (s_time)",
@@ -263,14 +265,23 @@ fn wrk_round(s: &ServerUnderTest, sc: Scenario, run: &RunInfo, lua: &Path) -> Re
     Ok((r.rps, r.cpu_us_per_req))
 }
 
-/// `openssl s_time -new` for a few seconds (a full handshake and one request per connection):
-/// (connections/s, server CPU µs per connection). Its `-reuse` is not used: it does not resume TLS 1.3
-/// sessions, so it measures full handshakes again.
-fn s_time_round(s: &ServerUnderTest, client_cpus: &str) -> Result<(f64, f64)> {
+/// An `openssl s_time` round: connections per second, server CPU µs per connection, and the share of
+/// connections whose session was resumed.
+pub struct STime {
+    pub rate: f64,
+    pub cpu_us: f64,
+    pub resumed: f64,
+}
+
+/// `openssl s_time` with `args` (`-new`: a full handshake and one request per connection; `-reuse`:
+/// the first connection's session offered again by every other) for a few seconds. Here `-new` only:
+/// `-reuse` does not resume TLS 1.3 sessions, so it would measure full handshakes again.
+pub fn s_time_round(s: &ServerUnderTest, client_cpus: &str, args: &[&str]) -> Result<STime> {
     let mut cmd = pinned(Some(client_cpus), "openssl");
     cmd.args(["s_time", "-connect"])
         .arg(format!("127.0.0.1:{}", s.port))
-        .args(["-new", "-time", &S_TIME_SECONDS.to_string()]);
+        .args(args)
+        .args(["-time", &S_TIME_SECONDS.to_string()]);
     let (out, cpu_us) = server_cpu_us(s.pid(), || cmd.output().context("run openssl s_time"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // "1234 connections in 3.01s; 410.0 connections/user sec, bytes read 0"
@@ -287,5 +298,19 @@ fn s_time_round(s: &ServerUnderTest, client_cpus: &str) -> Result<(f64, f64)> {
     if conns == 0.0 {
         bail!("s_time made no connection to {}:\n{text}", s.name);
     }
-    Ok((conns / S_TIME_SECONDS as f64, cpu_us / conns))
+    // s_time prints one character per connection: `r` for a resumed session.
+    let marks = text
+        .lines()
+        .filter(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c == 'r' || c == '*' || c.is_ascii_digit())
+        })
+        .flat_map(|l| l.chars());
+    let (resumed, all) = marks.fold((0, 0), |(r, n), c| (r + u32::from(c == 'r'), n + 1));
+    Ok(STime {
+        rate: conns / S_TIME_SECONDS as f64,
+        cpu_us: cpu_us / conns,
+        resumed: f64::from(resumed) / f64::from(all.max(1)),
+    })
 }

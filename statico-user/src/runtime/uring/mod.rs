@@ -7,7 +7,10 @@
 //! - one **multishot accept** on the worker's listener, into the ring's table of direct descriptors;
 //! - one **multishot receive** per connection from a **provided-buffer ring** ([`buffers`]): the kernel
 //!   picks a buffer only when bytes arrive, so an idle connection holds no receive buffer; each buffer
-//!   goes back to the ring as soon as the connection has taken its bytes. The receive is cancelled
+//!   goes back to the ring as soon as the connection has taken its bytes. A connection's first receive
+//!   is a single shot instead: the listener defers accepts until the request has come, so it finds the
+//!   request at once, and a connection that one request ends (`Connection: close`, HTTP/1.0) then has
+//!   no receive left to tear down — its close is one `close`, without a `shutdown` before it. The receive is cancelled
 //!   while the connection does not want input (its output is backed up, or a paced response is in
 //!   progress) and armed again when it does: backpressure, as tokio's `await` on a write gives;
 //! - one **send** of the connection's output at a time (a **sendmsg** when it has several chunks: a
@@ -123,6 +126,10 @@ struct Conn<'a> {
     /// The message header and slices of a vectored send in flight (boxed: they must not move).
     gather: Option<Box<Gather>>,
     recv: Recv,
+    /// The next receive is a single shot: the connection's first, which finds the request there (the
+    /// listener defers accepts until it has come) and so often is its last — no multishot left armed
+    /// to be torn down by a shutdown before the close.
+    once: bool,
     /// The pacing deadline a timeout is armed for.
     timer: Option<Instant>,
     /// The queued request whose ticket has this connection's waker ([`wake`]), by its id.
@@ -138,8 +145,10 @@ impl Conn<'_> {
             let wants = h.wants_input();
             return (wants, !wants);
         }
-        let wants = self.layer.wants_input(&self.state);
-        (wants, !wants && self.layer.pauses_input(&self.state))
+        // While an answer is held, bytes are read too, so that a client that leaves is noticed at once.
+        let pause = self.layer.pauses_input(&self.state);
+        let wants = self.layer.wants_input(&self.state) || (self.state.holds_answer() && !pause);
+        (wants, !wants && pause)
     }
 }
 
@@ -437,6 +446,7 @@ impl<'a> Worker<'a> {
             sending: false,
             gather: None,
             recv: Recv::Off,
+            once: true,
             timer: None,
             registered: None,
             h2: None,
@@ -759,7 +769,7 @@ impl<'a> Worker<'a> {
         self.steer_recv(slot);
     }
 
-    /// Arms the multishot receive when the connection wants input; cancels it when the connection
+    /// Arms a receive when the connection wants input (its first a single shot, then a multishot); cancels it when the connection
     /// would have to keep what arrives (output backed up, a paced response in progress). Input after a
     /// closing response is discarded, so that receive is left to end with the close.
     fn steer_recv(&mut self, slot: usize) {
@@ -768,6 +778,18 @@ impl<'a> Worker<'a> {
         };
         let (wants, pause) = c.wants_input();
         let e = match (wants, pause, c.recv) {
+            (true, _, Recv::Off) if std::mem::take(&mut c.once) => {
+                c.recv = Recv::On;
+                on_fd!(self.fixed, c.fd, |fd| opcode::Recv::new(
+                    fd,
+                    std::ptr::null_mut(),
+                    0
+                )
+                .buf_group(BGID)
+                .build())
+                .flags(squeue::Flags::BUFFER_SELECT)
+                .user_data(token(Op::Recv, slot, c.gen))
+            }
             (true, _, Recv::Off) => {
                 c.recv = Recv::On;
                 on_fd!(self.fixed, c.fd, |fd| opcode::RecvMulti::new(fd, BGID)
@@ -857,7 +879,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Ends a connection: shutdown (which also ends its multishot receive) linked to close.
+    /// Ends a connection: shutdown (which also ends its receive and send) linked to close, or only the
+    /// close when neither is in flight.
     fn close(&mut self, slot: usize) {
         self.close_as(slot, Closing::Shutdown);
     }
@@ -874,10 +897,15 @@ impl<'a> Worker<'a> {
         }
         // Hard links: the close runs even if a step before it fails (a peer that already reset).
         // A reset sets `SO_LINGER` 0 first, and shuts down only the reading side (which sends
-        // nothing): either shutdown ends the multishot receive, whose hold on the socket would
-        // otherwise outlive the close.
+        // nothing): either shutdown ends the receive or send in flight, whose hold on the socket would
+        // otherwise outlive the close. Without either, the close alone sends the FIN.
         let token = token(Op::Close, slot, gen);
         let shut = match how {
+            Closing::Shutdown if c.recv == Recv::Off && !c.sending => {
+                self.close_fd(c.fd, token);
+                self.shared.counters.add(Counter::ConnsClosed, 1);
+                return;
+            }
             Closing::Shutdown => libc::SHUT_RDWR,
             Closing::Reset => {
                 let linger = on_fd!(self.fixed, c.fd, |fd| opcode::SetSockOpt::new(
