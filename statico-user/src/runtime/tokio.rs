@@ -37,6 +37,7 @@ use std::time::SystemTime;
 
 use slab::Slab;
 use statico_common::Counter;
+#[cfg(unix)]
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -77,10 +78,7 @@ pub fn run(setup: WorkerSetup, ready: mpsc::Sender<Result<(), String>>) {
             counters,
             shutdown,
         } = setup;
-        // SAFETY: the listener owns its descriptor, which stays open and the same until the
-        // `AsyncFd` that owns the listener is dropped.
-        let registered = unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) };
-        let listener = match registered {
+        let listener = match register(listener) {
             Ok(l) => l,
             Err(e) => {
                 let _ = ready.send(Err(format!(
@@ -170,11 +168,7 @@ async fn clock(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_loop(
-    worker: &Rc<Worker>,
-    listener: AsyncFd<std::net::TcpListener>,
-    mut shutdown: shutdown::Listener,
-) {
+async fn accept_loop(worker: &Rc<Worker>, listener: Listener, mut shutdown: shutdown::Listener) {
     let stop = shutdown::fired(&mut shutdown);
     tokio::pin!(stop);
     let mut errors = AcceptErrors::new(worker.id);
@@ -204,24 +198,52 @@ async fn accept_loop(
     }
 }
 
+/// A worker's listener, registered for readiness only: what it accepts is not registered.
+#[cfg(unix)]
+type Listener = AsyncFd<std::net::TcpListener>;
+#[cfg(not(unix))]
+type Listener = tokio::net::TcpListener;
+
+#[cfg(unix)]
+fn register(listener: std::net::TcpListener) -> io::Result<Listener> {
+    // SAFETY: the listener owns its descriptor, which stays open and the same until the
+    // `AsyncFd` that owns the listener is dropped.
+    unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }
+        .map_err(io::Error::from)
+}
+
+#[cfg(not(unix))]
+fn register(listener: std::net::TcpListener) -> io::Result<Listener> {
+    tokio::net::TcpListener::from_std(listener)
+}
+
+/// Off Unix: tokio's accept, the connection taken back out of tokio's reactor.
+#[cfg(not(unix))]
+async fn accept(listener: &Listener) -> io::Result<std::net::TcpStream> {
+    let (stream, _peer) = listener.accept().await?;
+    stream.into_std()
+}
+
 /// The next connection on the listener, non-blocking and not registered with epoll.
-async fn accept(listener: &AsyncFd<std::net::TcpListener>) -> io::Result<std::net::TcpStream> {
+#[cfg(unix)]
+async fn accept(listener: &Listener) -> io::Result<std::net::TcpStream> {
     loop {
         let mut ready = listener.readable().await?;
         #[cfg(target_os = "linux")]
         let accepted = ready.try_io(|l| {
             let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
-            socket2::SockRef::from(l.get_ref()).accept4(flags)
+            let (socket, _peer) = socket2::SockRef::from(l.get_ref()).accept4(flags)?;
+            Ok(std::net::TcpStream::from(socket))
         });
         #[cfg(not(target_os = "linux"))]
         let accepted = ready.try_io(|l| {
-            let (s, a) = l.get_ref().accept()?;
-            s.set_nonblocking(true)?;
-            Ok((socket2::Socket::from(s), a.into()))
+            let (stream, _peer) = l.get_ref().accept()?;
+            stream.set_nonblocking(true)?;
+            Ok(stream)
         });
         // `Err(_)`: it would block; the readiness is cleared and awaited again.
         if let Ok(accepted) = accepted {
-            return accepted.map(|(socket, _peer)| socket.into());
+            return accepted;
         }
     }
 }
@@ -516,20 +538,18 @@ impl Socket for TcpStream {
 
 /// `sendfile` of `len` bytes of a site's sealed store from `at` to `socket` (only Linux builds have
 /// one).
+#[cfg(target_os = "linux")]
 fn send_file(socket: &impl std::os::fd::AsRawFd, at: FileAt, len: usize) -> io::Result<usize> {
-    #[cfg(target_os = "linux")]
-    {
-        let mut offset = at.offset as libc::off_t;
-        // SAFETY: both descriptors are open (the store's is owned by the body the output holds);
-        // `offset` is a local the kernel updates.
-        let n = unsafe { libc::sendfile(socket.as_raw_fd(), at.fd, &mut offset, len) };
-        usize::try_from(n).map_err(|_| io::Error::last_os_error())
-    }
-    #[cfg(not(target_os = "linux"))]
-    unreachable!(
-        "no file-backed bodies off Linux: {at:?} {len} on {}",
-        socket.as_raw_fd()
-    )
+    let mut offset = at.offset as libc::off_t;
+    // SAFETY: both descriptors are open (the store's is owned by the body the output holds);
+    // `offset` is a local the kernel updates.
+    let n = unsafe { libc::sendfile(socket.as_raw_fd(), at.fd, &mut offset, len) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn send_file<S>(_socket: &S, at: FileAt, len: usize) -> io::Result<usize> {
+    unreachable!("no file-backed bodies off Linux: {at:?} {len}")
 }
 
 /// A connection's timers: tokio's for its timeouts, the precise one while an answer is held.
