@@ -168,7 +168,7 @@ async fn clock(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_loop(worker: &Rc<Worker>, listener: Listener, mut shutdown: shutdown::Listener) {
+async fn accept_loop(worker: &Rc<Worker>, listener: Incoming, mut shutdown: shutdown::Listener) {
     let stop = shutdown::fired(&mut shutdown);
     tokio::pin!(stop);
     let mut errors = AcceptErrors::new(worker.id);
@@ -200,12 +200,12 @@ async fn accept_loop(worker: &Rc<Worker>, listener: Listener, mut shutdown: shut
 
 /// A worker's listener, registered for readiness only: what it accepts is not registered.
 #[cfg(unix)]
-type Listener = AsyncFd<std::net::TcpListener>;
+type Incoming = AsyncFd<std::net::TcpListener>;
 #[cfg(not(unix))]
-type Listener = tokio::net::TcpListener;
+type Incoming = tokio::net::TcpListener;
 
 #[cfg(unix)]
-fn register(listener: std::net::TcpListener) -> io::Result<Listener> {
+fn register(listener: std::net::TcpListener) -> io::Result<Incoming> {
     // SAFETY: the listener owns its descriptor, which stays open and the same until the
     // `AsyncFd` that owns the listener is dropped.
     unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }
@@ -213,20 +213,20 @@ fn register(listener: std::net::TcpListener) -> io::Result<Listener> {
 }
 
 #[cfg(not(unix))]
-fn register(listener: std::net::TcpListener) -> io::Result<Listener> {
+fn register(listener: std::net::TcpListener) -> io::Result<Incoming> {
     tokio::net::TcpListener::from_std(listener)
 }
 
 /// Off Unix: tokio's accept, the connection taken back out of tokio's reactor.
 #[cfg(not(unix))]
-async fn accept(listener: &Listener) -> io::Result<std::net::TcpStream> {
+async fn accept(listener: &Incoming) -> io::Result<std::net::TcpStream> {
     let (stream, _peer) = listener.accept().await?;
     stream.into_std()
 }
 
 /// The next connection on the listener, non-blocking and not registered with epoll.
 #[cfg(unix)]
-async fn accept(listener: &Listener) -> io::Result<std::net::TcpStream> {
+async fn accept(listener: &Incoming) -> io::Result<std::net::TcpStream> {
     loop {
         let mut ready = listener.readable().await?;
         #[cfg(target_os = "linux")]
