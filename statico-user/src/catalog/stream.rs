@@ -31,7 +31,7 @@ pub struct StreamAnswer {
     pub admission: Option<std::sync::Arc<Admission>>,
     /// The server's pauses, which hold it before its head goes out (when the server has them).
     pub pauses: Option<Pauses>,
-    /// A streamed answer's events: `body` is theirs.
+    /// A streamed answer's events, made as they fall due (its `body` is empty).
     pub events: Option<Box<Events>>,
 }
 
