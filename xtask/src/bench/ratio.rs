@@ -31,6 +31,29 @@ pub fn verdict(ratio: f64, target: f64) -> String {
     format!("{ratio:.2}x ({met})")
 }
 
+/// Each statico's CPU in group `over` divided by its own in group `base`, from (group, server, CPU
+/// median) triples; a statico measured in only one of them is left out.
+pub fn ratios_between(
+    medians: &[(&str, String, f64)],
+    over: &str,
+    base: &str,
+) -> Vec<(String, f64)> {
+    let of = |group: &str, server: &str| {
+        medians
+            .iter()
+            .find(|(g, s, _)| *g == group && s == server)
+            .map(|m| m.2)
+    };
+    medians
+        .iter()
+        .filter(|(g, s, _)| *g == over && s.starts_with("statico"))
+        .filter_map(|(_, s, cpu)| {
+            let base = of(base, s).filter(|b| *b > 0.0)?;
+            Some((s.clone(), cpu / base))
+        })
+        .collect()
+}
+
 /// Each server's ratio against `target` (`statico-io-uring 0.60x (met), …`), or `none` when there
 /// is no ratio to judge.
 pub fn verdicts(ratios: &[(String, f64)], target: f64, none: &str) -> String {

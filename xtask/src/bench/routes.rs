@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use super::accuracy;
 use super::measure::{self, Round, Scenario, Stat};
-use super::ratio::{verdicts, Report};
+use super::ratio::{self, verdicts, Report};
 use super::report::RunInfo;
 use super::servers::{start_fortio, start_nginx, Nginx};
 use crate::tools::procfs::machine;
@@ -366,23 +366,9 @@ fn scenario_json(sc: &RouteScenario, servers: &[ServerUnderTest], rows: &[Vec<Ro
             "fortio_query": sc.fortio, "results": results })
 }
 
-/// Each statico's CPU per request in scenario `over` divided by its own in scenario `base`, from
-/// (scenario, server, CPU median) triples.
+/// Each statico's CPU per request in scenario `over` divided by its own in scenario `base`.
 fn ratios_between(medians: &[(&str, String, f64)], over: usize, base: usize) -> Vec<(String, f64)> {
-    let of = |group: &str, server: &str| {
-        medians
-            .iter()
-            .find(|(g, s, _)| *g == group && s == server)
-            .map(|m| m.2)
-    };
-    medians
-        .iter()
-        .filter(|(g, s, _)| *g == SCENARIOS[over].group && s.starts_with("statico"))
-        .filter_map(|(_, s, delayed)| {
-            let base = of(SCENARIOS[base].group, s).filter(|b| *b > 0.0)?;
-            Some((s.clone(), delayed / base))
-        })
-        .collect()
+    ratio::ratios_between(medians, SCENARIOS[over].group, SCENARIOS[base].group)
 }
 
 /// The targets, appended to the report; returned for results.json.

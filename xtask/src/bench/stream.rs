@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 use super::accuracy::{parse_truth, StreamTruth};
 use super::measure::{self, server_cpu, CpuUsed, Round};
-use super::ratio::{verdicts, Report};
+use super::ratio::{ratios_between, verdicts, Report};
 use super::report::{bar_chart, RunInfo};
 use super::servers::start_go_httpbin;
 use crate::setup::GO_HTTPBIN_VERSION;
@@ -525,23 +525,9 @@ fn load_json(
             "streams_per_connection": load.streams, "h2load": h2load.join(" "), "results": results })
 }
 
-/// Each statico's CPU per event over HTTP/2 divided by its own over HTTP/1.1, from (load, server,
-/// CPU median) triples.
+/// Each statico's CPU per event over HTTP/2 divided by its own over HTTP/1.1.
 fn h2_over_h1(medians: &[(&str, String, f64)]) -> Vec<(String, f64)> {
-    let of = |group: &str, server: &str| {
-        medians
-            .iter()
-            .find(|(g, s, _)| *g == group && s == server)
-            .map(|m| m.2)
-    };
-    medians
-        .iter()
-        .filter(|(g, s, _)| *g == LOADS[1].group && s.starts_with("statico"))
-        .filter_map(|(_, s, h2)| {
-            let h1 = of(LOADS[0].group, s).filter(|c| *c > 0.0)?;
-            Some((s.clone(), h2 / h1))
-        })
-        .collect()
+    ratios_between(medians, LOADS[1].group, LOADS[0].group)
 }
 
 /// The target, appended to the report; returned for results.json.
