@@ -30,7 +30,9 @@ use serde_json::{json, Value};
 use super::measure::{measure, measure_command, Scenario, Stat, PIPELINE_LUA};
 use super::ratio::{interleave, Report};
 use super::report::RunInfo;
-use super::servers::{certificate, start_nginx, start_nginx_proxy, statico_args, Nginx};
+use super::servers::{
+    certificate, start_nginx, start_nginx_proxy, statico_args, statico_on, Nginx,
+};
 use super::tls::s_time_round;
 use crate::setup::which;
 use crate::tools::pinned;
@@ -106,15 +108,9 @@ fn one_request_per_connection(
     report: &mut Report,
     tables: &mut Vec<Table>,
 ) -> Result<()> {
-    let mut servers = Vec::new();
-    for runtime in RUNTIMES {
-        servers.push(start_statico(
-            root,
-            &format!("statico-{runtime}"),
-            Some(run.server_cpus),
-            &statico_args(runtime),
-        )?);
-    }
+    let mut servers = (RUNTIMES.iter())
+        .map(|runtime| statico_on(root, run.server_cpus, runtime))
+        .collect::<Result<Vec<_>>>()?;
     servers.push(start_nginx(dir, run.server_cpus, Nginx::Http1)?);
     servers.push(start_nginx(
         &dir.join("deferred"),
