@@ -551,14 +551,7 @@ fn http2_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
     });
     let want: String = (0..3).map(|i| format!("{}\n", payload(i))).collect();
     assert_eq!(short, want);
-    let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
-    let long = entry(&t, "/long");
-    assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
-    let given = num(long, &["stream", "events"]);
-    assert!(
-        (2.0..=10.0).contains(&given),
-        "{given} events given: {long}"
-    );
+    truth_once_long_is_left(&s);
 }
 
 // ---- Many at once ----
@@ -689,9 +682,7 @@ mod http3 {
 
     use bytes::Buf;
 
-    use statico_tests::figures::{num, truth_when};
-
-    use super::{entry, left_or_gone, ms, payload, sse_events};
+    use super::{ms, payload, sse_events, truth_once_long_is_left};
     use crate::http3::{connect, runtime, scratch, start};
 
     #[test]
@@ -739,14 +730,7 @@ mod http3 {
         });
         let want: String = (0..3).map(|i| format!("{}\n", payload(i))).collect();
         assert_eq!(short, want);
-        let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
-        let long = entry(&t, "/long");
-        assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
-        let given = num(long, &["stream", "events"]);
-        assert!(
-            (2.0..=10.0).contains(&given),
-            "{given} events given: {long}"
-        );
+        truth_once_long_is_left(&s);
     }
 
     #[test]
@@ -1073,6 +1057,20 @@ fn left_or_gone(entry: &Value) -> u64 {
     entry["stream"]["left"].as_u64().unwrap_or(0) + outcome(entry, "gone")
 }
 
+/// The ground truth once the client of `/long` has left: it left once, noticed within a few events
+/// (2 to 10 given) rather than at the stream's end.
+fn truth_once_long_is_left(s: &Server) -> Value {
+    let t = truth_when(s, |t| left_or_gone(entry(t, "/long")) >= 1);
+    let long = entry(&t, "/long");
+    assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
+    let given = num(long, &["stream", "events"]);
+    assert!(
+        (2.0..=10.0).contains(&given),
+        "{given} events given: {long}"
+    );
+    t
+}
+
 #[test]
 fn a_client_that_leaves_mid_stream_is_counted_gone_and_the_others_are_served() {
     let s = start(
@@ -1098,16 +1096,10 @@ fn a_client_that_leaves_mid_stream_is_counted_gone_and_the_others_are_served() {
     ok.send(&get("/ok"));
     assert_eq!(ok.whole().body, b"ok");
     // Gone, noticed within a few events rather than after the 2 s the stream would take.
-    let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
+    let t = truth_once_long_is_left(&s);
     let long = entry(&t, "/long");
-    assert_eq!(num(long, &["stream", "left"]), 1.0, "{long}");
     assert_eq!(outcome(long, "gone"), 1, "{GONE}: {long}");
     assert_eq!(outcome(long, "200"), 0, "{GONE}: {long}");
-    let given = num(long, &["stream", "events"]);
-    assert!(
-        (2.0..=10.0).contains(&given),
-        "{given} events given: {long}"
-    );
     let short = entry(&t, "/short");
     assert_eq!(outcome(short, "200"), 1, "{short}");
     assert_eq!(num(short, &["stream", "events"]), 3.0, "{short}");
