@@ -17,6 +17,7 @@ mod http3;
 #[cfg(target_os = "linux")]
 mod http3_hostile;
 mod metrics;
+mod openai;
 mod operations;
 mod pools;
 mod routes;

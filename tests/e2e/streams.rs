@@ -46,7 +46,7 @@ fn sse_events(ids: Range<usize>) -> Vec<String> {
 }
 
 /// The values of every field `name` in a response head (its status line first), in order.
-fn fields(head: &str, name: &str) -> Vec<String> {
+pub(crate) fn fields(head: &str, name: &str) -> Vec<String> {
     head.lines()
         .skip(1)
         .filter_map(|l| {
@@ -59,18 +59,18 @@ fn fields(head: &str, name: &str) -> Vec<String> {
 }
 
 /// Asserts the head carries exactly one field `name`, with `value`.
-fn assert_field(head: &str, name: &str, value: &str) {
+pub(crate) fn assert_field(head: &str, name: &str, value: &str) {
     assert_eq!(fields(head, name), [value], "{name} in\n{head}");
 }
 
 /// Asserts the head carries no field `name`.
-fn assert_no_field(head: &str, name: &str) {
+pub(crate) fn assert_no_field(head: &str, name: &str) {
     assert!(fields(head, name).is_empty(), "{name} in\n{head}");
 }
 
 /// How an HTTP/1.1 body read off the wire ended.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum End {
+pub(crate) enum End {
     /// The terminating zero-length chunk came.
     Last,
     /// The server closed the connection (EOF) first.
@@ -81,14 +81,14 @@ enum End {
 
 /// A chunked answer: its head, each chunk's bytes with when it was whole (since the request), and
 /// how it ended.
-struct Streamed {
-    head: Response,
-    chunks: Vec<(Vec<u8>, Duration)>,
-    end: End,
+pub(crate) struct Streamed {
+    pub(crate) head: Response,
+    pub(crate) chunks: Vec<(Vec<u8>, Duration)>,
+    pub(crate) end: End,
 }
 
 impl Streamed {
-    fn texts(&self) -> Vec<String> {
+    pub(crate) fn texts(&self) -> Vec<String> {
         (self.chunks.iter())
             .map(|(c, _)| String::from_utf8_lossy(c).into_owned())
             .collect()
@@ -104,14 +104,14 @@ impl Streamed {
 }
 
 /// An HTTP/1.x connection read by hand: heads, chunks as they arrive, bodies by length or to the close.
-struct Wire {
-    stream: TcpStream,
+pub(crate) struct Wire {
+    pub(crate) stream: TcpStream,
     buf: Vec<u8>,
-    sent: Instant,
+    pub(crate) sent: Instant,
 }
 
 impl Wire {
-    fn open(s: &Server) -> Wire {
+    pub(crate) fn open(s: &Server) -> Wire {
         Wire {
             stream: s.connect(),
             buf: Vec::new(),
@@ -120,7 +120,7 @@ impl Wire {
     }
 
     /// Sends `bytes`; times are counted from here.
-    fn send(&mut self, bytes: &[u8]) {
+    pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("send to statico");
         self.sent = Instant::now();
     }
@@ -141,7 +141,7 @@ impl Wire {
     }
 
     /// The next response head (its body left unread).
-    fn head(&mut self) -> Response {
+    pub(crate) fn head(&mut self) -> Response {
         let end = loop {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break i + 4;
@@ -167,7 +167,7 @@ impl Wire {
 
     /// The next chunk of a chunked body and when it was whole; `Ok(None)` for the terminating one
     /// (trailers none), `Err` if the body ended without it.
-    fn chunk(&mut self) -> Result<Option<(Vec<u8>, Duration)>, End> {
+    pub(crate) fn chunk(&mut self) -> Result<Option<(Vec<u8>, Duration)>, End> {
         loop {
             if let Some(line) = self.buf.windows(2).position(|w| w == b"\r\n") {
                 let text = String::from_utf8_lossy(&self.buf[..line]).into_owned();
@@ -192,7 +192,7 @@ impl Wire {
     }
 
     /// A response with a chunked body, every chunk read to the terminating one or the end.
-    fn streamed(&mut self) -> Streamed {
+    pub(crate) fn streamed(&mut self) -> Streamed {
         let head = self.head();
         assert_field(&head.head, "transfer-encoding", "chunked");
         let mut chunks = Vec::new();
@@ -207,8 +207,13 @@ impl Wire {
     }
 
     /// A response whose body has a Content-Length (none: empty).
-    fn whole(&mut self) -> Response {
-        let mut r = self.head();
+    pub(crate) fn whole(&mut self) -> Response {
+        let r = self.head();
+        self.body_of(r)
+    }
+
+    /// The body of `r`, whose head was read, by its Content-Length (none: empty).
+    pub(crate) fn body_of(&mut self, mut r: Response) -> Response {
         assert_no_field(&r.head, "transfer-encoding");
         let len: usize = r.header("content-length").map_or(0, |v| v.parse().unwrap());
         while self.buf.len() < len {
@@ -222,7 +227,7 @@ impl Wire {
     }
 
     /// Everything until the server closes, and how the connection ended.
-    fn until_closed(&mut self) -> (Vec<u8>, End) {
+    pub(crate) fn until_closed(&mut self) -> (Vec<u8>, End) {
         let end = loop {
             match self.fill() {
                 Ok(0) => break End::Closed,
@@ -234,7 +239,7 @@ impl Wire {
     }
 
     /// True if nothing arrives within `d` and the connection is still open.
-    fn quiet_for(&mut self, d: Duration) -> bool {
+    pub(crate) fn quiet_for(&mut self, d: Duration) -> bool {
         self.stream.set_read_timeout(Some(d)).unwrap();
         let got = self.fill();
         self.stream.set_read_timeout(Some(WAIT)).unwrap();
@@ -273,7 +278,7 @@ fn parse_sse(text: &str) -> Vec<(String, String)> {
 }
 
 /// curl's output split into its (lower-cased) head and its body.
-fn curl_split(out: &str) -> (String, &str) {
+pub(crate) fn curl_split(out: &str) -> (String, &str) {
     let (head, body) = out
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("no head in curl's output: {out:?}"));
