@@ -25,6 +25,10 @@
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
+//! - The `openai` Python SDK [`OPENAI_SDK`], with pip, and aiperf [`AIPERF`] in its own venv at
+//!   [`AIPERF_VENV`] under the home directory (its dependencies pinned apart from the system's; it
+//!   brings `tokenizers`): the real clients of the OpenAI-compatible preset's tests
+//!   (`tests/e2e/openai.rs`).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -66,7 +70,7 @@ impl Purpose {
 use Purpose::{Bench, Build, Image, Package, Test};
 
 /// (program to look for, or an absolute path; Debian package that provides it; who needs it)
-const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
+const PACKAGES: [(&str, &str, &[Purpose]); 23] = [
     ("curl", "curl", &[Test, Bench]),
     ("openssl", "openssl", &[Test, Bench]),
     ("wrk", "wrk", &[Test, Bench]),
@@ -98,6 +102,12 @@ const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
     ("mmdebstrap", "mmdebstrap", &[Test, Image]),
     // kubernetes-validate comes from PyPI.
     ("pip3", "python3-pip", &[Test]),
+    // aiperf's venv.
+    (
+        "/usr/lib/python3.11/ensurepip/__init__.py",
+        "python3.11-venv",
+        &[Test],
+    ),
     // The browser tests (`tests/e2e/browser.rs`): Chromium driven over WebDriver, trusting the
     // self-signed certificate through a private NSS database.
     ("chromium", "chromium", &[Test]),
@@ -107,6 +117,12 @@ const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
 /// The kubernetes-validate release (and with it the Kubernetes schema version) the manifests are
 /// checked against.
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
+/// The `openai` Python SDK the preset's tests drive statico with (`tests/openai/sdk.py`).
+const OPENAI_SDK: &str = "openai==3.*";
+/// The aiperf release the preset's tests compare their TTFT and ITL with.
+const AIPERF: &str = "aiperf==0.13.*";
+/// aiperf's venv, under the home directory (the tests look there too, or at `$STATICO_AIPERF_VENV`).
+const AIPERF_VENV: &str = ".cache/statico/aiperf";
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
 /// The go-httpbin `bench --stream` runs as its peer (its `/sse`).
@@ -153,6 +169,32 @@ fn ensure_kubernetes_validate() -> Result<()> {
         "pip3",
         &["install", "--break-system-packages", KUBERNETES_VALIDATE],
     )
+}
+
+/// The `openai` Python SDK [`OPENAI_SDK`] with pip, as kubernetes-validate.
+fn ensure_openai_sdk() -> Result<()> {
+    let import = Command::new("python3")
+        .args(["-c", "import openai"])
+        .output();
+    if matches!(&import, Ok(o) if o.status.success()) {
+        return Ok(());
+    }
+    cmd("pip3", &["install", "--break-system-packages", OPENAI_SDK])
+}
+
+/// aiperf [`AIPERF`] in a venv at [`AIPERF_VENV`] under the home directory, made with `python3`.
+fn ensure_aiperf() -> Result<()> {
+    let home = std::env::var_os("HOME").context("no HOME for aiperf's venv")?;
+    let venv = Path::new(&home).join(AIPERF_VENV);
+    let version = Command::new(venv.join("bin/aiperf"))
+        .arg("--version")
+        .output();
+    if matches!(&version, Ok(o) if String::from_utf8_lossy(&o.stdout).trim().starts_with("0.13.")) {
+        return Ok(());
+    }
+    let venv = venv.to_str().context("aiperf's venv path is not UTF-8")?;
+    cmd("python3", &["-m", "venv", venv])?;
+    cmd(&format!("{venv}/bin/pip"), &["install", "--quiet", AIPERF])
 }
 
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
@@ -306,6 +348,8 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
         }
         ensure_h2spec()?;
         ensure_kubernetes_validate()?;
+        ensure_openai_sdk()?;
+        ensure_aiperf()?;
     }
     if purposes.contains(&Package) {
         ensure_cargo_deb()?;
