@@ -1268,7 +1268,7 @@ fn with_capacity_1_a_second_stream_waits_for_the_firsts_last_token() {
 fn with_capacity_1_a_client_that_leaves_mid_stream_frees_the_slot_at_once() {
     // 40 tokens 50 ms apart: the first stream would hold the slot for 2 s.
     let s = start(&["/v1/* openai=on tokens=40 gap=50ms capacity=1"], &[]);
-    let body = Kind::Chat.body(json!({"stream": true}));
+    let body = Kind::Chat.body(json!({"stream": true, "max_tokens": 100}));
     let mut first = Wire::open(&s);
     first.send(&post("/v1/chat/completions", &body));
     assert_eq!(first.head().status, 200);
@@ -1410,7 +1410,7 @@ fn vllm_gauges_show_running_and_waiting_streams_with_capacity_1() {
         ("vllm:kv_cache_usage_perc", 0.0),
     ];
     metrics_when(&s, "llama", &idle).unwrap();
-    let body = Kind::Chat.body(json!({"stream": true}));
+    let body = Kind::Chat.body(json!({"stream": true, "max_tokens": 100}));
     let mut running = Wire::open(&s);
     running.send(&post("/v1/chat/completions", &body));
     assert_eq!(running.head().status, 200);
@@ -1436,7 +1436,8 @@ fn vllm_counters_and_histograms_count_the_tokens_and_the_drawn_times() {
     // "abcdefgh": 2 prompt tokens; 3 whole answers and 2 streams of 4 tokens each.
     let mut w = Wire::open(&s);
     for stream in [false, false, false, true, true] {
-        let body = Kind::Completion.body(json!({"prompt": "abcdefgh", "stream": stream}));
+        let body =
+            Kind::Completion.body(json!({"model": "m1", "prompt": "abcdefgh", "stream": stream}));
         w.send(&post("/v1/completions", &body));
         if stream {
             assert_eq!(
@@ -1723,7 +1724,6 @@ fn aiperf_measures_the_ttft_and_itl_the_server_drew() {
         .args(["--random-seed", "1", "--ui", "none"])
         .args(["--no-server-metrics", "--no-gpu-telemetry"])
         .args(["--artifact-dir", artifacts.to_str().unwrap()])
-        .env("HF_HUB_OFFLINE", "1")
         .output()
         .expect("run aiperf");
     let log = String::from_utf8_lossy(&out.stdout);
