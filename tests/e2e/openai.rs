@@ -956,6 +956,24 @@ struct H2Answer {
     frames: Vec<(String, Duration)>,
 }
 
+/// Sends a POST of the JSON `body` to `path` on an HTTP/2 connection: its answer to come.
+async fn h2_send(
+    client: h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    body: &str,
+) -> h2::client::ResponseFuture {
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::post(format!("http://t{path}"))
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (resp, mut stream) = client.send_request(req, false).unwrap();
+    stream
+        .send_data(bytes::Bytes::from(body.to_string()), true)
+        .unwrap();
+    resp
+}
+
 /// One POST of `body` to `path` over a fresh prior-knowledge HTTP/2 connection, read frame by frame.
 fn h2_post(s: &Server, path: &str, body: &str) -> H2Answer {
     let addr = s.addr;
@@ -968,13 +986,7 @@ fn h2_post(s: &Server, path: &str, body: &str) -> H2Answer {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (client, conn) = h2::client::handshake(tcp).await.unwrap();
         tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
-        let req = http::Request::post(format!("http://t{path}"))
-            .header("content-type", "application/json")
-            .body(())
-            .unwrap();
-        let (resp, mut send) = client.send_request(req, false).unwrap();
-        send.send_data(bytes::Bytes::from(body), true).unwrap();
+        let resp = h2_send(client, &path, &body).await;
         let sent = Instant::now();
         let resp = tokio::time::timeout(WAIT, resp)
             .await
@@ -1296,6 +1308,93 @@ fn with_capacity_1_a_client_that_leaves_mid_stream_frees_the_slot_at_once() {
     assert_eq!(outcome(e, "gone"), 1, "{e}");
     assert_eq!(num(e, &["stream", "left"]), 1.0, "{e}");
     assert_eq!(outcome(e, "200"), 1, "{e}");
+}
+
+#[test]
+fn with_capacity_1_an_http2_stream_the_client_cancels_frees_the_slot_at_once() {
+    let s = start(
+        &["/v1/* openai=on tokens=40 gap=50ms capacity=1"],
+        &["--http2"],
+    );
+    let body = Kind::Chat.body(json!({"stream": true, "max_tokens": 100}));
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (waited, frames) = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let first = h2_send(client.clone(), "/v1/chat/completions", &body).await;
+        let mut first = first.await.expect("a head").into_body();
+        let mut tokens = 0;
+        while tokens < 2 {
+            let frame = tokio::time::timeout(WAIT, first.data())
+                .await
+                .expect("data");
+            let frame = frame.expect("a token").expect("data");
+            let _ = first.flow_control().release_capacity(frame.len());
+            tokens += usize::from(!frame.is_empty());
+        }
+        let second = h2_send(client, "/v1/chat/completions", &body).await;
+        tokio::pin!(second);
+        let early = tokio::time::timeout(ms(200), &mut second).await;
+        assert!(
+            early.is_err(),
+            "the second stream answered while the first holds the only slot"
+        );
+        // Dropping the body cancels the stream (RST_STREAM CANCEL).
+        drop(first);
+        let left = Instant::now();
+        let head = tokio::time::timeout(WAIT, second).await.expect("a head");
+        let mut body = head.expect("a head").into_body();
+        let (mut frames, mut first_at) = (Vec::new(), None);
+        while let Some(frame) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
+            let frame = frame.expect("the stream");
+            let _ = body.flow_control().release_capacity(frame.len());
+            if !frame.is_empty() {
+                first_at.get_or_insert(left.elapsed());
+                frames.push(String::from_utf8_lossy(&frame).into_owned());
+            }
+        }
+        (first_at.expect("a token"), frames)
+    });
+    assert_eq!(streamed_answer(Kind::Chat, &frames).tokens.len(), 40);
+    assert!(
+        waited < ms(500),
+        "the second's first token {waited:?} after the first was cancelled (its stream had ~1.8 s to go)"
+    );
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 1);
+    let e = entry(&t, "/v1/*");
+    assert_eq!((outcome(e, "gone"), outcome(e, "200")), (1, 1), "{e}");
+}
+
+// ---- Start-up errors ----
+
+#[test]
+fn an_openai_route_not_ending_in_a_star_or_with_body_or_stream_keys_exits_2_in_one_line() {
+    let line = statico_tests::refused_in_one_line(&["--route", "/v1 openai=on"]);
+    assert!(line.contains("/*"), "{line}");
+    // Each names itself and what replaces it: `tokens=`, or the request's `stream`.
+    for key in [
+        "stream=sse",
+        "events=5",
+        "event=x",
+        "event-size=100",
+        "body=x",
+        "size=1k",
+        "rate=1k",
+        "body-delay=10ms",
+    ] {
+        let spec = format!("/v1/* openai=on {key}");
+        let line = statico_tests::refused_in_one_line(&["--route", &spec]);
+        let name = key.split('=').next().unwrap();
+        assert!(
+            line.contains(name) && (line.contains("tokens") || line.contains("stream")),
+            "{spec:?}: {line}"
+        );
+    }
 }
 
 // ---- Ground truth and metrics ----
