@@ -8,9 +8,12 @@
 //! the prompt's tokens as `usage` counts them; every 400, `model_not_found`,
 //! `context_length_exceeded` and a drawn 429 / 500 / 503; TTFT and ITL timed from the client;
 //! `capacity=1` as vLLM's `max-num-seqs` (a second stream waits for the first's last token, a client
-//! that leaves frees the slot at once); the ground truth and the `vllm:*` metrics; HTTP/1.0, a client
-//! that never reads, a garbage body, a trickled body; and two real clients, the `openai` Python SDK
-//! (its typed errors included) and aiperf, whose TTFT and ITL must agree with what the server drew.
+//! that leaves, closing its connection or cancelling its HTTP/2 stream, frees the slot at once); the
+//! ground truth and the `vllm:*` metrics; HTTP/1.0, a client that never reads, a garbage body, a
+//! trickled body; the start-up errors of a bad openai route; and two real clients, the `openai`
+//! Python SDK (`tests/openai/sdk.py`, its typed errors included) and aiperf (with the word-level
+//! tokenizer `tests/openai/tokenizer.py` writes), whose TTFT and ITL must agree with what the server
+//! drew. Without them (`cargo xtask setup` installs both) their tests print `SKIPPED`.
 //!
 //! Timing bounds: the server can only be late, so a lower bound that follows from the route's waits is
 //! tight (a few ms for timer rounding); upper bounds allow ~150 ms of scheduling noise, as the suite
