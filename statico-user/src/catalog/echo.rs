@@ -12,7 +12,7 @@
 use bytes::Bytes;
 
 use super::model::hold::Hold;
-use super::response::{with_own_fields, Framing, DATE_LEN, SERVER};
+use super::response::{with_own_fields, write_head, Framing, DATE_LEN, SERVER};
 use super::route::fortio::{self, Limits};
 use super::route::Draw;
 use super::sink::Sink;
@@ -100,20 +100,8 @@ impl Echo {
     ) -> Option<usize> {
         let framing = if c.close { Framing::Close } else { framing };
         let body = self.body_of(c);
-        let mut head = format!("HTTP/1.1 {} {}\r\n", c.status, reason(c.status));
-        for (name, value) in with_own_fields(&self.fields, &c.fields) {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        match framing {
-            Framing::KeepAlive => {}
-            Framing::KeepAlive10 => head.push_str("Connection: keep-alive\r\n"),
-            Framing::Close | Framing::Close10 => head.push_str("Connection: close\r\n"),
-        }
-        head.push_str("Date: ");
-        out.extend_from_slice(head.as_bytes());
-        out.extend_from_slice(date);
-        out.extend_from_slice(b"\r\n\r\n");
+        let fields = with_own_fields(&self.fields, &c.fields);
+        write_head(out, c.status, fields, Some(body.len()), framing, date);
         if head_only || body.is_empty() {
             return None;
         }
@@ -137,6 +125,7 @@ impl Echo {
             admission: None,
             pauses: None,
             events: None,
+            awaits: None,
         };
         answer.set_date(date);
         answer
@@ -169,13 +158,6 @@ fn refused(why: String) -> EchoChoice {
         error: Some(why),
         hold: Hold::default(),
     }
-}
-
-fn reason(status: u16) -> &'static str {
-    http::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("Unknown")
 }
 
 #[cfg(test)]

@@ -75,6 +75,16 @@ impl Feed {
     }
 }
 
+/// Appends `event` as one HTTP/1.1 chunk, and with `last` the chunked body's last chunk after it.
+pub fn chunk(event: &[u8], last: bool, out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
+    out.extend_from_slice(event);
+    out.extend_from_slice(b"\r\n");
+    if last {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+}
+
 /// A streamed route's events, built at start-up: drawn and framed per request.
 #[derive(Clone, Debug)]
 pub struct EventSource {
@@ -150,12 +160,7 @@ impl Render for EventSource {
         let (mut payload, mut event) = (Vec::new(), Vec::new());
         self.payload(i, &mut payload);
         self.feed.frame(i, &payload, &mut event);
-        out.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
-        out.extend_from_slice(&event);
-        out.extend_from_slice(b"\r\n");
-        if last {
-            out.extend_from_slice(b"0\r\n\r\n");
-        }
+        chunk(&event, last, out);
     }
 
     fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {

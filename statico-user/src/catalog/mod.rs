@@ -29,6 +29,7 @@
 pub mod echo;
 pub mod feed;
 pub mod model;
+pub mod openai;
 pub mod request;
 pub mod response;
 pub mod route;
@@ -111,14 +112,17 @@ enum Kind {
     Site(Arc<SiteHandle>),
 }
 
-/// The answer to one request, decided when its head arrived.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The answer to one request, decided when its head arrived (an openai route's, when its body
+/// is in: [`View::asked`]).
+#[derive(Clone, Debug)]
 pub enum Choice {
     /// The pre-built response.
     One,
     Site(site::SiteChoice),
     Route(RouteChoice),
     Echo(Box<echo::EchoChoice>),
+    /// An openai route's answer, made from its request's body.
+    Asked(Box<route::asked::Asked>),
 }
 
 impl Choice {
@@ -129,6 +133,11 @@ impl Choice {
                 let mut c = *c;
                 c.hold.truth = None; // and so no ticket: a copy takes no place in a pool
                 Choice::Route(c)
+            }
+            Choice::Asked(a) => {
+                let mut a = a.clone();
+                a.choice.hold.truth = None;
+                Choice::Asked(a)
             }
             other => other.clone(),
         }
@@ -584,6 +593,24 @@ impl<'a> View<'a> {
         self.kinds.choose(request)
     }
 
+    /// Whether `choice` is made from its request's body, which the connection keeps for it
+    /// ([`openai::keep_body`]) and hands to [`View::asked`] once complete.
+    #[inline]
+    pub fn wants_body(&self, choice: &Choice) -> bool {
+        matches!(choice, Choice::Route(c) if c.asks.is_some())
+    }
+
+    /// The answer `choice` gives once its request's body is `body` (see [`View::wants_body`]).
+    pub fn asked(&self, choice: Choice, body: &[u8]) -> Choice {
+        match choice {
+            Choice::Route(c) if c.asks.is_some() => match self.routes_of(c.generation) {
+                Some((routes, _)) => Choice::Asked(Box::new(routes.asked(c, body))),
+                None => Choice::Route(c),
+            },
+            other => other,
+        }
+    }
+
     /// Whether some answer may be held, or a whole-server pause is in force: HTTP/1.1 then
     /// answers one request at a time.
     #[inline]
@@ -641,12 +668,22 @@ impl<'a> View<'a> {
         };
         let routes = match &choice {
             Choice::Route(c) => self.routes_of(c.generation),
+            Choice::Asked(a) => self.routes_of(a.choice.generation),
             _ => None,
         };
         match (choice, self.kinds.site, routes) {
             (Choice::Route(choice), _, Some((routes, recorder))) => {
-                self.write_route(routes, recorder, choice, framing, head_only, out)
+                self.write_route(routes, recorder, choice, None, framing, head_only, out)
             }
+            (Choice::Asked(a), _, Some((routes, recorder))) => self.write_route(
+                routes,
+                recorder,
+                a.choice,
+                Some(&a),
+                framing,
+                head_only,
+                out,
+            ),
             (Choice::Echo(c), _, _) => {
                 let echo = (self.kinds.echo).expect("an echo choice comes from --echo-query");
                 let body_at = echo.write(&c, framing, head_only, self.response.date(), out);
@@ -671,19 +708,22 @@ impl<'a> View<'a> {
         }
     }
 
-    /// A route's answer. Paced, a held answer takes its ticket now (its request is complete): shed
-    /// at once, its shed answer is written instead; queued with a timeout, the shed answer is
-    /// written behind it for the connection to pick. Not paced, its truth is recorded here.
+    /// A route's answer (`asked`: made from its request's body). Paced, a held answer takes its
+    /// ticket now (its request is complete): shed at once, its shed answer is written instead;
+    /// queued with a timeout, the shed answer is written behind it for the connection to pick.
+    /// Not paced, its truth is recorded here.
+    #[allow(clippy::too_many_arguments)]
     fn write_route(
         &self,
         routes: &Routes,
         recorder: &Recorder,
         choice: RouteChoice,
+        asked: Option<&route::asked::Asked>,
         framing: Framing,
         head_only: bool,
         out: &mut impl Sink,
     ) -> Written {
-        let ticket = match self.paced {
+        let ticket = match self.paced && !asked.is_some_and(|a| a.at_once) {
             true => {
                 let now = self.now.unwrap_or_else(std::time::Instant::now);
                 routes.admit(&choice, recorder, now)
@@ -692,11 +732,17 @@ impl<'a> View<'a> {
         };
         let fate = ticket.as_ref().map(model::load::Ticket::fate);
         let shed = ticket.as_ref().and_then(model::load::Ticket::shed_as);
-        let answer = match (fate, shed) {
-            (Some(model::pool::Fate::Shed { .. }), Some(shed)) => routes.shed_choice(&choice, shed),
-            _ => choice,
+        let (answer, asked) = match (fate, shed) {
+            (Some(model::pool::Fate::Shed { .. }), Some(shed)) => {
+                (routes.shed_choice(&choice, shed), None)
+            }
+            _ => (choice, asked),
         };
-        let body = routes.write(&answer, framing, head_only, out, Some(recorder));
+        let date = self.response.date();
+        let body = match asked {
+            Some(a) => a.write(framing, head_only, date, out, Some(recorder)),
+            None => routes.write(&answer, framing, head_only, out, Some(recorder)),
+        };
         let shed_at = match (fate, shed) {
             (Some(model::pool::Fate::Waiting { .. }), Some(shed)) if routes.sheds_late(&choice) => {
                 let at = out.unsent();
@@ -707,7 +753,8 @@ impl<'a> View<'a> {
             _ => None,
         };
         // A stream to an HTTP/1.0 client is not chunked: the connection's close ends it.
-        let close = routes.streamed(&answer) && framing == Framing::KeepAlive10;
+        let streamed = asked.map_or_else(|| routes.streamed(&answer), |a| a.streamed());
+        let close = streamed && framing == Framing::KeepAlive10;
         if let (Some(key), false) = (choice.hold.truth, self.paced) {
             recorder.record(key, std::time::Duration::ZERO, std::time::Duration::ZERO);
         }

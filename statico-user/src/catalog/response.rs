@@ -349,6 +349,42 @@ impl Response {
     }
 }
 
+/// Appends the head of an answer made for one request (an echo's, an openai route's): `status`,
+/// `fields`, then its framing — `Content-Length` when the body's `length` is known, else (a stream)
+/// chunked on an HTTP/1.1 connection and ended by the close on an HTTP/1.0 one — and `date`.
+pub fn write_head<'a>(
+    out: &mut impl super::sink::Sink,
+    status: u16,
+    fields: impl Iterator<Item = &'a (String, String)>,
+    length: Option<usize>,
+    framing: Framing,
+    date: &[u8; DATE_LEN],
+) {
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Unknown");
+    let mut head = format!("HTTP/1.1 {status} {reason}\r\n");
+    for (name, value) in fields {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let chunked = matches!(framing, Framing::KeepAlive | Framing::Close);
+    match length {
+        Some(len) => head.push_str(&format!("Content-Length: {len}\r\n")),
+        None if chunked => head.push_str("Transfer-Encoding: chunked\r\n"),
+        None => {}
+    }
+    match (framing, length) {
+        (Framing::KeepAlive, _) => {}
+        (Framing::KeepAlive10, Some(_)) => head.push_str("Connection: keep-alive\r\n"),
+        _ => head.push_str("Connection: close\r\n"),
+    }
+    head.push_str("Date: ");
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n\r\n");
+}
+
 /// `HTTP/1.1 CODE Reason`.
 fn status_line(status: u16) -> Result<String> {
     let status = http::StatusCode::from_u16(status)

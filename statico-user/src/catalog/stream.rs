@@ -16,6 +16,7 @@ use super::model::pause::Pauses;
 use super::response::{
     header_fields, header_fields_for, http_date, streamed_fields, ResponseSpec, DATE_LEN,
 };
+use super::route::asked::AwaitsBody;
 
 /// An answer as HTTP/2 and HTTP/3 send it: status, header fields (no connection-specific ones), body.
 #[derive(Clone, Debug)]
@@ -33,6 +34,9 @@ pub struct StreamAnswer {
     pub pauses: Option<Pauses>,
     /// A streamed answer's events, made as they fall due (its `body` is empty).
     pub events: Option<Box<Events>>,
+    /// An answer made from its request's body (an openai route's): this one stands for it until
+    /// the body is read ([`StreamAnswer::answered`]).
+    pub awaits: Option<Box<AwaitsBody>>,
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
@@ -153,6 +157,7 @@ impl StreamAnswer {
             admission: None,
             pauses: None,
             events: None,
+            awaits: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -174,9 +179,23 @@ impl StreamAnswer {
             admission: None,
             pauses: None,
             events: None,
+            awaits: None,
         };
         response.set_date(date);
         response
+    }
+
+    /// Whether the answer is made from its request's body, which must be read (and kept) first.
+    pub fn awaits_body(&self) -> bool {
+        self.awaits.is_some()
+    }
+
+    /// The answer to a request whose body was `body`: this one, or the one made from the body.
+    pub fn answered(mut self, body: &[u8]) -> StreamAnswer {
+        match self.awaits.take() {
+            Some(awaits) => awaits.answer(self, body),
+            None => self,
+        }
     }
 
     /// The delivery of this answer to a request complete at `arrived` (`None`: the time was not
@@ -196,7 +215,7 @@ impl StreamAnswer {
     /// that is not held).
     fn admit(&self, now: std::time::Instant) -> Option<Ticket> {
         let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
-        Some(admission.ticket(key, self.hold.delay, self.recorder.clone()?, now))
+        Some(admission.ticket(key, self.hold.service(), self.recorder.clone()?, now))
     }
 
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {

@@ -270,8 +270,12 @@ impl Delivery {
         };
         let now = clock.now();
         match ticket.fate_at(now) {
-            Fate::Serving { due, .. } if due > now => Some(Step::Wait(due)),
-            Fate::Serving { .. } => {
+            Fate::Serving { due, .. } => {
+                // A sequence's head goes before its service ends: its tail follows the head.
+                let head_at = due.checked_sub(self.hold.tail).unwrap_or(due);
+                if head_at > now {
+                    return Some(Step::Wait(head_at));
+                }
                 self.stage = Stage::Pause;
                 None
             }
@@ -305,8 +309,11 @@ impl Delivery {
     }
 
     /// The answer is due: its ticket records its truth (and hands its server on), or the driver
-    /// records it.
+    /// records it. A sequence keeps its ticket to its last event ([`Delivery::finish_sequence`]).
     fn record(&mut self, clock: &mut impl Clock) -> Option<Step> {
+        if self.sequence() {
+            return None;
+        }
         if let Some(ticket) = self.ticket.take() {
             ticket.finish(clock.now());
             return None;
@@ -397,17 +404,28 @@ impl Delivery {
             self.stage = Stage::Done;
             return Step::Done;
         };
-        match events.next(clock.now(), room, PACE_TICK) {
-            Next::Event { bytes, last } => Step::Event { bytes, end: last },
-            Next::Wait(at) => Step::Wait(at),
-            Next::Fault(fault) => {
-                self.stage = Stage::Done;
-                Step::Fault(fault)
-            }
-            Next::Done => {
-                self.stage = Stage::Done;
-                Step::Done
-            }
+        let step = match events.next(clock.now(), room, PACE_TICK) {
+            Next::Event { bytes, last } => return Step::Event { bytes, end: last },
+            Next::Wait(at) => return Step::Wait(at),
+            Next::Fault(fault) => Step::Fault(fault),
+            Next::Done => Step::Done,
+        };
+        self.stage = Stage::Done;
+        self.finish_sequence(clock.now());
+        step
+    }
+
+    /// Whether the answer is a sequence: a stream that keeps its pool's server (its ticket) from
+    /// its admission to its last event, not only to its head.
+    fn sequence(&self) -> bool {
+        !self.hold.tail.is_zero() && self.events.is_some() && self.ticket.is_some()
+    }
+
+    /// A sequence ended at `now` (its last event, a fault, or its client leaving): its ticket
+    /// records its truth and frees its server.
+    fn finish_sequence(&mut self, now: Instant) {
+        if let Some(ticket) = self.ticket.take().filter(|_| !self.hold.tail.is_zero()) {
+            ticket.finish(now);
         }
     }
 }
@@ -415,8 +433,9 @@ impl Delivery {
 /// A stream given up before its last event: its client left with the events it got.
 impl Drop for Delivery {
     fn drop(&mut self) {
-        if let Some(events) = &self.events {
-            if self.stage == Stage::Event {
+        if self.stage == Stage::Event {
+            self.finish_sequence(Instant::now());
+            if let Some(events) = &self.events {
                 events.record_left();
             }
         }

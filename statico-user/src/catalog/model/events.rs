@@ -197,6 +197,16 @@ impl Events {
         }
     }
 
+    /// The waits of the events still to come, drawn as [`Events::next`] will draw them (the time
+    /// a stream keeps its server after its head).
+    pub fn total_wait(&self) -> Duration {
+        let mut rng = self.rng.clone();
+        (self.next..self.end)
+            .enumerate()
+            .map(|(k, _)| self.render.wait(self.sent == 0 && k == 0, &mut rng))
+            .fold(Duration::ZERO, Duration::saturating_add)
+    }
+
     /// Whether no event has been given out yet, and none will be (a stream resumed past its end).
     pub fn is_empty(&self) -> bool {
         self.next >= self.end

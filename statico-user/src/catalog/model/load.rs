@@ -194,7 +194,8 @@ impl Ticket {
     }
 
     /// It was answered at `now` (or shed, if that is its fate): records its truth, and hands its
-    /// server on to the next waiter.
+    /// server on to the next waiter — at once if its service was to end later (a sequence that
+    /// ended before its last token).
     pub fn finish(mut self, now: Instant) {
         let fate = self.fate();
         let held = now.saturating_duration_since(self.arrived);
@@ -204,11 +205,13 @@ impl Ticket {
                 let outcome = self.shed.unwrap_or(self.key.outcome);
                 self.record(outcome, None, Some(at - self.arrived), held);
             }
-            Fate::Serving { start, .. } => {
+            Fate::Serving { start, due } => {
                 let wait = pooled.then(|| start.saturating_duration_since(self.arrived));
                 self.record(self.key.outcome, Some(self.service), wait, held);
-                if let Some(pool) = self.pool() {
-                    pool.advance(now);
+                match self.pool() {
+                    Some(pool) if due > now => pool.cut_short(due, now),
+                    Some(pool) => pool.advance(now),
+                    None => {}
                 }
             }
             Fate::Waiting { .. } | Fate::Left => self.depart(now),

@@ -178,6 +178,22 @@ impl Pool {
         self.orphans.push(due, Arc::downgrade(self));
     }
 
+    /// A service due to end at `due` ended at `now` instead (a sequence whose client left, or
+    /// that a fault cut): its server is free from `now`, and handed on.
+    pub fn cut_short(&self, due: Instant, now: Instant) {
+        let mut state = self.lock();
+        let now = state.clock(now);
+        let mut ends = std::mem::take(&mut state.ends).into_vec();
+        if let Some(end) = ends.iter_mut().find(|end| end.0 == due) {
+            *end = Reverse(now.min(due));
+        }
+        state.ends = ends.into();
+        let woken = self.replay(&mut state, now);
+        self.publish(&mut state, now);
+        drop(state);
+        woken.into_iter().for_each(Waker::wake);
+    }
+
     /// The pool's figures now (the ground truth reads them through [`PoolGauge`]).
     pub fn snapshot(&self) -> PoolTruth {
         let mut state = self.lock();

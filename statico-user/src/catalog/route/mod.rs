@@ -12,6 +12,7 @@
 //!
 //! [`spec`] is the user's text (flag or TOML), [`dist`] the latency distributions.
 
+pub mod asked;
 pub mod fortio;
 pub mod live;
 pub mod phase_spec;
@@ -27,6 +28,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
 use super::feed::{EventSource, Feed};
+use super::openai::OpenAi;
 use super::request::Request;
 use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
@@ -40,6 +42,7 @@ use crate::catalog::model::pause::Pauses;
 use crate::catalog::model::pool::{OrphanClock, Pool, Shed};
 use crate::catalog::model::schedule::Window;
 use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
+use asked::{Asked, Asking, Asks};
 use phase_spec::with_phases;
 use pool_spec::PoolSpec;
 use spec::{BodySpec, PathMatch, RoutePool, RouteSpec, StreamSpec};
@@ -135,6 +138,9 @@ struct Route {
     events: Option<Arc<EventSource>>,
     /// The `204 No Content` a reconnecting client gets whose `Last-Event-ID` is the last event.
     done_answer: Option<u8>,
+    /// An OpenAI-compatible backend's (`openai=on`): its 2xx answers are made per request, once
+    /// the request's body is in.
+    openai: Option<Arc<Asking>>,
 }
 
 #[derive(Clone, Debug)]
@@ -146,6 +152,8 @@ struct Answer {
     stream: Option<StreamAnswer>,
     /// Its body is the route's events (a streamed route's 2xx answers).
     streamed: bool,
+    /// It is made per request from the request's body (an openai route's 2xx answers).
+    asked: bool,
 }
 
 /// A route's answer body as written for one request: where it starts (when it may be held apart
@@ -172,6 +180,8 @@ pub struct RouteChoice {
     pub hold: Hold,
     /// A streamed answer's draw.
     pub stream: Option<StreamDraw>,
+    /// An openai route's 2xx answer: what its request asks, read once its body is in.
+    pub asks: Option<Asks>,
 }
 
 /// A worker's generator for the routes' draws.
@@ -270,7 +280,7 @@ impl Routes {
             return None;
         }
         let admission = route.admission.as_ref()?;
-        Some(admission.ticket(key, choice.hold.delay, recorder.clone(), now))
+        Some(admission.ticket(key, choice.hold.service(), recorder.clone(), now))
     }
 
     /// The answer a shed request gets instead of `choice`: the pool's status, or its fault.
@@ -289,6 +299,7 @@ impl Routes {
             answer: route.shed_answer.unwrap_or(choice.answer),
             hold,
             stream: None,
+            asks: None,
             ..*choice
         }
     }
@@ -318,6 +329,7 @@ impl Routes {
                 || !r.fault_cuts.is_empty()
                 || r.loaded
                 || r.events.is_some()
+                || r.openai.is_some()
         })
     }
 
@@ -384,6 +396,14 @@ impl Routes {
         }
     }
 
+    /// The answer to `choice` (an openai route's 2xx, see [`RouteChoice::asks`]) once its request's
+    /// body is `body`.
+    pub fn asked(&self, choice: RouteChoice, body: &[u8]) -> Asked {
+        let route = &self.routes[usize::from(choice.route)];
+        let asking = route.openai.as_ref().expect("only an openai route asks");
+        asking.asked(choice, body)
+    }
+
     /// Whether `choice`'s answer is a stream, whose body only the connection's close ends unless it
     /// is chunked.
     pub fn streamed(&self, choice: &RouteChoice) -> bool {
@@ -422,6 +442,9 @@ impl Routes {
             answer.admission = route.admission.clone();
         }
         answer.events = self.events(choice, false, recorder).map(Box::new);
+        if let (Some(asking), Some(_)) = (&route.openai, choice.asks) {
+            answer.awaits = Some(Box::new(asking.awaiting(*choice)));
+        }
         answer
     }
 
@@ -454,6 +477,9 @@ impl Route {
             BodySpec::Size(n) => generated.slice(..*n as usize),
         };
         let events = spec.stream.as_ref().map(|s| Arc::new(EventSource::new(s)));
+        if let (Some(_), PathMatch::Exact(_)) = (&spec.openai, &spec.path) {
+            anyhow::bail!("openai=on needs a path ending in /* (like /v1/*): it answers PREFIX/chat/completions, PREFIX/completions and PREFIX/models");
+        }
         if events.is_some()
             && (!body.is_empty() || spec.rate.is_some() || spec.body_delay.is_some())
         {
@@ -461,8 +487,11 @@ impl Route {
         }
         let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
         let mut answers = statuses
-            .map(|status| match (&spec.stream, status) {
-                (Some(stream), 200..=299) => Answer::streamed(status, spec, stream, base, streams),
+            .map(|status| match (&spec.stream, &spec.openai, status) {
+                (Some(stream), _, 200..=299) => {
+                    Answer::streamed(status, spec, stream, base, streams)
+                }
+                (_, Some(_), _) => Answer::openai(status, spec, base, streams),
                 _ => Answer::build(status, spec, base, &body, streams),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -473,8 +502,12 @@ impl Route {
             }
             None => None,
         };
-        let shed_answer = match shed {
-            Some(Shed::Status(status)) => {
+        let shed_answer = match (shed, &spec.openai) {
+            (Some(Shed::Status(status)), Some(_)) => {
+                answers.push(Answer::openai(status, spec, base, streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            (Some(Shed::Status(status)), None) => {
                 answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
                 Some((answers.len() - 1) as u8)
             }
@@ -499,7 +532,25 @@ impl Route {
             pausable: common.pauses.is_some(),
             events,
             done_answer,
-        })
+            openai: None,
+        }
+        .with_openai(spec, base, shed.is_some()))
+    }
+
+    /// The route with its openai preset, if it has one: its own outcomes (400, 404, 405) follow
+    /// `gone` and a pooled route's `shed`.
+    fn with_openai(mut self, spec: &RouteSpec, base: &ResponseSpec, pooled: bool) -> Route {
+        let (Some(openai), PathMatch::Prefix(prefix)) = (&spec.openai, &spec.path) else {
+            return self;
+        };
+        let fields = with_own_fields(&base.headers, &spec.headers)
+            .cloned()
+            .collect();
+        let gone = self.gone_outcome();
+        let refused = gone + 1 + u8::from(pooled);
+        let preset = OpenAi::new(prefix, openai);
+        self.openai = Some(Arc::new(Asking::new(preset, fields, refused, gone)));
+        self
     }
 
     /// How its held stream answers take their tickets: through `loads` if it has a load model,
@@ -518,7 +569,11 @@ impl Route {
     /// hold or its events, or by a pause, which may hold any answer (each then has its hold
     /// measured).
     fn ticketed(&self, choice: &RouteChoice) -> bool {
-        self.loaded || choice.hold.paces() || choice.stream.is_some() || self.pausable
+        self.loaded
+            || choice.hold.paces()
+            || choice.stream.is_some()
+            || choice.asks.is_some()
+            || self.pausable
     }
 
     /// How many statuses it draws from (its answers, less a pool's shed answer and a stream's
@@ -602,6 +657,15 @@ impl Route {
         };
         let delay = sample(&self.delay, draw);
         let body_delay = sample(&self.body_delay, draw);
+        let asks = match (&self.openai, self.answers[answer].asked) {
+            (Some(asking), true) => Some(Asks {
+                endpoint: asking
+                    .preset()
+                    .endpoint(request.method, path_of(request.target)),
+                seed: draw.next_u64(),
+            }),
+            _ => None,
+        };
         RouteChoice {
             route,
             answer: answer as u8,
@@ -616,8 +680,10 @@ impl Route {
                     outcome: outcome as u8,
                     generation,
                 }),
+                tail: Duration::ZERO,
             },
             stream,
+            asks,
         }
     }
 }
@@ -648,6 +714,30 @@ impl Answer {
             },
             body,
             streamed: false,
+            asked: false,
+        })
+    }
+
+    /// An openai route's answer with `status`: a 2xx is made per request ([`asked`]); any other
+    /// is whole, its body the error in OpenAI's shape, with the route's fields and
+    /// `Content-Type: application/json` unless the route gives its own.
+    fn openai(status: u16, spec: &RouteSpec, base: &ResponseSpec, streams: bool) -> Result<Answer> {
+        let mut own = vec![("Content-Type".to_string(), "application/json".to_string())];
+        own.retain(|(name, _)| {
+            !spec
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(name))
+        });
+        own.extend(spec.headers.iter().cloned());
+        let spec = RouteSpec {
+            headers: own,
+            ..spec.clone()
+        };
+        let body = Bytes::from(OpenAi::status_body(status));
+        Ok(Answer {
+            asked: (200..=299).contains(&status),
+            ..Answer::build(status, &spec, base, &body, streams)?
         })
     }
 
@@ -688,6 +778,7 @@ impl Answer {
             },
             body: Bytes::new(),
             streamed: true,
+            asked: false,
         })
     }
 }
@@ -704,7 +795,12 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
         anyhow::bail!("{} routes: at most {MAX_ROUTES}", specs.len());
     }
     for spec in specs {
-        let outcomes = 1 + spec.status_mix.len() + spec.faults.len() + 2; // and gone, shed
+        // And gone, shed, and an openai route's 400, 404, 405.
+        let outcomes = 1
+            + spec.status_mix.len()
+            + spec.faults.len()
+            + 2
+            + 3 * usize::from(spec.openai.is_some());
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
                 "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
@@ -832,6 +928,9 @@ fn route_info(spec: &RouteSpec, pooled: bool, phase: Option<String>) -> RouteInf
     outcomes.push("gone".into());
     if pooled {
         outcomes.push("shed".into());
+    }
+    if spec.openai.is_some() {
+        outcomes.extend(["400", "404", "405"].map(String::from));
     }
     RouteInfo {
         name: spec.name.clone(),

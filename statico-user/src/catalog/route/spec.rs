@@ -28,6 +28,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::{Spanned, Value};
@@ -136,6 +137,26 @@ pub struct RouteSpec {
     pub pool: Option<RoutePool>,
     /// The body streamed as events (`stream=`), instead of `body`.
     pub stream: Option<StreamSpec>,
+    /// An OpenAI-compatible backend (`openai=on`), instead of `body` and `stream`.
+    pub openai: Option<OpenAiSpec>,
+}
+
+/// An OpenAI-compatible backend's keys (`openai=on` and the keys that shape its tokens): see
+/// [`crate::catalog::openai`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpenAiSpec {
+    /// `model=NAME`, in order; empty: any model.
+    pub models: Vec<String>,
+    /// `tokens=`: output tokens drawn per request (else the request's `max_tokens`).
+    pub tokens: Option<Count>,
+    /// `first=`: from the head to the first token.
+    pub first: Option<Dist>,
+    /// `gap=`: between tokens.
+    pub gap: Option<Dist>,
+    /// `prefill=`: per prompt token, before the first token.
+    pub prefill: Option<Duration>,
+    /// `context=`: the context window, in tokens.
+    pub context: Option<u64>,
 }
 
 /// A streamed body (`stream=sse|ndjson|chunks` and its keys): each request gets `events` events,
@@ -191,6 +212,7 @@ impl RouteSpec {
             rate: None,
             pool: None,
             stream: None,
+            openai: None,
         }
     }
 }
@@ -212,10 +234,15 @@ enum Key {
     Gap,
     Event,
     EventSize,
+    OpenAi,
+    Model,
+    Tokens,
+    Prefill,
+    Context,
 }
 
 impl Key {
-    const ALL: [Key; 14] = [
+    const ALL: [Key; 19] = [
         Key::Status,
         Key::Body,
         Key::Size,
@@ -230,9 +257,15 @@ impl Key {
         Key::Gap,
         Key::Event,
         Key::EventSize,
+        Key::OpenAi,
+        Key::Model,
+        Key::Tokens,
+        Key::Prefill,
+        Key::Context,
     ];
 
-    /// The keys that shape a stream's events (they need `stream=`).
+    /// The keys that shape a stream's events (they need `stream=`; `first=` and `gap=` shape an
+    /// openai route's tokens too).
     const OF_STREAM: [Key; 5] = [
         Key::Events,
         Key::First,
@@ -240,6 +273,12 @@ impl Key {
         Key::Event,
         Key::EventSize,
     ];
+
+    /// The keys of an openai route's own (they need `openai=on`).
+    const OF_OPENAI: [Key; 4] = [Key::Model, Key::Tokens, Key::Prefill, Key::Context];
+
+    /// The stream keys an openai route's request and tokens replace.
+    const OF_EVENTS: [Key; 4] = [Key::Stream, Key::Events, Key::Event, Key::EventSize];
 
     /// The keys a stream's events replace.
     const OF_WHOLE_BODY: [Key; 4] = [Key::Body, Key::Size, Key::Rate, Key::BodyDelay];
@@ -260,12 +299,17 @@ impl Key {
             Key::Gap => "gap",
             Key::Event => "event",
             Key::EventSize => "event-size",
+            Key::OpenAi => "openai",
+            Key::Model => "model",
+            Key::Tokens => "tokens",
+            Key::Prefill => "prefill",
+            Key::Context => "context",
         }
     }
 }
 
 /// The known keys, for the unknown-key error.
-const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, pool, capacity, queue, queue-timeout, shed";
+const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, pool, capacity, queue, queue-timeout, shed";
 
 /// A route being filled in key by key: checks repeats and exclusions, then the key's parser.
 struct Builder<'a> {
@@ -308,7 +352,7 @@ impl<'a> Builder<'a> {
         let Some(key) = Key::ALL.into_iter().find(|k| k.name() == key) else {
             return Err(format!("unknown key {key:?}; expected one of {KEY_LIST}"));
         };
-        if key != Key::Header && self.seen.contains(&key) {
+        if !matches!(key, Key::Header | Key::Model) && self.seen.contains(&key) {
             return Err(format!("{} given twice", key.name()));
         }
         let other = match key {
@@ -337,7 +381,7 @@ impl<'a> Builder<'a> {
     /// The route, once every key is in: its pool named or its own (not both). `at` says where
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
-        self.route.stream = self.stream_spec()?;
+        (self.route.stream, self.route.openai) = self.stream_spec()?;
         let name = self.route.name.clone();
         self.route.pool = match self.pool(&name)? {
             PoolChange::Keep => None,
@@ -358,17 +402,26 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The stream the keys describe, if `stream=` was given; its keys without it, or a key its
-    /// events replace beside it, are refused naming both.
-    fn stream_spec(&mut self) -> Result<Option<StreamSpec>, String> {
+    /// The stream or the openai backend the keys describe, if `stream=` or `openai=on` was given;
+    /// their keys without them, or a key they replace beside them, are refused naming both.
+    fn stream_spec(&mut self) -> Result<(Option<StreamSpec>, Option<OpenAiSpec>), String> {
         let given = |key: &Key| self.seen.contains(key);
+        if self.stream.openai {
+            return self.openai_spec().map(|spec| (None, Some(spec)));
+        }
+        if let Some(key) = Key::OF_OPENAI.iter().find(|k| given(k)) {
+            return Err(format!(
+                "{} needs openai=on: it shapes an OpenAI-compatible backend's tokens",
+                key.name()
+            ));
+        }
         let Some(feed) = self.stream.feed else {
             return match Key::OF_STREAM.iter().find(|k| given(k)) {
                 Some(key) => Err(format!(
-                    "{} needs stream=sse|ndjson|chunks: it shapes a stream's events",
+                    "{} needs stream=sse|ndjson|chunks (or openai=on): it shapes a stream's events",
                     key.name()
                 )),
-                None => Ok(None),
+                None => Ok((None, None)),
             };
         };
         if let Some(key) = Key::OF_WHOLE_BODY.iter().find(|k| given(k)) {
@@ -378,13 +431,41 @@ impl<'a> Builder<'a> {
             ));
         }
         let keys = std::mem::take(&mut self.stream);
-        Ok(Some(StreamSpec {
+        let stream = StreamSpec {
             feed,
             events: keys.events.unwrap_or(Count::Fixed(DEFAULT_EVENTS)),
             first: keys.first,
             gap: keys.gap,
             event: keys.event.unwrap_or(EventSpec::Text(DEFAULT_EVENT.into())),
-        }))
+        };
+        Ok((Some(stream), None))
+    }
+
+    /// An openai route's keys: a body or a stream's own keys beside them are refused, naming
+    /// what replaces them.
+    fn openai_spec(&mut self) -> Result<OpenAiSpec, String> {
+        let given = |key: &Key| self.seen.contains(key);
+        if let Some(key) = Key::OF_WHOLE_BODY.iter().find(|k| given(k)) {
+            return Err(format!(
+                "{} can't be given with openai=on: the answer is the completion the request asks for (tokens=, first=, gap=, prefill= shape it)",
+                key.name()
+            ));
+        }
+        if let Some(key) = Key::OF_EVENTS.iter().find(|k| given(k)) {
+            return Err(format!(
+                "{} can't be given with openai=on: the request's \"stream\" field chooses a stream, tokens= how many tokens, and the tokens are statico's words",
+                key.name()
+            ));
+        }
+        let keys = std::mem::take(&mut self.stream);
+        Ok(OpenAiSpec {
+            models: keys.models,
+            tokens: keys.tokens,
+            first: keys.first,
+            gap: keys.gap,
+            prefill: keys.prefill,
+            context: keys.context,
+        })
     }
 
     /// Parses `value` for `key` into the route (a stream key into the stream's keys).
@@ -397,6 +478,11 @@ impl<'a> Builder<'a> {
             Key::Gap => stream.gap = Some(parse_wait(value)?),
             Key::Event => stream.event = Some(EventSpec::Text(value.into())),
             Key::EventSize => stream.event = Some(EventSpec::Size(parse_event_size(value)?)),
+            Key::OpenAi => stream.openai = parse_on(value)?,
+            Key::Model => stream.models.push(parse_model(value)?),
+            Key::Tokens => stream.tokens = Some(Count::parse(value)?),
+            Key::Prefill => stream.prefill = Some(parse_prefill(value)?),
+            Key::Context => stream.context = Some(parse_context(value)?),
             _ => return self.apply_to_route(key, value),
         }
         Ok(())
@@ -425,7 +511,7 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// The stream keys as given, in any order.
+/// The stream's and the openai backend's keys as given, in any order.
 #[derive(Debug, Default)]
 struct StreamKeys {
     feed: Option<Feed>,
@@ -433,6 +519,52 @@ struct StreamKeys {
     first: Option<Dist>,
     gap: Option<Dist>,
     event: Option<EventSpec>,
+    openai: bool,
+    models: Vec<String>,
+    tokens: Option<Count>,
+    prefill: Option<Duration>,
+    context: Option<u64>,
+}
+
+/// `openai=on|off`.
+fn parse_on(value: &str) -> Result<bool, String> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{value:?}: expected on or off")),
+    }
+}
+
+/// `model=NAME`: a model name as OpenAI's API carries it (no spaces or quotes).
+fn parse_model(value: &str) -> Result<String, String> {
+    match !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+    {
+        true => Ok(value.to_owned()),
+        false => Err(format!(
+            "{value:?} is not a model name: printable ASCII, no quotes"
+        )),
+    }
+}
+
+/// `prefill=DUR`: a fixed time per prompt token.
+fn parse_prefill(value: &str) -> Result<Duration, String> {
+    match Dist::parse(value)? {
+        Dist::Fixed(d) => Ok(d),
+        _ => Err(format!(
+            "{value:?}: prefill is one duration per prompt token (like 50us), not a distribution"
+        )),
+    }
+}
+
+/// `context=N`: tokens, at least 1.
+fn parse_context(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{value:?} is not a number of tokens (at least 1)")),
+    }
 }
 
 /// A stream's `first=` or `gap=`: any distribution but `inflight:BASE:PER`, which models the time
@@ -521,6 +653,9 @@ pub struct RoutePatch {
     /// A stream (`stream=` and its keys, all given anew), which replaces the route's body; a body
     /// (`body=`, `size=`) replaces the route's stream.
     pub stream: Option<StreamSpec>,
+    /// An OpenAI-compatible backend (`openai=on` and its keys, all given anew), which replaces the
+    /// route's body or stream; a body or a stream replaces it.
+    pub openai: Option<OpenAiSpec>,
 }
 
 impl RoutePatch {
@@ -536,7 +671,7 @@ impl RoutePatch {
             builder.set(key, value)?;
         }
         let pool = builder.pool("")?;
-        let stream = builder.stream_spec()?;
+        let (stream, openai) = builder.stream_spec()?;
         let given = |key: Key| builder.seen.contains(&key);
         let status_given = given(Key::Status);
         let body_given = given(Key::Body) || given(Key::Size);
@@ -553,6 +688,7 @@ impl RoutePatch {
             rate: route.rate,
             pool,
             stream,
+            openai,
         })
     }
 
@@ -570,11 +706,15 @@ impl RoutePatch {
         }
         replace(&mut route.body, &self.body);
         if self.body.is_some() {
-            route.stream = None;
+            (route.stream, route.openai) = (None, None);
         }
         if let Some(stream) = &self.stream {
             (route.body, route.rate, route.body_delay) = (BodySpec::Empty, None, None);
-            route.stream = Some(stream.clone());
+            (route.stream, route.openai) = (Some(stream.clone()), None);
+        }
+        if let Some(openai) = &self.openai {
+            (route.body, route.rate, route.body_delay) = (BodySpec::Empty, None, None);
+            (route.stream, route.openai) = (None, Some(openai.clone()));
         }
         replace(&mut route.headers, &self.headers);
         replace(&mut route.faults, &self.faults);
@@ -800,6 +940,11 @@ pub(super) struct TomlRoute {
     event: Option<Spanned<Value>>,
     #[serde(rename = "event-size")]
     event_size: Option<Spanned<Value>>,
+    openai: Option<Spanned<Value>>,
+    model: Option<Spanned<Value>>,
+    tokens: Option<Spanned<Value>>,
+    prefill: Option<Spanned<Value>>,
+    context: Option<Spanned<Value>>,
     pool: Option<Spanned<Value>>,
     capacity: Option<Spanned<Value>>,
     queue: Option<Spanned<Value>>,
@@ -855,10 +1000,15 @@ pub(super) fn toml_route(
         (Key::Gap, &route.gap),
         (Key::Event, &route.event),
         (Key::EventSize, &route.event_size),
+        (Key::OpenAi, &route.openai),
+        (Key::Model, &route.model),
+        (Key::Tokens, &route.tokens),
+        (Key::Prefill, &route.prefill),
+        (Key::Context, &route.context),
     ];
     for (key, value) in keyed {
         let Some(value) = value else { continue };
-        let values = if key == Key::Header {
+        let values = if matches!(key, Key::Header | Key::Model) {
             texts(key.name(), value)?
         } else {
             vec![one_text(key.name(), value)?]

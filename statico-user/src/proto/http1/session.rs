@@ -87,6 +87,8 @@ pub struct Session {
     /// still arriving), unless it is the single response. Boxed: rare; within one call the choice
     /// stays on the stack.
     choice: Option<Box<Choice>>,
+    /// The body of a request whose answer is made from it ([`View::wants_body`]), as it arrives.
+    body: Option<Vec<u8>>,
 }
 
 /// The interim response that switches an upgraded connection to HTTP/2.
@@ -100,6 +102,7 @@ impl Session {
             h2c: false,
             upgrade: None,
             choice: None,
+            body: None,
         }
     }
 
@@ -128,7 +131,7 @@ impl Session {
     ) -> Batch {
         let mut choice = self.choice.take().map(|c| *c);
         let batch = self.process_requests(input, out, catalog, pace, dumper, &mut choice);
-        self.choice = choice.filter(|c| *c != Choice::One).map(Box::new);
+        self.choice = choice.filter(|c| !matches!(c, Choice::One)).map(Box::new);
         batch
     }
 
@@ -154,13 +157,20 @@ impl Session {
                         && info.body == crate::proto::http1::parser::BodyFraming::None)
                         .then(|| crate::proto::detect::UpgradeRequest::from_head(raw).map(Box::new))
                         .flatten();
-                    *choice = Some(catalog.choose(|| request_view(raw)));
+                    let chosen = catalog.choose(|| request_view(raw));
+                    self.body = catalog.wants_body(&chosen).then(Vec::new);
+                    *choice = Some(chosen);
                     // Ask for the body only if it has not started to arrive already.
                     if info.expect_continue && after == input.len() {
                         out.extend_from_slice(CONTINUE);
                     }
                 }
-                Event::Body(bytes) => dumper.request_body(bytes),
+                Event::Body(bytes) => {
+                    dumper.request_body(bytes);
+                    if let Some(body) = &mut self.body {
+                        crate::catalog::openai::keep_body(body, bytes);
+                    }
+                }
                 Event::End(info) => {
                     batch.consumed = after;
                     if let Some(upgrade) = self.upgrade.take() {
@@ -171,7 +181,10 @@ impl Session {
                     batch.requests += 1;
                     batch.responses += 1;
                     let framing = framing(&info);
-                    let choice = choice.take().unwrap_or(Choice::One);
+                    let mut choice = choice.take().unwrap_or(Choice::One);
+                    if let Some(body) = self.body.take() {
+                        choice = catalog.asked(choice, &body);
+                    }
                     if dumper.on() {
                         let mut copy = Vec::new();
                         catalog.write(choice.uncounted(), framing, info.head_only, &mut copy);

@@ -55,7 +55,7 @@ pub fn begin<'a>(
     verbose: u8,
 ) -> Begun<'a> {
     let complete = request.body().is_end_stream();
-    if !complete || verbose > 0 || answer.admission.is_some() {
+    if !complete || verbose > 0 || answer.admission.is_some() || answer.awaits_body() {
         let whole = answered(request, respond, answer, settings, counters, verbose);
         return Begun::Pending(Box::pin(whole));
     }
@@ -85,9 +85,19 @@ async fn answered(
     if verbose > 0 {
         crate::observe::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
     }
-    if !read_body(request.into_body(), &mut respond, settings, counters).await {
+    let mut body = answer.awaits_body().then(Vec::new);
+    if !read_body(
+        request.into_body(),
+        &mut respond,
+        settings,
+        counters,
+        &mut body,
+    )
+    .await
+    {
         return Ended::Done;
     }
+    let answer = answer.answered(&body.unwrap_or_default());
     counters.add(Counter::Requests, 1);
     let arrived = Instant::now();
     let mut delivering = Delivering::new(respond, answer, Some(arrived), head_only, verbose);
@@ -290,14 +300,16 @@ impl Delivering {
     }
 }
 
-/// Reads a stream's request body to its end, releasing flow-control capacity as it goes. A body over
-/// `--max-body-size` gets 413, one that pauses longer than `--header-timeout` is cancelled (counted as
-/// a timeout); both reset the stream. Returns whether the body ended well.
+/// Reads a stream's request body to its end, releasing flow-control capacity as it goes, into
+/// `kept` if the answer is made from it. A body over `--max-body-size` gets 413, one that pauses
+/// longer than `--header-timeout` is cancelled (counted as a timeout); both reset the stream.
+/// Returns whether the body ended well.
 async fn read_body(
     mut body: h2::RecvStream,
     respond: &mut h2::server::SendResponse<Bytes>,
     settings: H2Settings,
     counters: &WorkerCounters,
+    kept: &mut Option<Vec<u8>>,
 ) -> bool {
     let mut received: u64 = 0;
     loop {
@@ -316,6 +328,9 @@ async fn read_body(
         };
         received += data.len() as u64;
         let _ = body.flow_control().release_capacity(data.len());
+        if let Some(kept) = kept {
+            crate::catalog::openai::keep_body(kept, &data);
+        }
         if received > settings.max_body {
             refuse_body(body, respond, settings, counters).await;
             return false;

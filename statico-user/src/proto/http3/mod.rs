@@ -602,7 +602,9 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
     if options.verbose > 0 {
         crate::observe::dump::stream_request(&head, "HTTP/3", stream.id(), options.verbose);
     }
-    match read_body(&mut stream, &head, &options).await {
+    let response = thread.answer(&head);
+    let mut kept = response.awaits_body().then(Vec::new);
+    match read_body(&mut stream, &head, &options, &mut kept).await {
         Body::Read => {}
         Body::TooLarge => {
             refuse_body(&mut stream).await;
@@ -611,7 +613,7 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
         Body::Broken => return Ended::Done,
     }
     let arrived = std::time::Instant::now();
-    let mut response = thread.answer(&head);
+    let mut response = response.answered(&kept.unwrap_or_default());
     let head_only = head.method() == http::Method::HEAD;
     let mut delivery = response.delivery(Some(arrived), head_only);
     let (recorder, admission) = (response.recorder.take(), response.admission.take());
@@ -691,8 +693,14 @@ enum Body {
     Broken,
 }
 
-/// Reads a request body to its end and drops it, each pause at most `--header-timeout`.
-async fn read_body(stream: &mut Stream, head: &http::Request<()>, options: &Http3Options) -> Body {
+/// Reads a request body to its end, each pause at most `--header-timeout`, into `kept` if the
+/// answer is made from it (else it is dropped).
+async fn read_body(
+    stream: &mut Stream,
+    head: &http::Request<()>,
+    options: &Http3Options,
+    kept: &mut Option<Vec<u8>>,
+) -> Body {
     let declared = head
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -703,8 +711,16 @@ async fn read_body(stream: &mut Stream, head: &http::Request<()>, options: &Http
     let mut received = 0u64;
     loop {
         match tokio::time::timeout(options.header_timeout, stream.recv_data()).await {
-            Ok(Ok(Some(chunk))) => {
+            Ok(Ok(Some(mut chunk))) => {
                 received += chunk.remaining() as u64;
+                if let Some(kept) = kept {
+                    while chunk.has_remaining() {
+                        let piece = chunk.chunk();
+                        crate::catalog::openai::keep_body(kept, piece);
+                        let n = piece.len();
+                        chunk.advance(n);
+                    }
+                }
                 if received > options.max_body {
                     return Body::TooLarge;
                 }
