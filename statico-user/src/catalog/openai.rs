@@ -93,6 +93,8 @@ pub struct Reply {
     pub tail: Duration,
     /// Refused before any token (a 4xx of the API's own, not one of the route's statuses).
     pub refused: bool,
+    /// The prompt's tokens, and the tokens of a whole answer (a stream's go as its events).
+    pub tokens: (u64, u64),
 }
 
 /// What a request asked for, read from its JSON.
@@ -192,6 +194,7 @@ impl OpenAi {
         if tokens.ask.stream {
             let tail = Events::new(tokens.clone(), draw, false, fault, None).total_wait();
             return Reply {
+                tokens: (tokens.ask.prompt, 0),
                 stream: Some((tokens, draw)),
                 tail,
                 ..whole(200, Vec::new())
@@ -200,6 +203,7 @@ impl OpenAi {
         let wait = Events::new(tokens.clone(), draw, false, None, None).total_wait();
         Reply {
             wait,
+            tokens: (tokens.ask.prompt, u64::from(count)),
             ..whole(200, tokens.completion())
         }
     }
@@ -464,6 +468,7 @@ fn whole(status: u16, body: Vec<u8>) -> Reply {
         wait: Duration::ZERO,
         tail: Duration::ZERO,
         refused: false,
+        tokens: (0, 0),
     }
 }
 

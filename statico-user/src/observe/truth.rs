@@ -70,8 +70,13 @@ pub struct RouteInfo {
     pub expected: Option<(Duration, Duration)>,
     /// Its requests queue in a pool: their wait is recorded.
     pub pooled: bool,
-    /// It streams its body as events (`stream=`): their timing is recorded.
+    /// It streams its body as events (`stream=`, `openai=on`): their timing is recorded.
     pub streamed: bool,
+    /// Its pool, an index into the pools the truth is given ([`GroundTruth::with_pools`]).
+    pub pool: Option<usize>,
+    /// An OpenAI-compatible backend's (`openai=on`): the model it names first, the `model_name`
+    /// of its vLLM metrics. Its tokens are counted.
+    pub model: Option<String>,
 }
 
 /// A pool's figures at one moment, as the ground truth and the metrics show them (an entry of the
@@ -141,6 +146,13 @@ pub struct StreamTruth {
     /// How late each event went, past its due time (the head's plus the waits drawn up to it).
     #[serde(rename = "late_us")]
     pub late: Summary,
+    /// An openai route's prompt tokens, over every request it made an answer for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// An openai route's output tokens given out: its streams' events and its whole answers'
+    /// tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
 }
 
 /// A histogram's count and percentiles, in microseconds (all zero when it is empty); in the
@@ -220,6 +232,9 @@ struct Tally {
 struct StreamTally {
     events: u64,
     left: u64,
+    /// An openai route's prompt tokens, and the tokens of its whole (not streamed) answers.
+    prompt_tokens: u64,
+    whole_tokens: u64,
     first: Histogram<u64>,
     gap: Histogram<u64>,
     late: Histogram<u64>,
@@ -230,6 +245,8 @@ impl StreamTally {
         StreamTally {
             events: 0,
             left: 0,
+            prompt_tokens: 0,
+            whole_tokens: 0,
             first: empty_histogram(),
             gap: empty_histogram(),
             late: empty_histogram(),
@@ -247,6 +264,8 @@ impl StreamTally {
     fn subtract(&mut self, other: &StreamTally) {
         self.events = self.events.saturating_sub(other.events);
         self.left = self.left.saturating_sub(other.left);
+        self.prompt_tokens = self.prompt_tokens.saturating_sub(other.prompt_tokens);
+        self.whole_tokens = self.whole_tokens.saturating_sub(other.whole_tokens);
         for (mine, theirs) in self.histograms_mut().into_iter().zip(other.histograms()) {
             let _ = mine.subtract(theirs);
         }
@@ -255,18 +274,23 @@ impl StreamTally {
     fn add(&mut self, other: &StreamTally) {
         self.events += other.events;
         self.left += other.left;
+        self.prompt_tokens += other.prompt_tokens;
+        self.whole_tokens += other.whole_tokens;
         for (mine, theirs) in self.histograms_mut().into_iter().zip(other.histograms()) {
             mine.add(theirs).expect("histograms share bounds");
         }
     }
 
-    fn truth(&self) -> StreamTruth {
+    /// Its truth; `tokens`: an openai route's, whose tokens are counted.
+    fn truth(&self, tokens: bool) -> StreamTruth {
         StreamTruth {
             events: self.events,
             left: self.left,
             first: Summary::of(&self.first),
             gap: Summary::of(&self.gap),
             late: Summary::of(&self.late),
+            prompt_tokens: tokens.then_some(self.prompt_tokens),
+            completion_tokens: tokens.then_some(self.events + self.whole_tokens),
         }
     }
 }
@@ -533,6 +557,17 @@ impl GroundTruth {
         }
     }
 
+    /// An openai route made an answer for a prompt of `prompt` tokens, `whole` of its tokens in a
+    /// whole answer (a stream's are counted as its events).
+    pub fn record_tokens(&self, recorder: usize, route: usize, prompt: u64, whole: u64) {
+        if let Some(mut slot) = self.slot(recorder, route) {
+            if let Some(stream) = self.tally(&mut slot, route).stream.as_mut() {
+                stream.prompt_tokens += prompt;
+                stream.whole_tokens += whole;
+            }
+        }
+    }
+
     /// A streamed route's client left before the stream's last event: the answer counted as
     /// `outcome` when its head went counts as `gone` instead.
     pub fn record_left(&self, recorder: usize, route: usize, outcome: usize, gone: usize) {
@@ -651,6 +686,7 @@ impl GroundTruth {
         let mut families = vec![self.requests_family(&merged)];
         families.extend(self.histogram_families(&merged));
         families.extend(self.stream_families(&merged));
+        families.extend(self.vllm_families(&merged));
         families.extend(self.pools_families());
         families.extend(self.changes_families());
         encode(families, out);
@@ -700,7 +736,12 @@ impl GroundTruth {
         let families = histograms.into_iter().map(|(metric, help, histogram_of)| {
             let mut family = Family::histogram(metric, help);
             for (route, tally) in self.routes.iter().zip(merged) {
-                add_buckets(&mut family, route, histogram_of(tally), &route.bounds_ns);
+                add_buckets(
+                    &mut family,
+                    &route.labels,
+                    histogram_of(tally),
+                    &route.bounds_ns,
+                );
             }
             family
         });
@@ -760,11 +801,108 @@ impl GroundTruth {
         let histograms = histograms.into_iter().map(|(metric, help, histogram_of)| {
             let mut family = Family::histogram(metric, help);
             for (route, stream) in &streamed {
-                add_buckets(&mut family, route, histogram_of(stream), &bounds_ns);
+                add_buckets(&mut family, &route.labels, histogram_of(stream), &bounds_ns);
             }
             family
         });
         counters.chain(histograms).collect()
+    }
+
+    /// An openai route's metrics under the names vLLM gives them (which load-aware gateways
+    /// read), labelled `model_name`: its pool's `vllm:num_requests_running` (in service),
+    /// `vllm:num_requests_waiting` (queued) and `vllm:kv_cache_usage_perc` (in service ÷
+    /// capacity); the token counters; and as histograms, the drawn wait from the head to the
+    /// first token (`vllm:time_to_first_token_seconds`), the drawn gaps
+    /// (`vllm:inter_token_latency_seconds`) and the time held, from the request's last byte to
+    /// the last token (`vllm:e2e_request_latency_seconds`). Nothing when no route is one.
+    fn vllm_families(&self, merged: &[Tally]) -> Vec<Family> {
+        let served: Vec<(&Route, &str, &Tally, &StreamTally)> = (self.routes.iter().zip(merged))
+            .filter_map(|(r, t)| Some((r, r.info.model.as_deref()?, t, t.stream.as_deref()?)))
+            .collect();
+        if served.is_empty() {
+            return Vec::new();
+        }
+        let pools = self.pools_raw();
+        let model = |name: &str| vec![label("model_name", name)];
+        type Gauge = (&'static str, &'static str, fn(&PoolTruth) -> f64);
+        let gauges: [Gauge; 3] = [
+            (
+                "vllm:num_requests_running",
+                "Requests in service (their sequences hold a server of the route's pool).",
+                |p| p.in_service as f64,
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "Requests waiting for a server of the route's pool.",
+                |p| p.queued as f64,
+            ),
+            (
+                "vllm:kv_cache_usage_perc",
+                "The route's pool in service over its capacity (0 to 1).",
+                |p| p.in_service as f64 / p.capacity.max(1) as f64,
+            ),
+        ];
+        let mut families = Vec::new();
+        for (metric, help, value) in gauges {
+            let mut family = Family::gauge(metric, help);
+            for (route, name, _, _) in &served {
+                let pool = route.info.pool.and_then(|i| pools.get(i));
+                family.sample(model(name), pool.map_or(0.0, value));
+            }
+            families.push(family);
+        }
+        type Counted = fn(&StreamTally) -> u64;
+        let counters: [(&str, &str, Counted); 2] = [
+            (
+                "vllm:prompt_tokens_total",
+                "Prompt tokens of the requests answered (estimated: a token per 4 bytes of text).",
+                |s| s.prompt_tokens,
+            ),
+            (
+                "vllm:generation_tokens_total",
+                "Output tokens given out.",
+                |s| s.events + s.whole_tokens,
+            ),
+        ];
+        for (metric, help, value) in counters {
+            let mut family = Family::counter(metric, help);
+            for (_, name, _, stream) in &served {
+                family.sample(model(name), value(stream) as f64);
+            }
+            families.push(family);
+        }
+        type Of = for<'t> fn(&'t Tally, &'t StreamTally) -> &'t Histogram<u64>;
+        let histograms: [(&str, &str, Of); 3] = [
+            (
+                "vllm:time_to_first_token_seconds",
+                "The wait drawn from a stream's head to its first token (first= and prefill=).",
+                |_, s| &s.first,
+            ),
+            (
+                "vllm:inter_token_latency_seconds",
+                "The gaps drawn between tokens (gap=).",
+                |_, s| &s.gap,
+            ),
+            (
+                "vllm:e2e_request_latency_seconds",
+                "Time held, from the request's last byte to its last token.",
+                |t, _| &t.held,
+            ),
+        ];
+        let bounds_ns = bucket_bounds_ns(None);
+        for (metric, help, histogram_of) in histograms {
+            let mut family = Family::histogram(metric, help);
+            for (_, name, tally, stream) in &served {
+                add_buckets(
+                    &mut family,
+                    &model(name),
+                    histogram_of(tally, stream),
+                    &bounds_ns,
+                );
+            }
+            families.push(family);
+        }
+        families
     }
 
     /// The routes table's generation, and the pauses (with pauses possible).
@@ -845,7 +983,7 @@ fn route_truth(info: &RouteInfo, tally: &Tally) -> RouteTruth {
         drawn: Summary::of(&tally.drawn),
         off: Summary::of(&tally.off),
         wait: tally.wait.as_ref().map(Summary::of).unwrap_or_default(),
-        stream: tally.stream.as_deref().map(StreamTally::truth),
+        stream: (tally.stream.as_deref()).map(|s| s.truth(info.model.is_some())),
     }
 }
 
@@ -893,12 +1031,17 @@ fn round_to_4_significant(x: f64) -> u64 {
 }
 
 /// `route`'s sample of a histogram family: `histogram` over the buckets `bounds_ns`.
-fn add_buckets(family: &mut Family, route: &Route, histogram: &Histogram<u64>, bounds_ns: &[u64]) {
+fn add_buckets(
+    family: &mut Family,
+    labels: &[LabelPair],
+    histogram: &Histogram<u64>,
+    bounds_ns: &[u64],
+) {
     let les = bounds_ns.iter().map(|&bound| bound as f64 / 1e9);
     let cumulative = les.zip(cumulative_counts(histogram, bounds_ns));
     let count = histogram.len();
     let sum_seconds = histogram.mean() * count as f64 / 1e9;
-    family.buckets(route.labels.clone(), cumulative, sum_seconds, count);
+    family.buckets(labels.to_vec(), cumulative, sum_seconds, count);
 }
 
 /// How many of `histogram`'s values are at or below each bound (cumulative).
@@ -1050,6 +1193,8 @@ mod tests {
             expected,
             pooled: false,
             streamed: false,
+            pool: None,
+            model: None,
         }
     }
 

@@ -752,6 +752,8 @@ mod tests {
                 expected: None,
                 pooled: true,
                 streamed: false,
+                pool: Some(0),
+                model: None,
             };
             Pooled {
                 loads: Arc::new(Loads::new(

@@ -103,6 +103,14 @@ impl Recorder {
         }
     }
 
+    /// An openai answer `key` was made for a prompt of `prompt` tokens, `whole` of its tokens in
+    /// a whole answer (a stream's count as its events).
+    pub fn record_tokens(&self, key: TruthKey, prompt: u64, whole: u64) {
+        if key.generation == self.truth.generation() {
+            (self.truth).record_tokens(self.slot, usize::from(key.route), prompt, whole);
+        }
+    }
+
     /// A streamed answer `key` was left by its client before its last event: it counts as
     /// outcome `gone` instead.
     pub fn record_left(&self, key: TruthKey, gone: u8) {

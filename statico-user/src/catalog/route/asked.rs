@@ -145,6 +145,7 @@ impl Asked {
         out: &mut impl Sink,
         recorder: Option<&Recorder>,
     ) -> RouteBody {
+        self.record_tokens(recorder);
         let fields = self.fields();
         let length = (!self.streamed()).then_some(self.reply.body.len());
         write_head(out, self.reply.status, fields.iter(), length, framing, date);
@@ -177,6 +178,7 @@ impl Asked {
         if !self.streamed() {
             headers.insert(http::header::CONTENT_LENGTH, self.reply.body.len().into());
         }
+        self.record_tokens(drawn.recorder.as_ref());
         let events = self.events(false, drawn.recorder.as_ref()).map(Box::new);
         StreamAnswer {
             status: http::StatusCode::from_u16(self.reply.status).unwrap_or(http::StatusCode::OK),
@@ -186,6 +188,16 @@ impl Asked {
             admission: drawn.admission.filter(|_| !self.at_once),
             events,
             ..drawn
+        }
+    }
+
+    /// Records the answer's tokens (a counted answer's: not a copy written for `-v`'s dump).
+    fn record_tokens(&self, recorder: Option<&Recorder>) {
+        let (prompt, whole) = self.reply.tokens;
+        if let (Some(recorder), Some(key)) = (recorder, self.choice.hold.truth) {
+            if prompt + whole > 0 {
+                recorder.record_tokens(key, prompt, whole);
+            }
         }
     }
 

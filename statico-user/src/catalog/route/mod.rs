@@ -45,7 +45,7 @@ use crate::observe::truth::{GroundTruth, PoolGauge, RouteInfo};
 use asked::{Asked, Asking, Asks};
 use phase_spec::with_phases;
 use pool_spec::PoolSpec;
-use spec::{BodySpec, PathMatch, RoutePool, RouteSpec, StreamSpec};
+use spec::{BodySpec, OpenAiSpec, PathMatch, RoutePool, RouteSpec, StreamSpec};
 use table::Table;
 
 /// What every routes table of one server is built with and shares with the tables before and
@@ -221,7 +221,7 @@ impl Routes {
         }
         let generation = previous.map_or(1, |p| p.generation.wrapping_add(1));
         let info = (phased.specs.iter().zip(&pool_of).enumerate())
-            .map(|(i, (s, p))| route_info(s, p.is_some(), phased.phase_name(i)))
+            .map(|(i, (s, p))| route_info(s, *p, phased.phase_name(i)))
             .collect();
         let loads = (phased.specs.iter().zip(&routes).zip(&pool_of))
             .map(|((spec, route), pool)| route_load(spec, route, *pool))
@@ -884,6 +884,32 @@ fn describe_stream(stream: &StreamSpec) -> String {
     )
 }
 
+/// An openai route as the start-up lines show it: `, an OpenAI-compatible backend (models any;
+/// tokens max_tokens, first 0s, gap 20ms, prefill 0s per prompt token)`.
+fn describe_openai(openai: Option<&OpenAiSpec>) -> String {
+    let Some(o) = openai else {
+        return String::new();
+    };
+    let wait = |d: &Option<Dist>| d.as_ref().map_or("0s".to_string(), Dist::to_string);
+    let models = match o.models.is_empty() {
+        true => "any".to_string(),
+        false => o.models.join(", "),
+    };
+    let tokens = o
+        .tokens
+        .as_ref()
+        .map_or("max_tokens".into(), |t| t.to_string());
+    let prefill = humantime::format_duration(o.prefill.unwrap_or_default());
+    let context = o
+        .context
+        .map_or(String::new(), |c| format!(", context {c}"));
+    format!(
+        ", an OpenAI-compatible backend (models {models}; tokens {tokens}, first {}, gap {}, prefill {prefill} per prompt token{context})",
+        wait(&o.first),
+        wait(&o.gap)
+    )
+}
+
 /// A route as the start-up lines show it: its name, then what it answers with.
 pub fn describe(spec: &RouteSpec) -> String {
     let mut s = format!("{} → {}", spec.name, spec.status);
@@ -891,6 +917,7 @@ pub fn describe(spec: &RouteSpec) -> String {
         s.push_str(&format!(", {status} {}%", p * 100.0));
     }
     match (&spec.body, &spec.stream) {
+        _ if spec.openai.is_some() => s.push_str(&describe_openai(spec.openai.as_ref())),
         (_, Some(stream)) => s.push_str(&describe_stream(stream)),
         (BodySpec::Empty, None) => s.push_str(", empty body"),
         (BodySpec::Text(b), None) => s.push_str(&format!(", {} bytes", b.len())),
@@ -921,7 +948,8 @@ pub fn describe(spec: &RouteSpec) -> String {
 
 /// What the ground truth knows of a route: its name, outcomes (its statuses, its faults, `gone`,
 /// and `shed` when it is pooled) and delay range.
-fn route_info(spec: &RouteSpec, pooled: bool, phase: Option<String>) -> RouteInfo {
+fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> RouteInfo {
+    let pooled = pool.is_some();
     let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
     let mut outcomes: Vec<String> = statuses.map(|s| s.to_string()).collect();
     outcomes.extend(spec.faults.iter().map(|(f, _)| f.name().to_string()));
@@ -937,7 +965,14 @@ fn route_info(spec: &RouteSpec, pooled: bool, phase: Option<String>) -> RouteInf
         phase,
         outcomes,
         pooled,
-        streamed: spec.stream.is_some(),
+        streamed: spec.stream.is_some() || spec.openai.is_some(),
+        pool,
+        model: (spec.openai.as_ref()).map(|o| {
+            o.models
+                .first()
+                .map_or(super::openai::ANY_MODEL, String::as_str)
+                .to_owned()
+        }),
         expected: spec
             .delay
             .as_ref()
