@@ -34,6 +34,15 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Held by aiperf's test, whose dozen Python processes take most of a core for ten seconds, and by
+/// the tests here that time tokens to within [`SLACK`]: they take turns rather than share the cores.
+fn quiet() -> std::sync::MutexGuard<'static, ()> {
+    static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    QUIET
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// statico with `--route SPEC` for each of `routes`, `--metrics` (where the ground truth is read) and
 /// `extra`.
 fn start(routes: &[&str], extra: &[&str]) -> Server {
@@ -1010,6 +1019,7 @@ fn h2_post(s: &Server, path: &str, body: &str) -> H2Answer {
 
 #[test]
 fn http2_each_token_is_its_own_data_frame_and_a_whole_answer_is_json() {
+    let _quiet = quiet();
     let s = start(&["/v1/* openai=on tokens=4 gap=30ms"], &["--http2"]);
     for kind in [Kind::Chat, Kind::Completion] {
         let body = kind.body(json!({"stream": true, "stream_options": {"include_usage": true}}));
@@ -1094,6 +1104,7 @@ mod http3 {
 
     #[test]
     fn http3_streams_each_token_as_its_own_piece_and_answers_whole() {
+        let _quiet = super::quiet();
         let dir = scratch("openai");
         let s = start(&dir, &["--route", "/v1/* openai=on tokens=4 gap=30ms"]);
         let body =
@@ -1172,6 +1183,7 @@ fn assert_due(times: &[Duration], ttft: Duration, gap: Duration) {
 
 #[test]
 fn ttft_is_delay_plus_first_plus_prefill_per_prompt_token_and_itl_is_gap() {
+    let _quiet = quiet();
     let s = start(
         &[
             "/plain/* openai=on tokens=3 first=200ms",
@@ -1250,6 +1262,7 @@ fn stream_in_thread(s: &Server, path: &str, body: String) -> thread::JoinHandle<
 
 #[test]
 fn with_capacity_1_a_second_stream_waits_for_the_firsts_last_token() {
+    let _quiet = quiet();
     let s = start(&["/v1/* openai=on tokens=4 gap=100ms capacity=1"], &[]);
     let body = || Kind::Chat.body(json!({"stream": true}));
     let first = stream_in_thread(&s, "/v1/chat/completions", body());
@@ -1275,6 +1288,7 @@ fn with_capacity_1_a_second_stream_waits_for_the_firsts_last_token() {
 
 #[test]
 fn with_capacity_1_a_client_that_leaves_mid_stream_frees_the_slot_at_once() {
+    let _quiet = quiet();
     // 40 tokens 50 ms apart: the first stream would hold the slot for 2 s.
     let s = start(&["/v1/* openai=on tokens=40 gap=50ms capacity=1"], &[]);
     let body = Kind::Chat.body(json!({"stream": true, "max_tokens": 100}));
@@ -1309,6 +1323,7 @@ fn with_capacity_1_a_client_that_leaves_mid_stream_frees_the_slot_at_once() {
 
 #[test]
 fn with_capacity_1_an_http2_stream_the_client_cancels_frees_the_slot_at_once() {
+    let _quiet = quiet();
     let s = start(
         &["/v1/* openai=on tokens=40 gap=50ms capacity=1"],
         &["--http2"],
@@ -1554,6 +1569,7 @@ fn sum_of(page: &str, name: &str) -> f64 {
 
 #[test]
 fn vllm_counters_count_the_tokens_and_e2e_latency_every_request() {
+    let _quiet = quiet();
     let s = after_three_whole_answers_and_two_streams();
     let want = [
         ("vllm:prompt_tokens_total", 10.0),
@@ -1562,13 +1578,14 @@ fn vllm_counters_count_the_tokens_and_e2e_latency_every_request() {
         ("vllm:num_requests_running", 0.0),
     ];
     let page = metrics_when(&s, "m1", &want).unwrap();
-    // Each answer's 20 + 3 × 5 ms, and whatever lateness the server added (a few ms at most).
+    // Each answer's 20 + 3 × 5 ms, and the lateness the server added (held, not drawn: up to 20 ms
+    // each under load).
     let (sum, drawn) = (
         sum_of(&page, "vllm:e2e_request_latency_seconds"),
         5.0 * 0.035,
     );
     assert!(
-        sum >= drawn - 0.001 && sum < drawn + 0.025,
+        sum >= drawn - 0.001 && sum < drawn + 0.1,
         "e2e sum {sum} s, drawn {drawn} s"
     );
 }
@@ -1650,6 +1667,7 @@ fn a_garbage_or_truncated_body_is_a_400_and_the_connection_goes_on() {
 
 #[test]
 fn a_body_trickled_a_byte_at_a_time_is_answered_timed_from_its_last_byte() {
+    let _quiet = quiet();
     let s = start(&["/v1/* openai=on tokens=3 first=100ms"], &[]);
     let body = Kind::Chat.body(json!({"stream": true}));
     let head = |framing: &str| {
@@ -1812,6 +1830,7 @@ fn aiperf_measures_the_ttft_and_itl_the_server_drew() {
         );
         return;
     }
+    let _quiet = quiet();
     // Without tokens=, each request gets exactly the max_tokens aiperf asks for (10): so its
     // per-request ITL (the mean of 9 gaps) averages to the mean of all the gaps drawn. A first token
     // of 80 ms or so, so that 20% of it covers what aiperf's own client adds (~5 ms here).
@@ -1846,6 +1865,9 @@ fn aiperf_measures_the_ttft_and_itl_the_server_drew() {
         ])
         .args(["--output-tokens-mean", "10", "--output-tokens-stddev", "0"])
         .args(["--random-seed", "1", "--ui", "none"])
+        // One worker and one record processor (4 requests at a time need no more): aiperf's own
+        // processes would otherwise take a core from the tests timed beside it.
+        .args(["--workers-max", "1", "--record-processors", "1"])
         .args(["--no-server-metrics", "--no-gpu-telemetry"])
         .args(["--artifact-dir", artifacts.to_str().unwrap()])
         .output()
