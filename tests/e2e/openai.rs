@@ -624,6 +624,12 @@ fn a_served_model_is_echoed_another_is_model_not_found_and_none_takes_the_first(
         ("/v1", Value::Null, "llama"),
         ("/any", json!("whatever-7b"), "whatever-7b"),
         ("/any", Value::Null, "statico"),
+        // Echoed as JSON: quotes, backslashes, control characters and UTF-8 escaped.
+        (
+            "/any",
+            json!("we\"ird\\mo\u{e9}del\n\t"),
+            "we\"ird\\mo\u{e9}del\n\t",
+        ),
     ] {
         for kind in [Kind::Chat, Kind::Completion] {
             let extra = json!({ "model": model });
@@ -881,6 +887,34 @@ fn a_status_mix_answers_streams_and_429s_each_framed_as_its_status_says() {
     );
 }
 
+#[test]
+fn a_request_shed_by_a_full_pool_gets_a_503_in_openai_error_shape() {
+    let s = start(
+        &["/v1/* openai=on tokens=3 gap=200ms capacity=1 queue=0"],
+        &[],
+    );
+    // The only server held (the head leaves once admitted) while two more come.
+    let mut holder = Wire::open(&s);
+    holder.send(&post(
+        "/v1/chat/completions",
+        &Kind::Chat.body(json!({"stream": true})),
+    ));
+    assert_eq!(holder.head().status, 200);
+    for stream in [false, true] {
+        let mut w = Wire::open(&s);
+        let body = Kind::Chat.body(json!({ "stream": stream }));
+        w.send(&post("/v1/chat/completions", &body));
+        let e = openai_error(&w.whole(), 503);
+        assert_eq!(e["type"], "server_error", "{e}");
+        assert_eq!(e["code"], "service_unavailable", "{e}");
+    }
+    let mut pieces = Vec::new();
+    while let Some((c, _)) = holder.chunk().expect("the last chunk") {
+        pieces.push(String::from_utf8_lossy(&c).into_owned());
+    }
+    assert_eq!(streamed_answer(Kind::Chat, &pieces).tokens.len(), 3);
+}
+
 // ---- Streams over HTTP/1.1 ----
 
 #[test]
@@ -1049,6 +1083,17 @@ fn http2_each_token_is_its_own_data_frame_and_a_whole_answer_is_json() {
         assert_eq!(choice["finish_reason"], "length", "{v}");
         assert_eq!(usage_of(&v["usage"]).1, 2, "{v}");
     }
+    // A 100 KB prompt: more than the first flow-control window, so the server must take it in
+    // several DATA frames and grant the window as it reads (25 600 prompt tokens).
+    let body = Kind::Chat.body(json!({
+        "messages": [{"role": "user", "content": "abcd".repeat(25_600)}],
+        "max_tokens": 1,
+    }));
+    let out = h2_post(&s, "/v1/chat/completions", &body);
+    assert_eq!(out.head.status, 200);
+    let text: String = out.frames.iter().map(|f| f.0.as_str()).collect();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(usage_of(&v["usage"]), (25_600, 1, 25_601), "{v}");
     let out = h2_post(&s, "/v1/nowhere", "{}");
     assert_eq!(out.head.status, 404);
 }
@@ -1109,7 +1154,9 @@ mod http3 {
         let s = start(&dir, &["--route", "/v1/* openai=on tokens=4 gap=30ms"]);
         let body =
             Kind::Chat.body(json!({"stream": true, "stream_options": {"include_usage": true}}));
-        let whole = Kind::Completion.body(json!({"max_tokens": 3}));
+        // A 100 KB prompt: the body comes in many DATA frames (25 600 prompt tokens).
+        let prompt = "abcd".repeat(25_600);
+        let whole = Kind::Completion.body(json!({"max_tokens": 3, "prompt": prompt}));
         let (streamed, answered) = runtime().block_on(async {
             let (conn, mut send) = connect(&dir, s.addr).await;
             let mut results = Vec::new();
@@ -1159,7 +1206,7 @@ mod http3 {
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["object"], "text_completion", "{v}");
         assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
-        assert_eq!(usage_of(&v["usage"]).1, 3, "{v}");
+        assert_eq!(usage_of(&v["usage"]), (25_600, 3, 25_603), "{v}");
     }
 }
 
