@@ -1500,6 +1500,8 @@ fn ground_truth_counts_the_tokens_and_the_drawn_first_and_gaps() {
     assert_eq!(num(gap, &["count"]), 15.0, "{gap}");
     let mean = num(gap, &["mean"]);
     assert!((9_900.0..=10_100.0).contains(&mean), "gap_us: {gap}");
+    // One lateness per token given.
+    assert_eq!(num(&stream["late_us"], &["count"]), 20.0, "{stream}");
     // A whole answer records its drawn total, 32 + 3 × 10 ms, as its delay.
     w.send(&post("/v1/chat/completions", &body(false)));
     let r = w.whole();
