@@ -276,34 +276,16 @@ fn events_as_pieces(body: &str) -> Vec<String> {
 }
 
 /// A streamed answer, given as the pieces it came in (HTTP/1.1 chunks, HTTP/2 or HTTP/3 DATA frames),
-/// checked against the interface: every piece whole `data: …\n\n` events with no `id:`, at most one
-/// token per piece, each token's chunk JSON of `kind` with one id and model throughout, the role only
-/// in the first, `finish_reason` only in the last, then the usage chunk (if any) and `data: [DONE]`
-/// last.
+/// checked against the interface: its events framed as [`sse_datas`] says, its tokens' chunks as
+/// [`token_of`] says with one id and model throughout, then the usage chunk (if any) and
+/// `data: [DONE]` last.
 fn streamed_answer(kind: Kind, pieces: &[String]) -> Answer {
-    let mut datas: Vec<&str> = Vec::new();
-    for piece in pieces {
-        assert!(
-            piece.ends_with("\n\n"),
-            "a piece that is not whole events: {piece:?}"
-        );
-        let mut tokens_here = 0;
-        for event in piece.split_terminator("\n\n") {
-            let data = event
-                .strip_prefix("data: ")
-                .filter(|d| !d.contains('\n'))
-                .unwrap_or_else(|| panic!("not one `data:` line: {event:?} in {pieces:?}"));
-            tokens_here += usize::from(data != "[DONE]" && !is_usage(data));
-            datas.push(data);
-        }
-        assert!(tokens_here <= 1, "two tokens in one piece: {piece:?}");
-    }
+    let mut datas = sse_datas(pieces);
     assert_eq!(
-        datas.last().copied(),
+        datas.pop(),
         Some("[DONE]"),
         "not ended by [DONE]: {pieces:?}"
     );
-    datas.pop();
     let usage = match datas.last() {
         Some(d) if is_usage(d) => {
             let v: Value = serde_json::from_str(datas.pop().unwrap()).unwrap();
@@ -311,43 +293,19 @@ fn streamed_answer(kind: Kind, pieces: &[String]) -> Answer {
         }
         _ => None,
     };
-    let chunks: Vec<Value> = datas
-        .iter()
+    let chunks: Vec<Value> = (datas.iter())
         .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d:?}")))
         .collect();
     assert!(!chunks.is_empty(), "no token: {pieces:?}");
-    let (id, model) = (&chunks[0]["id"], &chunks[0]["model"]);
-    assert_id(kind, id.as_str().expect("an id"));
-    let last = chunks.len() - 1;
-    let mut tokens = Vec::new();
-    for (i, chunk) in chunks.iter().enumerate() {
-        assert_eq!((&chunk["id"], &chunk["model"]), (id, model), "{chunk}");
-        assert_eq!(chunk["object"], kind.objects().1, "{chunk}");
-        assert!(chunk.get("usage").is_none_or(Value::is_null), "{chunk}");
-        assert_created(chunk);
-        let choices = chunk["choices"].as_array().expect("choices");
-        assert_eq!(choices.len(), 1, "{chunk}");
-        let choice = &choices[0];
-        assert_eq!(choice["index"], 0, "{chunk}");
-        assert!(choice["logprobs"].is_null(), "{chunk}");
-        if i < last {
-            assert!(choice["finish_reason"].is_null(), "token {i}: {chunk}");
-        }
-        let token = match kind {
-            Kind::Chat => {
-                let delta = &choice["delta"];
-                let role = delta.get("role").filter(|r| !r.is_null());
-                match i {
-                    0 => assert_eq!(role, Some(&json!("assistant")), "{chunk}"),
-                    _ => assert_eq!(role, None, "the role after the first chunk: {chunk}"),
-                }
-                delta["content"].as_str().expect("content")
-            }
-            Kind::Completion => choice["text"].as_str().expect("text"),
-        };
-        assert_token(token);
-        tokens.push(token.to_string());
+    let (first, last) = (&chunks[0], chunks.len() - 1);
+    assert_id(kind, first["id"].as_str().expect("an id"));
+    for chunk in &chunks {
+        let same = (&chunk["id"], &chunk["model"]);
+        assert_eq!(same, (&first["id"], &first["model"]), "{chunk}");
     }
+    let tokens: Vec<String> = (chunks.iter().enumerate())
+        .map(|(i, chunk)| token_of(kind, chunk, i == 0, i == last))
+        .collect();
     let finish = chunks[last]["choices"][0]["finish_reason"]
         .as_str()
         .unwrap_or_else(|| panic!("no finish_reason in the last chunk {}", chunks[last]));
@@ -358,8 +316,63 @@ fn streamed_answer(kind: Kind, pieces: &[String]) -> Answer {
         tokens,
         finish: finish.to_string(),
         usage,
-        model: model.as_str().expect("a model").to_string(),
+        model: first["model"].as_str().expect("a model").to_string(),
     }
+}
+
+/// The data of every event in `pieces`, checked to be framed as the interface says: each piece whole
+/// `data: …\n\n` events (no `id:`, one line each), and at most one token per piece.
+fn sse_datas(pieces: &[String]) -> Vec<&str> {
+    let mut datas = Vec::new();
+    for piece in pieces {
+        assert!(
+            piece.ends_with("\n\n"),
+            "a piece that is not whole events: {piece:?}"
+        );
+        let mut tokens_here = 0;
+        for event in piece.split_terminator("\n\n") {
+            let data = (event.strip_prefix("data: "))
+                .filter(|d| !d.contains('\n'))
+                .unwrap_or_else(|| panic!("not one `data:` line: {event:?} in {pieces:?}"));
+            tokens_here += usize::from(data != "[DONE]" && !is_usage(data));
+            datas.push(data);
+        }
+        assert!(tokens_here <= 1, "two tokens in one piece: {piece:?}");
+    }
+    datas
+}
+
+/// The token of one streamed chunk of `kind`, checked: its object, `created`, one choice at index 0
+/// without logprobs or usage, `finish_reason` null unless it is the `last`, and for chat the role
+/// `assistant` in the `first` chunk only.
+fn token_of(kind: Kind, chunk: &Value, first: bool, last: bool) -> String {
+    assert_eq!(chunk["object"], kind.objects().1, "{chunk}");
+    assert!(chunk.get("usage").is_none_or(Value::is_null), "{chunk}");
+    assert_created(chunk);
+    let choices = chunk["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 1, "{chunk}");
+    let choice = &choices[0];
+    assert_eq!(choice["index"], 0, "{chunk}");
+    assert!(choice["logprobs"].is_null(), "{chunk}");
+    if !last {
+        assert!(choice["finish_reason"].is_null(), "{chunk}");
+    }
+    let token = match kind {
+        Kind::Chat => {
+            let delta = &choice["delta"];
+            let role = delta.get("role").filter(|r| !r.is_null());
+            let want = first.then(|| json!("assistant"));
+            assert_eq!(
+                role,
+                want.as_ref(),
+                "the role in the first chunk only: {chunk}"
+            );
+            delta["content"].as_str().expect("content")
+        }
+        Kind::Completion => choice["text"].as_str().expect("text"),
+    };
+    assert_token(token);
+    token.to_string()
 }
 
 /// Whether an event's data is the usage chunk (`"choices":[]` and a `usage`).
@@ -399,7 +412,7 @@ fn openai_error(r: &Response, status: u16) -> Value {
 }
 
 /// An error's (type, param, code).
-fn kind_of(e: &Value) -> (Value, Value, Value) {
+fn error_fields(e: &Value) -> (Value, Value, Value) {
     (e["type"].clone(), e["param"].clone(), e["code"].clone())
 }
 
@@ -651,7 +664,7 @@ fn a_served_model_is_echoed_another_is_model_not_found_and_none_takes_the_first(
             json!("model"),
             json!("model_not_found"),
         );
-        assert_eq!(kind_of(&e), want, "stream {stream}: {e}");
+        assert_eq!(error_fields(&e), want, "stream {stream}: {e}");
     }
 }
 
@@ -796,7 +809,7 @@ fn every_bad_request_is_a_400_invalid_request_error_naming_the_field() {
             json!(param),
             json!("context_length_exceeded"),
         );
-        assert_eq!(kind_of(&e), want, "{extra}: {e}");
+        assert_eq!(error_fields(&e), want, "{extra}: {e}");
         // Or by max_tokens alone.
         extra["max_tokens"] = json!(101);
         extra[param] = match kind {
