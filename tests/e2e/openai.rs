@@ -8,12 +8,13 @@
 //! the prompt's tokens as `usage` counts them; every 400, `model_not_found`,
 //! `context_length_exceeded` and a drawn 429 / 500 / 503; TTFT and ITL timed from the client;
 //! `capacity=1` as vLLM's `max-num-seqs` (a second stream waits for the first's last token, a client
-//! that leaves, closing its connection or cancelling its HTTP/2 stream, frees the slot at once); the
-//! ground truth and the `vllm:*` metrics; HTTP/1.0, a client that never reads, a garbage body, a
-//! trickled body; the start-up errors of a bad openai route; and two real clients, the `openai`
-//! Python SDK (`tests/openai/sdk.py`, its typed errors included) and aiperf (with the word-level
-//! tokenizer `tests/openai/tokenizer.py` writes), whose TTFT and ITL must agree with what the server
-//! drew. Without them (`cargo xtask setup` installs both) their tests print `SKIPPED`.
+//! that leaves, closing its connection or cancelling its HTTP/2 stream, frees the slot at once, a
+//! full pool sheds with a 503); the ground truth and the `vllm:*` metrics; HTTP/1.0, a client that
+//! never reads, a garbage body, a trickled body; the start-up errors of a bad openai route, the
+//! routes file and `PUT /routes`; and two real clients, the `openai` Python SDK
+//! (`tests/openai/sdk.py`, its typed errors included) and aiperf (with the word-level tokenizer
+//! `tests/openai/tokenizer.py` writes), whose TTFT and ITL must agree with what the server drew.
+//! Without them (`cargo xtask setup` installs both) their tests print `SKIPPED`.
 //!
 //! Timing bounds: the server can only be late, so a lower bound that follows from the route's waits is
 //! tight (a few ms for timer rounding); upper bounds allow ~150 ms of scheduling noise, as the suite
@@ -28,7 +29,7 @@ use serde_json::{json, Value};
 use statico_tests::figures::{num, outcome, truth_when};
 use statico_tests::{rss_kib, run_client, Response, Server, WAIT};
 
-use crate::streams::{assert_field, assert_no_field, curl_split, End, Streamed, Wire};
+use crate::streams::{admin, assert_field, assert_no_field, curl_split, End, Streamed, Wire};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1467,6 +1468,53 @@ fn an_openai_route_not_ending_in_a_star_or_with_body_or_stream_keys_exits_2_in_o
             "{spec:?}: {line}"
         );
     }
+}
+
+// ---- The routes file and the control API ----
+
+#[test]
+fn the_routes_file_and_put_routes_take_an_openai_route() {
+    let dir = statico_tests::scratch_dir("openai", "toml");
+    let file = dir.join("routes.toml");
+    std::fs::write(
+        &file,
+        "[[route]]\npath = \"/v1/*\"\nopenai = \"on\"\nmodel = [\"llama\", \"qwen\"]\n\
+         tokens = 3\ngap = \"5ms\"\n",
+    )
+    .unwrap();
+    let s = Server::start(&["--routes", file.to_str().unwrap(), "--admin", "127.0.0.1:0"]);
+    let mut w = Wire::open(&s);
+    w.send(&statico_tests::get("/v1/models"));
+    let ids: Vec<Value> = (json_of(&w.whole())["data"].as_array().unwrap().iter())
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("llama"), json!("qwen")]);
+    let body = Kind::Chat.body(json!({"model": "qwen", "stream": true}));
+    w.send(&post("/v1/chat/completions", &body));
+    let a = stream_answer(Kind::Chat, &w.streamed());
+    assert_eq!((a.tokens.len(), a.model.as_str()), (3, "qwen"));
+    // Put in place of it: another model, and stream keys refused whole, naming what replaces them.
+    let table = "[[route]]\npath = \"/v1/*\"\nopenai = \"on\"\nmodel = \"m2\"\ntokens = 2\n";
+    let r = admin(&s, "PUT", "/routes", table);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let (r, v) = ask(
+        &s,
+        "/v1/chat/completions",
+        &Kind::Chat.body(json!({"model": null})),
+    );
+    let a = whole_answer(Kind::Chat, &r, &v);
+    assert_eq!((a.tokens.len(), a.model.as_str()), (2, "m2"));
+    let bad = "[[route]]\npath = \"/v1/*\"\nopenai = \"on\"\nevents = 5\n";
+    let r = admin(&s, "PUT", "/routes", bad);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!((400..500).contains(&r.status), "{}{text}", r.head);
+    assert!(text.contains("events") && text.contains("tokens"), "{text}");
+    let (r, v) = ask(
+        &s,
+        "/v1/chat/completions",
+        &Kind::Chat.body(json!({"model": "m2"})),
+    );
+    assert_eq!(whole_answer(Kind::Chat, &r, &v).tokens.len(), 2);
 }
 
 // ---- Ground truth and metrics ----

@@ -1339,7 +1339,7 @@ fn the_head_leaves_after_delay_and_the_first_event_after_first() {
 }
 
 /// One request to the `--admin` control API: the answer.
-fn admin(s: &Server, method: &str, path: &str, body: &str) -> Response {
+pub(crate) fn admin(s: &Server, method: &str, path: &str, body: &str) -> Response {
     let mut w = Wire {
         stream: TcpStream::connect(s.admin_addr()).expect("connect to --admin"),
         buf: Vec::new(),
