@@ -1345,6 +1345,11 @@ fn with_capacity_1_a_second_stream_waits_for_the_firsts_last_token() {
         "the second's head {:?} before the first's last token (it waits in the queue)",
         last - second.head
     );
+    // The pool's wait in the ground truth: the second queued from ~50 ms to the first's end at 300.
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 2);
+    let wait = &entry(&t, "/v1/*")["wait_us"];
+    assert_eq!(num(wait, &["count"]), 2.0, "{wait}");
+    assert!(num(wait, &["max"]) >= 200_000.0, "{wait}");
 }
 
 #[test]
