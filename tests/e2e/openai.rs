@@ -541,6 +541,22 @@ fn the_token_count_follows_tokens_max_tokens_and_ignore_eos() {
 }
 
 #[test]
+fn without_tokens_a_large_max_tokens_is_answered_exactly() {
+    let s = start(&["/v1/* openai=on"], &[]);
+    for (kind, stream) in [(Kind::Completion, false), (Kind::Chat, true)] {
+        let body = kind.body(json!({"max_tokens": 100_001, "stream": stream}));
+        let a = if stream {
+            stream_answer(kind, &ask_streamed(&s, &kind.path("/v1"), &body))
+        } else {
+            let (r, v) = ask(&s, &kind.path("/v1"), &body);
+            whole_answer(kind, &r, &v)
+        };
+        let got = (a.tokens.len(), a.finish.as_str());
+        assert_eq!(got, (100_001, "length"), "{kind:?} stream {stream}");
+    }
+}
+
+#[test]
 fn tokens_uniform_2_6_gives_each_count_and_never_more_than_max_tokens() {
     let s = start(&["/v1/* openai=on tokens=uniform:2:6"], &[]);
     let mut w = Wire::open(&s);
@@ -812,14 +828,29 @@ fn every_bad_request_is_a_400_invalid_request_error_naming_the_field() {
         );
         assert_eq!(error_fields(&e), want, "{extra}: {e}");
         // Or by max_tokens alone.
-        extra["max_tokens"] = json!(101);
         extra[param] = match kind {
             Kind::Chat => json!([{"role": "user", "content": "a"}]),
             Kind::Completion => json!("a"),
         };
+        extra["max_tokens"] = json!(101);
         w.send(&post(&kind.path("/c"), &kind.body(extra)));
         let e = openai_error(&w.whole(), 400);
         assert_eq!(e["code"], "context_length_exceeded", "{e}");
+    }
+}
+
+#[test]
+fn a_max_tokens_whose_sum_with_the_prompt_passes_64_bits_still_exceeds_the_context() {
+    let s = start(&["/c/* openai=on context=100"], &[]);
+    let mut w = Wire::open(&s);
+    for kind in [Kind::Chat, Kind::Completion] {
+        for max_tokens in [u64::MAX - 1, u64::MAX] {
+            let body = kind.body(json!({ "max_tokens": max_tokens }));
+            w.send(&post(&kind.path("/c"), &body));
+            let e = openai_error(&w.whole(), 400);
+            let what = format!("{kind:?} max_tokens {max_tokens}: {e}");
+            assert_eq!(e["code"], "context_length_exceeded", "{what}");
+        }
     }
 }
 
@@ -1731,12 +1762,17 @@ fn vllm_ttft_and_itl_histograms_count_whole_answers_too_as_drawn() {
 
 #[test]
 fn a_client_that_never_reads_a_long_stream_holds_bounded_memory() {
-    // A million tokens due at once: ~200 MB of chunks if the server made them faster than the client
-    // takes them.
+    // A million tokens due at once, each chunk 1 KB with the model's name it echoes: 1 GB of chunks
+    // if the server made them faster than the client takes them (100 MB were it to stop at 100 000).
     let s = start(&["/v1/* openai=on"], &["-t", "1"]);
     let before = rss_kib(s.pid());
-    let body =
-        Kind::Chat.body(json!({"stream": true, "ignore_eos": true, "max_tokens": 1_000_000}));
+    let model = "m".repeat(1000);
+    let body = Kind::Chat.body(json!({
+        "model": model,
+        "stream": true,
+        "ignore_eos": true,
+        "max_tokens": 1_000_000,
+    }));
     let c = s.connect();
     (&c).write_all(&post("/v1/chat/completions", &body))
         .unwrap();
