@@ -995,6 +995,20 @@ fn a_chat_stream_is_one_chunk_per_token_then_usage_and_done_and_the_connection_g
     w.send(&post("/v1/chat/completions", &Kind::Chat.body(json!({}))));
     let r = w.whole();
     assert_eq!(whole_answer(Kind::Chat, &r, &json_of(&r)).tokens.len(), 4);
+    // Pipelined, each answered from its own body, in order: a stream, a whole answer, a stream.
+    let bodies = [
+        json!({"max_tokens": 3, "stream": true}),
+        json!({"max_tokens": 2}),
+        json!({"max_tokens": 1, "stream": true}),
+    ];
+    let requests: Vec<Vec<u8>> = (bodies.iter())
+        .map(|b| post("/v1/chat/completions", &Kind::Chat.body(b.clone())))
+        .collect();
+    w.send(&requests.concat());
+    assert_eq!(stream_answer(Kind::Chat, &w.streamed()).tokens.len(), 3);
+    let r = w.whole();
+    assert_eq!(whole_answer(Kind::Chat, &r, &json_of(&r)).tokens.len(), 2);
+    assert_eq!(stream_answer(Kind::Chat, &w.streamed()).tokens.len(), 1);
 }
 
 #[test]
