@@ -3,7 +3,8 @@
 //! 405 of any other in OpenAI's error shape; whole and streamed answers over HTTP/1.1 (a raw socket),
 //! HTTP/2 (the `h2` crate, and curl over TLS) and HTTP/3 (quinn + h3), chat and completions, each
 //! token its own chunk or DATA frame with the chunk JSON OpenAI sends (the role only in the first,
-//! `finish_reason` `length` or `stop` in the last, `include_usage`'s usage chunk, `data: [DONE]`);
+//! `finish_reason` `length` or `stop` in the last, `include_usage`'s usage chunk, `data: [DONE]`),
+//! each answered from its own body when pipelined or multiplexed;
 //! how many tokens (`tokens=`, `max_tokens`, `ignore_eos`, 16 by default), each a word and a space;
 //! the prompt's tokens as `usage` counts them; every 400, `model_not_found`,
 //! `context_length_exceeded` and a drawn 429 / 500 / 503; TTFT and ITL timed from the client;
@@ -1155,6 +1156,57 @@ fn http2_each_token_is_its_own_data_frame_and_a_whole_answer_is_json() {
     assert_eq!(usage_of(&v["usage"]), (25_600, 1, 25_601), "{v}");
     let out = h2_post(&s, "/v1/nowhere", "{}");
     assert_eq!(out.head.status, 404);
+}
+
+#[test]
+fn http2_twenty_concurrent_requests_on_one_connection_each_get_their_own_answer() {
+    let s = start(&["/v1/* openai=on gap=5ms"], &["--http2"]);
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Request i asks for i + 1 tokens, streamed when i is even: told apart only by their bodies.
+    let answers = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut all = tokio::task::JoinSet::new();
+        for i in 0..20usize {
+            let client = client.clone();
+            all.spawn(async move {
+                let body = Kind::Chat.body(json!({"max_tokens": i + 1, "stream": i % 2 == 0}));
+                let resp = h2_send(client, "/v1/chat/completions", &body).await;
+                let mut body = resp.await.expect("a head").into_body();
+                let mut text = Vec::new();
+                while let Some(frame) = body.data().await {
+                    let frame = frame.expect("the body");
+                    let _ = body.flow_control().release_capacity(frame.len());
+                    text.push(String::from_utf8_lossy(&frame).into_owned());
+                }
+                (i, text)
+            });
+        }
+        let mut answers = Vec::new();
+        while let Some(answer) = tokio::time::timeout(WAIT, all.join_next())
+            .await
+            .expect("all")
+        {
+            answers.push(answer.unwrap());
+        }
+        answers
+    });
+    assert_eq!(answers.len(), 20);
+    for (i, pieces) in answers {
+        let tokens = if i % 2 == 0 {
+            let pieces: Vec<String> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
+            streamed_answer(Kind::Chat, &pieces).tokens
+        } else {
+            let v: Value = serde_json::from_str(&pieces.concat()).unwrap();
+            split_tokens(v["choices"][0]["message"]["content"].as_str().unwrap())
+        };
+        assert_eq!(tokens.len(), i + 1, "request {i}");
+    }
 }
 
 #[test]
