@@ -25,10 +25,10 @@
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
-//! - The `openai` Python SDK [`OPENAI_SDK`], with pip, and aiperf [`AIPERF`] in its own venv at
-//!   [`AIPERF_VENV`] under the home directory (its dependencies pinned apart from the system's; it
-//!   brings `tokenizers`): the real clients of the OpenAI-compatible preset's tests
-//!   (`tests/e2e/openai.rs`).
+//! - The `openai` Python SDK [`OPENAI_SDK`], with pip, and aiperf [`AIPERF_SERIES`] in a venv of its
+//!   own at [`AIPERF_VENV`] under the home directory (its many dependencies kept apart from the
+//!   system's Python; `tokenizers` among them): the real clients of the OpenAI-compatible preset's
+//!   tests (`tests/e2e/openai.rs`).
 //!
 //! Every step first checks whether its tool is already there, so running setup again is quick.
 
@@ -119,8 +119,8 @@ const PACKAGES: [(&str, &str, &[Purpose]); 23] = [
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
 /// The `openai` Python SDK the preset's tests drive statico with (`tests/openai/sdk.py`).
 const OPENAI_SDK: &str = "openai==3.*";
-/// The aiperf release the preset's tests compare their TTFT and ITL with.
-const AIPERF: &str = "aiperf==0.13.*";
+/// The aiperf release series the preset's tests compare their TTFT and ITL with.
+const AIPERF_SERIES: &str = "0.13";
 /// aiperf's venv, under the home directory (the tests look there too, or at `$STATICO_AIPERF_VENV`).
 const AIPERF_VENV: &str = ".cache/statico/aiperf";
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
@@ -182,19 +182,22 @@ fn ensure_openai_sdk() -> Result<()> {
     cmd("pip3", &["install", "--break-system-packages", OPENAI_SDK])
 }
 
-/// aiperf [`AIPERF`] in a venv at [`AIPERF_VENV`] under the home directory, made with `python3`.
+/// aiperf [`AIPERF_SERIES`] in a venv at [`AIPERF_VENV`] under the home directory, made with
+/// `python3`.
 fn ensure_aiperf() -> Result<()> {
     let home = std::env::var_os("HOME").context("no HOME for aiperf's venv")?;
     let venv = Path::new(&home).join(AIPERF_VENV);
     let version = Command::new(venv.join("bin/aiperf"))
         .arg("--version")
         .output();
-    if matches!(&version, Ok(o) if String::from_utf8_lossy(&o.stdout).trim().starts_with("0.13.")) {
+    let series = format!("{AIPERF_SERIES}.");
+    if matches!(&version, Ok(o) if String::from_utf8_lossy(&o.stdout).trim().starts_with(&series)) {
         return Ok(());
     }
     let venv = venv.to_str().context("aiperf's venv path is not UTF-8")?;
     cmd("python3", &["-m", "venv", venv])?;
-    cmd(&format!("{venv}/bin/pip"), &["install", "--quiet", AIPERF])
+    let aiperf = format!("aiperf=={AIPERF_SERIES}.*");
+    cmd(&format!("{venv}/bin/pip"), &["install", "--quiet", &aiperf])
 }
 
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
