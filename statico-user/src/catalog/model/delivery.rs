@@ -794,14 +794,15 @@ mod tests {
                 from: 0,
                 seed: 1,
             };
-            let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, None);
+            let recorder = Recorder::new(self.truth.clone(), 0);
+            let truth = Some((recorder.clone(), key, 1));
+            let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth);
             let hold = Hold {
                 delay,
                 tail: events.total_wait(),
                 truth: Some(key),
                 ..Hold::default()
             };
-            let recorder = Recorder::new(self.truth.clone(), 0);
             let ticket = Ticket::new(recorder, key, hold.service(), 1, now, 0);
             let ticket = self.loads.admit(ticket, now);
             Delivery::new(hold, 0, Some(ticket), Some(now), Some(3))
