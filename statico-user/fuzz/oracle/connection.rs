@@ -61,6 +61,7 @@ const HELD_ROUTES: &[&str] = &[
     "/f size=100 fault=reset:20%,close:20%,stall:20%,truncate:20%",
     "/s stream=sse events=uniform:1:4 first=5ms gap=exp:5ms fault=close:20%,truncate:20%",
     "/n stream=ndjson events=3 event-size=500",
+    "/v1/* openai=on tokens=uniform:1:4 first=5ms gap=exp:5ms context=64 fault=close:20%,truncate:20%",
 ];
 /// `--echo-query`'s limits in the held catalog.
 const ECHO: fortio::Limits = fortio::Limits {

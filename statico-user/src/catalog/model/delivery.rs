@@ -781,6 +781,34 @@ mod tests {
             Delivery::new(hold, 10, Some(ticket), Some(now), Some(3))
         }
 
+        /// A sequence complete at `now`: held `delay`, then three one-byte events (the first 10 ms
+        /// after its head, then 5 ms apart), keeping its server to its last.
+        fn sequence(&self, delay: Duration, now: Instant) -> Delivery {
+            use crate::catalog::model::events::{Events, StreamDraw};
+            let key = TruthKey {
+                generation: self.truth.generation(),
+                ..KEY
+            };
+            let draw = StreamDraw {
+                events: 3,
+                from: 0,
+                seed: 1,
+            };
+            let recorder = Recorder::new(self.truth.clone(), 0);
+            let truth = Some((recorder.clone(), key, 1));
+            let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth);
+            let hold = Hold {
+                delay,
+                tail: events.total_wait(),
+                truth: Some(key),
+                ..Hold::default()
+            };
+            let ticket = Ticket::new(recorder, key, hold.service(), 1, now, 0);
+            let ticket = self.loads.admit(ticket, now);
+            Delivery::new(hold, 0, Some(ticket), Some(now), Some(3))
+                .with_events(Some(Box::new(events)))
+        }
+
         fn outcomes(&self) -> String {
             let json = self.truth.json();
             let at = json.find("\"outcomes\"").unwrap();
@@ -862,6 +890,51 @@ mod tests {
             drive(&mut second, t0)[..2],
             [(0, Step::Queued(t0 + 10 * MS)), (10, Step::Shed)]
         );
+    }
+
+    #[test]
+    fn a_sequence_keeps_its_server_to_its_last_event() {
+        let p = Pooled::new(1, None, None);
+        let t0 = Instant::now();
+        let mut first = p.sequence(2 * MS, t0);
+        let mut second = p.delivery(5 * MS, t0 + MS);
+        let steps = drive(&mut first, t0);
+        assert_eq!(
+            steps[..3],
+            [
+                (0, Step::Wait(t0 + 2 * MS)),
+                (2, Step::Head { end: false }),
+                (2, Step::Sent)
+            ]
+        );
+        assert_eq!(steps.last(), Some(&(22, Step::Done)));
+        // The second starts when the first's last event went (its tail, 20 ms, after its head).
+        assert_eq!(drive(&mut second, t0 + MS)[0], (0, Step::Wait(t0 + 27 * MS)));
+        assert!(p.outcomes().contains("\"200\":2"), "{}", p.outcomes());
+    }
+
+    #[test]
+    fn a_sequence_left_mid_stream_frees_its_server_at_once() {
+        let p = Pooled::new(1, None, None);
+        let t0 = Instant::now();
+        let mut first = p.sequence(Duration::ZERO, t0);
+        let mut second = p.delivery(5 * MS, t0 + MS);
+        let mut now = t0;
+        loop {
+            match first.next(&mut now, usize::MAX) {
+                Step::Wait(at) => now = at,
+                Step::Event { .. } => break,
+                _ => {}
+            }
+        }
+        drop(first);
+        let mut later = Instant::now().max(t0 + 12 * MS);
+        match second.next(&mut later, usize::MAX) {
+            Step::Wait(at) => assert!(at < t0 + 20 * MS, "the server was kept to {at:?}"),
+            Step::Head { .. } => {} // served already
+            other => panic!("{other:?}"),
+        }
+        assert!(p.outcomes().contains("\"gone\":1"), "{}", p.outcomes());
     }
 
     #[test]
