@@ -240,6 +240,7 @@ impl Routes {
         let pauses = common.pauses.clone();
         let truth = GroundTruth::new(info, common.recorders)
             .with_pools(gauges)
+            .with_in_flight(loads.clone())
             .with_generation(generation)
             .with_pauses(Box::new(move || {
                 pauses.as_ref().map_or((0, Duration::ZERO), Pauses::so_far)
@@ -525,7 +526,10 @@ impl Route {
             delay: spec.delay.clone(),
             body_delay: spec.body_delay.clone(),
             rate: spec.rate.unwrap_or(0),
-            loaded: shed.is_some() || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some()),
+            // An openai route's sequences in flight are counted (its vLLM gauges without a pool).
+            loaded: shed.is_some()
+                || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some())
+                || spec.openai.is_some(),
             admission: None,
             shed_answer,
             phases: Vec::new(),

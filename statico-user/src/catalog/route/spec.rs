@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
-use super::pool_spec::{PoolKeys, PoolSpec, Shed};
+use super::pool_spec::{PoolKeys, PoolSpec};
 use crate::catalog::feed::Feed;
 use crate::catalog::model::dist::Dist;
 use crate::catalog::model::events::Count;
@@ -178,10 +178,6 @@ pub enum EventSpec {
     /// `event-size=SIZE` filler bytes.
     Size(u64),
 }
-
-/// An openai route's pool when it is given none: no limit in practice, but its sequences in
-/// service and waiting are counted (its vLLM gauges).
-pub const UNLIMITED_SEQUENCES: usize = 1_000_000;
 
 /// The events a stream sends when `events=` is not given.
 const DEFAULT_EVENTS: u32 = 10;
@@ -386,17 +382,6 @@ impl<'a> Builder<'a> {
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
         (self.route.stream, self.route.openai) = self.stream_spec()?;
-        if self.route.openai.is_some() && self.pool_name.is_none() && !self.pool_keys.any() {
-            let own = PoolSpec {
-                name: self.route.name.clone(),
-                capacity: UNLIMITED_SEQUENCES,
-                queue: None,
-                queue_timeout: None,
-                shed: Shed::Status(503),
-            };
-            self.route.pool = Some(RoutePool::Own(own));
-            return Ok(self.route);
-        }
         let name = self.route.name.clone();
         self.route.pool = match self.pool(&name)? {
             PoolChange::Keep => None,
