@@ -873,8 +873,8 @@ impl GroundTruth {
             }
             families.push(family);
         }
-        type Counted = fn(&StreamTally) -> u64;
-        let counters: [(&str, &str, Counted); 2] = [
+        type TokensOf = fn(&StreamTally) -> u64;
+        let counters: [(&str, &str, TokensOf); 2] = [
             (
                 "vllm:prompt_tokens_total",
                 "Prompt tokens of the requests answered (estimated: a token per 4 bytes of text).",

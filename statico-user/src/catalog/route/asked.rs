@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use super::super::model::events::Events;
 use super::super::model::hold::{Hold, Recorder, TruthKey};
-use super::super::openai::{Endpoint, OpenAi, Reply};
+use super::super::openai::{ApiAnswer, Endpoint, OpenAi};
 use super::super::response::{write_head, Framing, DATE_LEN, SERVER};
 use super::super::sink::Sink;
 use super::super::stream::{header_map, StreamAnswer};
@@ -60,7 +60,7 @@ pub struct Asked {
     /// The route's draw, its hold made the answer's: a whole completion's delay is its time to
     /// the last token, a stream keeps its server through its `tail`.
     pub choice: RouteChoice,
-    reply: Arc<Reply>,
+    reply: Arc<ApiAnswer>,
     asking: Arc<Asking>,
     /// Answered at once, without a ticket: refused, or the model list.
     pub at_once: bool,
