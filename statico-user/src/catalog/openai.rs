@@ -5,7 +5,7 @@
 //! I/O-free, like the rest of the catalog: [`OpenAi::endpoint`] tells from a request's method and
 //! path which of `PREFIX/chat/completions`, `PREFIX/completions` and `PREFIX/models` it asks for;
 //! [`OpenAi::reply`] reads the request's JSON once its body is complete and draws the answer from a
-//! seed — how many tokens, the waits before each — as [`Reply`]: a whole JSON answer (an error, the
+//! seed — how many tokens, the waits before each — as [`ApiAnswer`]: a whole JSON answer (an error, the
 //! model list, a non-streamed completion) or the tokens as a stream of server-sent events, each
 //! made when it falls due by [`Tokens`], the stream's [`Render`]. The route ([`super::route`]) puts
 //! that on the wire through the same delivery machine as every answer.
@@ -79,7 +79,7 @@ pub enum Endpoint {
 
 /// A request's answer, drawn (see the module doc).
 #[derive(Debug)]
-pub struct Reply {
+pub struct ApiAnswer {
     pub status: u16,
     /// The whole JSON body; empty for a stream.
     pub body: Vec<u8>,
@@ -151,7 +151,13 @@ impl OpenAi {
 
     /// The answer to a request for `endpoint` whose body is `body`, drawn from `seed`; a stream
     /// with `fault` strikes after a drawn number of its tokens.
-    pub fn reply(&self, endpoint: Endpoint, body: &[u8], seed: u64, fault: Option<Fault>) -> Reply {
+    pub fn reply(
+        &self,
+        endpoint: Endpoint,
+        body: &[u8],
+        seed: u64,
+        fault: Option<Fault>,
+    ) -> ApiAnswer {
         let ask = match endpoint {
             Endpoint::Models => return whole(200, self.model_list()),
             Endpoint::Unknown | Endpoint::WrongMethod => {
@@ -193,7 +199,7 @@ impl OpenAi {
         };
         if tokens.ask.stream {
             let tail = Events::new(tokens.clone(), draw, false, fault, None).total_wait();
-            return Reply {
+            return ApiAnswer {
                 tokens: (tokens.ask.prompt, 0),
                 stream: Some((tokens, draw)),
                 tail,
@@ -201,7 +207,7 @@ impl OpenAi {
             };
         }
         let wait = Events::new(tokens.clone(), draw, false, None, None).total_wait();
-        Reply {
+        ApiAnswer {
             wait,
             tokens: (tokens.ask.prompt, u64::from(count)),
             ..whole(200, tokens.completion())
@@ -460,8 +466,8 @@ fn word(i: u32) -> String {
 }
 
 /// A whole answer with this status and body.
-fn whole(status: u16, body: Vec<u8>) -> Reply {
-    Reply {
+fn whole(status: u16, body: Vec<u8>) -> ApiAnswer {
+    ApiAnswer {
         status,
         body,
         stream: None,
@@ -472,8 +478,8 @@ fn whole(status: u16, body: Vec<u8>) -> Reply {
     }
 }
 
-fn refused(e: ApiError) -> Reply {
-    Reply {
+fn refused(e: ApiError) -> ApiAnswer {
+    ApiAnswer {
         refused: true,
         ..whole(e.status, e.body())
     }
@@ -601,7 +607,7 @@ mod tests {
     }
 
     /// Every event of a stream, as the `data:` payloads a client reads.
-    fn streamed(reply: &Reply) -> Vec<String> {
+    fn streamed(reply: &ApiAnswer) -> Vec<String> {
         let (tokens, draw) = reply.stream.as_ref().unwrap();
         let mut out = Vec::new();
         for i in 0..draw.events {

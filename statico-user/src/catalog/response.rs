@@ -206,6 +206,17 @@ pub fn with_own_fields<'a>(
         .chain(own)
 }
 
+/// An answer's own fields with the fields its kind sends unless it gives them (a stream's
+/// `Content-Type`, say): `defaults` not named in `own` (case-insensitive), then `own`.
+pub fn with_defaults(own: &[(String, String)], defaults: &[(&str, &str)]) -> Vec<(String, String)> {
+    let named = |name: &str| own.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    (defaults.iter())
+        .filter(|(name, _)| !named(name))
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .chain(own.iter().cloned())
+        .collect()
+}
+
 /// The header fields of the response, for HTTP/1.1 and HTTP/2 alike: statico's `Server` unless the user
 /// gives one, the user's fields (validated), and `Content-Length` except where the status forbids it.
 /// (`Date` and connection-specific fields are each protocol's own.)

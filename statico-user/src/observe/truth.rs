@@ -100,6 +100,21 @@ pub trait PoolGauge: Send + Sync {
     fn figures(&self) -> PoolTruth;
 }
 
+/// Where the ground truth reads how many of a route's requests are in flight (held or queued): the
+/// catalog's load state.
+pub trait InFlight: Send + Sync {
+    fn in_flight(&self, route: usize) -> u64;
+}
+
+/// An openai route's figures for its vLLM metrics ([`GroundTruth::vllm_families`]).
+struct Served<'a> {
+    model: Vec<LabelPair>,
+    tally: &'a Tally,
+    stream: &'a StreamTally,
+    /// Running, waiting, and the share of the capacity in service.
+    load: [f64; 3],
+}
+
 /// One route's truth, merged over the recorders (an entry of the document's `routes`: `route`,
 /// `phase`, `count`, `outcomes` as an object in their order, `held_us` .. `wait_us`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -393,6 +408,8 @@ pub struct GroundTruth {
     /// allocated when it first records.
     slots: Vec<CacheLinePadded<Mutex<Option<Box<Tally>>>>>,
     pools: Vec<std::sync::Arc<dyn PoolGauge>>,
+    /// The routes' requests in flight, when they are counted.
+    in_flight: Option<std::sync::Arc<dyn InFlight>>,
     /// The routes table's number ([`GroundTruth::with_generation`]); records of another are dropped.
     generation: u32,
     since: Mutex<Since>,
@@ -425,6 +442,7 @@ impl GroundTruth {
             recorders,
             slots,
             pools: Vec::new(),
+            in_flight: None,
             generation: 1,
             since: Mutex::new(Since {
                 tallies: None,
@@ -470,6 +488,14 @@ impl GroundTruth {
     }
 
     /// The same, with the pools whose figures it reports.
+    /// The same truth, reading the routes' requests in flight from `in_flight`.
+    pub fn with_in_flight(self, in_flight: std::sync::Arc<dyn InFlight>) -> GroundTruth {
+        GroundTruth {
+            in_flight: Some(in_flight),
+            ..self
+        }
+    }
+
     pub fn with_pools(self, pools: Vec<std::sync::Arc<dyn PoolGauge>>) -> GroundTruth {
         GroundTruth { pools, ..self }
     }
@@ -811,48 +837,44 @@ impl GroundTruth {
     /// An openai route's metrics under the names vLLM gives them (which load-aware gateways
     /// read), labelled `model_name`: its pool's `vllm:num_requests_running` (in service),
     /// `vllm:num_requests_waiting` (queued) and `vllm:kv_cache_usage_perc` (in service ÷
-    /// capacity); the token counters; and as histograms, the drawn wait from the head to the
-    /// first token (`vllm:time_to_first_token_seconds`), the drawn gaps
-    /// (`vllm:inter_token_latency_seconds`) and the time held, from the request's last byte to
-    /// the last token (`vllm:e2e_request_latency_seconds`). Nothing when no route is one.
+    /// capacity) — without a pool, its requests in flight running, none waiting, 0 used; the
+    /// token counters; and as histograms, the drawn wait from the head to the first token
+    /// (`vllm:time_to_first_token_seconds`), the drawn gaps (`vllm:inter_token_latency_seconds`)
+    /// and the time held, from the request's last byte to the last token
+    /// (`vllm:e2e_request_latency_seconds`). Nothing when no route is one.
     fn vllm_families(&self, merged: &[Tally]) -> Vec<Family> {
-        let served: Vec<(&Route, &str, &Tally, &StreamTally)> = (self.routes.iter().zip(merged))
-            .filter_map(|(r, t)| Some((r, r.info.model.as_deref()?, t, t.stream.as_deref()?)))
+        let served: Vec<Served> = (self.routes.iter().zip(merged).enumerate())
+            .filter_map(|(i, (route, tally))| {
+                let model = vec![label("model_name", route.info.model.as_deref()?)];
+                let stream = tally.stream.as_deref()?;
+                let load = self.load_of(i, route);
+                Some(Served {
+                    model,
+                    tally,
+                    stream,
+                    load,
+                })
+            })
             .collect();
         if served.is_empty() {
             return Vec::new();
         }
-        let pools = self.pools_raw();
-        let model = |name: &str| vec![label("model_name", name)];
-        type Gauge = (&'static str, &'static str, fn(&PoolTruth) -> f64);
+        type Gauge = (&'static str, &'static str, fn(&[f64; 3]) -> f64);
         let gauges: [Gauge; 3] = [
-            (
-                "vllm:num_requests_running",
-                "Requests in service (their sequences hold a server of the route's pool).",
-                |p| p.in_service as f64,
-            ),
-            (
-                "vllm:num_requests_waiting",
-                "Requests waiting for a server of the route's pool.",
-                |p| p.queued as f64,
-            ),
-            (
-                "vllm:kv_cache_usage_perc",
-                "The route's pool in service over its capacity (0 to 1).",
-                |p| p.in_service as f64 / p.capacity.max(1) as f64,
-            ),
+            ("vllm:num_requests_running", "Requests in service (their sequences hold a server of the route's pool, or are in flight without one).", |l| l[0]),
+            ("vllm:num_requests_waiting", "Requests waiting for a server of the route's pool.", |l| l[1]),
+            ("vllm:kv_cache_usage_perc", "The route's pool in service over its capacity (0 to 1; 0 without a pool).", |l| l[2]),
         ];
         let mut families = Vec::new();
         for (metric, help, value) in gauges {
             let mut family = Family::gauge(metric, help);
-            for (route, name, _, _) in &served {
-                let pool = route.info.pool.and_then(|i| pools.get(i));
-                family.sample(model(name), pool.map_or(0.0, value));
+            for s in &served {
+                family.sample(s.model.clone(), value(&s.load));
             }
             families.push(family);
         }
-        type Counted = fn(&StreamTally) -> u64;
-        let counters: [(&str, &str, Counted); 2] = [
+        type TokensOf = fn(&StreamTally) -> u64;
+        let counters: [(&str, &str, TokensOf); 2] = [
             (
                 "vllm:prompt_tokens_total",
                 "Prompt tokens of the requests answered (estimated: a token per 4 bytes of text).",
@@ -866,8 +888,8 @@ impl GroundTruth {
         ];
         for (metric, help, value) in counters {
             let mut family = Family::counter(metric, help);
-            for (_, name, _, stream) in &served {
-                family.sample(model(name), value(stream) as f64);
+            for s in &served {
+                family.sample(s.model.clone(), value(s.stream) as f64);
             }
             families.push(family);
         }
@@ -892,17 +914,33 @@ impl GroundTruth {
         let bounds_ns = bucket_bounds_ns(None);
         for (metric, help, histogram_of) in histograms {
             let mut family = Family::histogram(metric, help);
-            for (_, name, tally, stream) in &served {
+            for s in &served {
                 add_buckets(
                     &mut family,
-                    &model(name),
-                    histogram_of(tally, stream),
+                    &s.model,
+                    histogram_of(s.tally, s.stream),
                     &bounds_ns,
                 );
             }
             families.push(family);
         }
         families
+    }
+
+    /// Route `i`'s requests running and waiting, and the share of its pool's capacity in service:
+    /// its pool's figures, or without one its requests in flight.
+    fn load_of(&self, i: usize, route: &Route) -> [f64; 3] {
+        match route.info.pool.and_then(|p| self.pools.get(p)) {
+            Some(pool) => {
+                let p = pool.figures();
+                let used = p.in_service as f64 / p.capacity.max(1) as f64;
+                [p.in_service as f64, p.queued as f64, used]
+            }
+            None => {
+                let running = self.in_flight.as_ref().map_or(0, |f| f.in_flight(i));
+                [running as f64, 0.0, 0.0]
+            }
+        }
     }
 
     /// The routes table's generation, and the pauses (with pauses possible).

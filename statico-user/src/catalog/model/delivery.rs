@@ -909,7 +909,10 @@ mod tests {
         );
         assert_eq!(steps.last(), Some(&(22, Step::Done)));
         // The second starts when the first's last event went (its tail, 20 ms, after its head).
-        assert_eq!(drive(&mut second, t0 + MS)[0], (0, Step::Wait(t0 + 27 * MS)));
+        assert_eq!(
+            drive(&mut second, t0 + MS)[0],
+            (0, Step::Wait(t0 + 27 * MS))
+        );
         assert!(p.outcomes().contains("\"200\":2"), "{}", p.outcomes());
     }
 

@@ -93,6 +93,14 @@ impl Loads {
     }
 }
 
+impl crate::observe::truth::InFlight for Loads {
+    fn in_flight(&self, route: usize) -> u64 {
+        self.routes
+            .get(route)
+            .map_or(0, |r| r.count.load(Ordering::Relaxed))
+    }
+}
+
 /// Where one server's tickets take their ids ([`Ticket::id`]): a handle, cloned cheaply (one
 /// `Arc`), shared by every routes table of the server, so no id is given twice while it runs.
 #[derive(Clone, Debug, Default)]

@@ -15,8 +15,8 @@ use bytes::Bytes;
 
 use super::super::model::events::Events;
 use super::super::model::hold::{Hold, Recorder, TruthKey};
-use super::super::openai::{Endpoint, OpenAi, Reply};
-use super::super::response::{write_head, Framing, DATE_LEN, SERVER};
+use super::super::openai::{ApiAnswer, Endpoint, OpenAi};
+use super::super::response::{with_defaults, write_head, Framing, DATE_LEN, SERVER};
 use super::super::sink::Sink;
 use super::super::stream::{header_map, StreamAnswer};
 use super::{RouteBody, RouteChoice, LONGEST_HOLD};
@@ -60,7 +60,7 @@ pub struct Asked {
     /// The route's draw, its hold made the answer's: a whole completion's delay is its time to
     /// the last token, a stream keeps its server through its `tail`.
     pub choice: RouteChoice,
-    reply: Arc<Reply>,
+    reply: Arc<ApiAnswer>,
     asking: Arc<Asking>,
     /// Answered at once, without a ticket: refused, or the model list.
     pub at_once: bool,
@@ -204,21 +204,14 @@ impl Asked {
     /// The answer's fields: the route's, then its `Content-Type` (and a stream's `Cache-Control`)
     /// unless the route gives them.
     fn fields(&self) -> Vec<(String, String)> {
-        let mut fields = self.asking.fields.clone();
-        let content_type = match self.streamed() {
-            true => "text/event-stream",
-            false => "application/json",
+        let defaults: &[(&str, &str)] = match self.streamed() {
+            true => &[
+                ("Content-Type", "text/event-stream"),
+                ("Cache-Control", "no-cache"),
+            ],
+            false => &[("Content-Type", "application/json")],
         };
-        let mut own = vec![("Content-Type", content_type)];
-        if self.streamed() {
-            own.push(("Cache-Control", "no-cache"));
-        }
-        for (name, value) in own {
-            if !fields.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
-                fields.push((name.into(), value.into()));
-            }
-        }
-        fields
+        with_defaults(&self.asking.fields, defaults)
     }
 
     /// A stream's events (as HTTP/1.1 chunks with `chunked`), their timing recorded by `recorder`.

@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use super::feed::{EventSource, Feed};
 use super::openai::OpenAi;
 use super::request::Request;
-use super::response::{with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
+use super::response::{with_defaults, with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
 use super::sink::Sink;
 use super::stream::{Admission, StreamAnswer};
 use crate::catalog::model::dist::Dist;
@@ -240,6 +240,7 @@ impl Routes {
         let pauses = common.pauses.clone();
         let truth = GroundTruth::new(info, common.recorders)
             .with_pools(gauges)
+            .with_in_flight(loads.clone())
             .with_generation(generation)
             .with_pauses(Box::new(move || {
                 pauses.as_ref().map_or((0, Duration::ZERO), Pauses::so_far)
@@ -525,7 +526,10 @@ impl Route {
             delay: spec.delay.clone(),
             body_delay: spec.body_delay.clone(),
             rate: spec.rate.unwrap_or(0),
-            loaded: shed.is_some() || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some()),
+            // An openai route's sequences in flight are counted (its vLLM gauges without a pool).
+            loaded: shed.is_some()
+                || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some())
+                || spec.openai.is_some(),
             admission: None,
             shed_answer,
             phases: Vec::new(),
@@ -722,16 +726,8 @@ impl Answer {
     /// is whole, its body the error in OpenAI's shape, with the route's fields and
     /// `Content-Type: application/json` unless the route gives its own.
     fn openai(status: u16, spec: &RouteSpec, base: &ResponseSpec, streams: bool) -> Result<Answer> {
-        let mut own = vec![("Content-Type".to_string(), "application/json".to_string())];
-        own.retain(|(name, _)| {
-            !spec
-                .headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case(name))
-        });
-        own.extend(spec.headers.iter().cloned());
         let spec = RouteSpec {
-            headers: own,
+            headers: with_defaults(&spec.headers, &[("Content-Type", "application/json")]),
             ..spec.clone()
         };
         let body = Bytes::from(OpenAi::status_body(status));
@@ -751,20 +747,12 @@ impl Answer {
         base: &ResponseSpec,
         streams: bool,
     ) -> Result<Answer> {
-        let mut own = vec![(
-            "Content-Type".to_string(),
-            stream.feed.content_type().to_string(),
-        )];
-        if stream.feed == Feed::Sse {
-            own.push(("Cache-Control".into(), "no-cache".into()));
-        }
-        own.retain(|(name, _)| {
-            !spec
-                .headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case(name))
-        });
-        own.extend(spec.headers.iter().cloned());
+        let content_type = ("Content-Type", stream.feed.content_type());
+        let defaults: &[(&str, &str)] = match stream.feed {
+            Feed::Sse => &[content_type, ("Cache-Control", "no-cache")],
+            _ => &[content_type],
+        };
+        let own = with_defaults(&spec.headers, defaults);
         let spec = ResponseSpec {
             status,
             headers: with_own_fields(&base.headers, &own).cloned().collect(),

@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
-use super::pool_spec::{PoolKeys, PoolSpec, Shed};
+use super::pool_spec::{PoolKeys, PoolSpec};
 use crate::catalog::feed::Feed;
 use crate::catalog::model::dist::Dist;
 use crate::catalog::model::events::Count;
@@ -178,10 +178,6 @@ pub enum EventSpec {
     /// `event-size=SIZE` filler bytes.
     Size(u64),
 }
-
-/// An openai route's pool when it is given none: no limit in practice, but its sequences in
-/// service and waiting are counted (its vLLM gauges).
-pub const UNLIMITED_SEQUENCES: usize = 1_000_000;
 
 /// The events a stream sends when `events=` is not given.
 const DEFAULT_EVENTS: u32 = 10;
@@ -386,17 +382,6 @@ impl<'a> Builder<'a> {
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
         (self.route.stream, self.route.openai) = self.stream_spec()?;
-        if self.route.openai.is_some() && self.pool_name.is_none() && !self.pool_keys.any() {
-            let own = PoolSpec {
-                name: self.route.name.clone(),
-                capacity: UNLIMITED_SEQUENCES,
-                queue: None,
-                queue_timeout: None,
-                shed: Shed::Status(503),
-            };
-            self.route.pool = Some(RoutePool::Own(own));
-            return Ok(self.route);
-        }
         let name = self.route.name.clone();
         self.route.pool = match self.pool(&name)? {
             PoolChange::Keep => None,
@@ -1083,7 +1068,6 @@ pub(super) fn texts(key: &str, value: &Spanned<Value>) -> Result<Vec<String>, Lo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn spec(s: &str) -> RouteSpec {
         parse_spec(s).unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -1234,10 +1218,57 @@ mod tests {
     }
 
     #[test]
+    fn openai_keys_shape_the_backend_and_refuse_what_they_replace() {
+        let r = spec("/v1/* openai=on model=a model=b tokens=uniform:5:9 first=80ms gap=15ms prefill=50us context=4096 capacity=8");
+        let o = r.openai.as_ref().unwrap();
+        assert_eq!(o.models, ["a", "b"]);
+        assert_eq!(o.tokens, Some(Count::Uniform { low: 5, high: 9 }));
+        assert_eq!(
+            (o.prefill, o.context),
+            (Some(Duration::from_micros(50)), Some(4096))
+        );
+        assert_eq!(o.gap.as_ref().unwrap().to_string(), "15ms");
+        assert!(r.stream.is_none() && matches!(r.pool, Some(RoutePool::Own(_))));
+        assert_eq!(spec("/v1/* openai=off").openai, None);
+        for (route, named) in [
+            (
+                "/v1/* openai=on body=x",
+                "body can't be given with openai=on",
+            ),
+            (
+                "/v1/* openai=on stream=sse",
+                "stream can't be given with openai=on",
+            ),
+            (
+                "/v1/* openai=on events=5",
+                "events can't be given with openai=on",
+            ),
+            ("/v1/* tokens=5", "tokens needs openai=on"),
+            ("/v1/* model=a", "model needs openai=on"),
+            (
+                "/v1/* gap=5ms",
+                "gap needs stream=sse|ndjson|chunks (or openai=on)",
+            ),
+            ("/v1/* openai=yes", "openai \"yes\": expected on or off"),
+            (
+                "/v1/* openai=on prefill=uniform:1ms:2ms",
+                "prefill \"uniform:1ms:2ms\"",
+            ),
+            (
+                "/v1/* openai=on context=0",
+                "context \"0\" is not a number of tokens",
+            ),
+        ] {
+            let err = spec_err(route);
+            assert!(err.starts_with(named), "{route}: {err}");
+        }
+    }
+
+    #[test]
     fn key_errors() {
         assert_eq!(
             spec_err("/ colour=red"),
-            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, pool, capacity, queue, queue-timeout, shed"
+            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, pool, capacity, queue, queue-timeout, shed"
         );
         assert!(spec_err("/ status").contains("\"status\" is not key=value"));
         assert_eq!(spec_err("/ status=200 status=404"), "status given twice");
