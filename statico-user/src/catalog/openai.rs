@@ -292,9 +292,10 @@ impl OpenAi {
                 None,
             ));
         }
-        if let Some(context) = self.context.filter(|c| prompt + max_tokens > *c) {
+        let requested = prompt.saturating_add(max_tokens);
+        if let Some(context) = self.context.filter(|c| requested > *c) {
             return Err(invalid(
-                format!("This model's maximum context length is {context} tokens. However, you requested {} tokens ({prompt} in the {field}, {max_tokens} in the completion). Please reduce the length of the {field} or completion.", prompt + max_tokens),
+                format!("This model's maximum context length is {context} tokens. However, you requested {requested} tokens ({prompt} in the {field}, {max_tokens} in the completion). Please reduce the length of the {field} or completion."),
                 Some(field),
                 Some("context_length_exceeded"),
             ));
