@@ -9,9 +9,9 @@
 //! the prompt's tokens as `usage` counts them; every 400, `model_not_found`,
 //! `context_length_exceeded` and a drawn 429 / 500 / 503; TTFT and ITL timed from the client;
 //! `capacity=1` as vLLM's `max-num-seqs` (a second stream waits for the first's last token, a client
-//! that leaves, closing its connection or cancelling its HTTP/2 stream, frees the slot at once, a
-//! full pool sheds with a 503); the ground truth and the `vllm:*` metrics; HTTP/1.0, a client that
-//! never reads, a garbage body, a trickled body; the start-up errors of a bad openai route, the
+//! that leaves, closing its connection or cancelling its HTTP/2 or HTTP/3 stream, frees the slot at
+//! once, a full pool sheds with a 503); the ground truth and the `vllm:*` metrics; HTTP/1.0, a client
+//! that never reads, a garbage body, a trickled body; the start-up errors of a bad openai route, the
 //! routes file and `PUT /routes`; and two real clients, the `openai` Python SDK
 //! (`tests/openai/sdk.py`, its typed errors included) and aiperf (with the word-level tokenizer
 //! `tests/openai/tokenizer.py` writes), whose TTFT and ITL must agree with what the server drew.
@@ -1255,8 +1255,88 @@ mod http3 {
     use bytes::{Buf, Bytes};
     use serde_json::{json, Value};
 
-    use super::{assert_due, ms, streamed_answer, usage_of, Kind};
+    use super::{assert_due, entry, ms, streamed_answer, usage_of, Kind};
     use crate::http3::{connect, runtime, scratch, start};
+    use statico_tests::figures::{outcome, truth_when};
+
+    /// A POST of the JSON `body` to `path` sent and finished on `send`'s connection: its stream.
+    async fn post(
+        send: &mut h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
+        path: &str,
+        body: String,
+    ) -> h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes> {
+        let req = http::Request::post(format!("https://localhost{path}"))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let mut stream = send.send_request(req).await.expect("send");
+        stream.send_data(Bytes::from(body)).await.expect("body");
+        stream.finish().await.expect("finish");
+        stream
+    }
+
+    #[test]
+    fn http3_with_capacity_1_a_stream_the_client_stops_frees_the_slot_at_once() {
+        let _quiet = super::quiet();
+        let dir = scratch("openai-leave");
+        let s = start(
+            &dir,
+            &[
+                "--route",
+                "/v1/* openai=on tokens=40 gap=50ms capacity=1",
+                "--metrics",
+                "127.0.0.1:0",
+            ],
+        );
+        let body = Kind::Chat.body(json!({"stream": true, "max_tokens": 100}));
+        let (left, head, first, pieces) = runtime().block_on(async {
+            let (conn, mut send) = connect(&dir, s.addr).await;
+            let mut long = post(&mut send, "/v1/chat/completions", body.clone()).await;
+            long.recv_response().await.expect("a head");
+            let mut tokens = 0;
+            while tokens < 2 {
+                let mut piece = long.recv_data().await.expect("body").expect("a token");
+                tokens += usize::from(!piece.copy_to_bytes(piece.remaining()).is_empty());
+            }
+            let mut waiting = post(&mut send, "/v1/chat/completions", body).await;
+            let second = tokio::spawn(async move {
+                waiting.recv_response().await.expect("a head");
+                let head = Instant::now();
+                let (mut pieces, mut first) = (Vec::new(), None);
+                while let Some(mut piece) = waiting.recv_data().await.expect("body") {
+                    let bytes = piece.copy_to_bytes(piece.remaining());
+                    first.get_or_insert_with(Instant::now);
+                    pieces.push(String::from_utf8_lossy(&bytes).into_owned());
+                }
+                (head, first.expect("a token"), pieces)
+            });
+            tokio::time::sleep(ms(200)).await;
+            // Dropped unread, quinn's receive stream asks the server to stop sending (STOP_SENDING).
+            drop(long);
+            let left = Instant::now();
+            let (head, first, pieces) = tokio::time::timeout(statico_tests::WAIT, second)
+                .await
+                .expect("the second stream ends")
+                .unwrap();
+            conn.close(0u32.into(), b"done");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            (left, head, first, pieces)
+        });
+        assert!(
+            head + ms(5) >= left,
+            "the second's head came {:?} before the first left (its only server held)",
+            left - head
+        );
+        let waited = first.saturating_duration_since(left);
+        assert!(
+            waited < ms(500),
+            "the second's first token {waited:?} after the first stopped (~1.7 s to go)"
+        );
+        assert_eq!(streamed_answer(Kind::Chat, &pieces).tokens.len(), 40);
+        let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 1);
+        let e = entry(&t, "/v1/*");
+        assert_eq!((outcome(e, "gone"), outcome(e, "200")), (1, 1), "{e}");
+    }
 
     #[test]
     fn http3_streams_each_token_as_its_own_piece_and_answers_whole() {
