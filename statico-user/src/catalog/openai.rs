@@ -15,7 +15,7 @@
 //! counts words (or a word-level tokenizer) agrees with `usage`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -61,8 +61,9 @@ pub struct OpenAi {
     gap: Option<Dist>,
     prefill: Duration,
     context: Option<u64>,
-    /// When the server started (the models' `created`).
-    started: u64,
+    /// When the preset was made (the models' `created`), in Unix seconds and on the monotonic
+    /// clock: an answer's `created` is counted from it on the clock the answer is given by.
+    started: (u64, Instant),
 }
 
 /// Which API a request under the prefix asks for.
@@ -130,7 +131,7 @@ impl OpenAi {
             gap: spec.gap.clone(),
             prefill: spec.prefill.unwrap_or_default(),
             context: spec.context,
-            started: unix_now(),
+            started: (unix_now(), Instant::now()),
         }
     }
 
@@ -149,14 +150,15 @@ impl OpenAi {
         }
     }
 
-    /// The answer to a request for `endpoint` whose body is `body`, drawn from `seed`; a stream
-    /// with `fault` strikes after a drawn number of its tokens.
+    /// The answer at `now` to a request for `endpoint` whose body is `body`, drawn from `seed`; a
+    /// stream with `fault` strikes after a drawn number of its tokens.
     pub fn reply(
         &self,
         endpoint: Endpoint,
         body: &[u8],
         seed: u64,
         fault: Option<Fault>,
+        now: Instant,
     ) -> ApiAnswer {
         let ask = match endpoint {
             Endpoint::Models => return whole(200, self.model_list()),
@@ -178,7 +180,7 @@ impl OpenAi {
                 if ask.chat { "chatcmpl" } else { "cmpl" },
                 seed
             ),
-            created: unix_now(),
+            created: self.started.0 + now.saturating_duration_since(self.started.1).as_secs(),
             first: self.first.clone(),
             prefill: self
                 .prefill
@@ -252,7 +254,7 @@ impl OpenAi {
         };
         let data: Vec<Value> = names
             .iter()
-            .map(|id| json!({"id": id, "object": "model", "created": self.started, "owned_by": "statico"}))
+            .map(|id| json!({"id": id, "object": "model", "created": self.started.0, "owned_by": "statico"}))
             .collect();
         json!({"object": "list", "data": data})
             .to_string()
@@ -634,10 +636,14 @@ mod tests {
             Endpoint::WrongMethod
         );
         assert_eq!(p.endpoint(b"POST", b"/v1/embeddings"), Endpoint::Unknown);
-        let r = p.reply(Endpoint::Unknown, b"", 1, None);
+        let r = p.reply(Endpoint::Unknown, b"", 1, None, Instant::now());
         assert_eq!((r.status, r.refused), (404, true));
         assert_eq!(json_of(&r.body)["error"]["type"], "invalid_request_error");
-        assert_eq!(p.reply(Endpoint::WrongMethod, b"", 1, None).status, 405);
+        assert_eq!(
+            p.reply(Endpoint::WrongMethod, b"", 1, None, Instant::now())
+                .status,
+            405
+        );
     }
 
     #[test]
@@ -645,7 +651,7 @@ mod tests {
         let p = preset("model=llama tokens=3 first=100ms gap=10ms prefill=1ms");
         let body = br#"{"model":"llama","messages":[{"role":"user","content":"12345678"}],
             "stream":true,"max_tokens":10,"stream_options":{"include_usage":true}}"#;
-        let r = p.reply(Endpoint::Chat, body, 7, None);
+        let r = p.reply(Endpoint::Chat, body, 7, None, Instant::now());
         assert_eq!((r.status, r.refused, r.body.len()), (200, false, 0));
         // The first token waits first= + prefill × 2 prompt tokens; two gaps follow.
         assert_eq!(r.tail, Duration::from_millis(100 + 2 + 20));
@@ -679,6 +685,7 @@ mod tests {
             br#"{"model":"m","prompt":[1,2,3],"max_tokens":4}"#,
             3,
             None,
+            Instant::now(),
         );
         assert!(r.stream.is_none());
         assert_eq!(r.wait, Duration::from_millis(50 + 3 * 5));
@@ -698,14 +705,14 @@ mod tests {
             let body = format!(
                 r#"{{"messages":[{{"role":"user","content":"hi"}}],"max_tokens":6{extra}}}"#
             );
-            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, None);
+            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, None, Instant::now());
             json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap()
         };
         for seed in 0..20 {
             let body = br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":6}"#;
-            let r = p.reply(Endpoint::Chat, body, seed, None);
+            let r = p.reply(Endpoint::Chat, body, seed, None, Instant::now());
             let n = json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap();
@@ -717,6 +724,7 @@ mod tests {
             br#"{"messages":[{"role":"user","content":"x"}]}"#,
             1,
             None,
+            Instant::now(),
         );
         assert_eq!(json_of(&r.body)["usage"]["completion_tokens"], 16);
     }
@@ -761,7 +769,7 @@ mod tests {
             ),
         ];
         for (body, status, param, code) in cases {
-            let r = p.reply(Endpoint::Chat, body, 1, None);
+            let r = p.reply(Endpoint::Chat, body, 1, None, Instant::now());
             let e = json_of(&r.body)["error"].clone();
             let label = String::from_utf8_lossy(body);
             assert_eq!((r.status, r.refused), (status, true), "{label}");
@@ -773,6 +781,7 @@ mod tests {
             br#"{"model":"a","prompt":["x","y"]}"#,
             1,
             None,
+            Instant::now(),
         );
         assert_eq!(json_of(&r.body)["error"]["param"], "prompt");
     }
@@ -781,7 +790,7 @@ mod tests {
     fn models_and_drawn_statuses_answer_in_openai_shapes() {
         let list = json_of(
             &preset("model=a model=b")
-                .reply(Endpoint::Models, b"", 1, None)
+                .reply(Endpoint::Models, b"", 1, None, Instant::now())
                 .body,
         );
         let ids: Vec<&str> = list["data"]
@@ -791,7 +800,11 @@ mod tests {
             .map(|m| m["id"].as_str().unwrap())
             .collect();
         assert_eq!(ids, ["a", "b"]);
-        let any = json_of(&preset("").reply(Endpoint::Models, b"", 1, None).body);
+        let any = json_of(
+            &preset("")
+                .reply(Endpoint::Models, b"", 1, None, Instant::now())
+                .body,
+        );
         assert_eq!(any["data"][0]["id"], ANY_MODEL);
         let e = json_of(&OpenAi::status_body(429));
         assert_eq!(
