@@ -8,7 +8,7 @@
 //! `asyncio.sleep(GAP)` before each token). [`STREAMS`] keep-alive connections each ask for one
 //! stream after another ([`sse_load`]), `--duration` streams each, so that a round lasts about
 //! `--duration` seconds. One worker each, pinned to the server CPUs: statico `-t 1`, uvicorn
-//! `--workers 1` (one process, one event loop); the client on the client CPUs. The servers take
+//! `--workers 1` (one process, one event loop); the client, one thread, on the client CPUs. The servers take
 //! turns over the rounds; medians with min–max.
 //!
 //! Tokens are counted by the client as they arrive (`data: [DONE]` is none). Server CPU per token =
@@ -151,8 +151,8 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
 fn heading(run: &RunInfo) -> String {
     format!(
         "openai: {STREAMS} streamed chat completions at once, {TOKENS} tokens each, first {GAP_MS} ms after the request \
-         and {GAP_MS} ms apart; one server worker on CPU {} (statico -t 1, uvicorn --workers 1), the client's \
-         {STREAMS} threads on CPU {}, {} round(s) of {} streams, medians (min-max)\n\
+         and {GAP_MS} ms apart; one server worker on CPU {} (statico -t 1, uvicorn --workers 1), the client \
+         (one thread, epoll) on CPU {}, {} round(s) of {} streams, medians (min-max)\n\
          statico --route '{ROUTE}'; {FASTAPI_MOCK}; POST {PATH} {}\n",
         run.server_cpus,
         run.client_cpus,

@@ -1,15 +1,18 @@
 //! A load of server-sent event streams asked for with a POST (an OpenAI-style streamed completion):
-//! `conns` keep-alive HTTP/1.1 connections, one thread each, each asking for `per_conn` streams in
-//! turn, and every event's arrival timed on the client. A stream's first event is timed from the
-//! request's last byte (time to first token); each later one from the event before it (inter-token
-//! latency). Events are counted as they are read: an event ends at a blank line, and `data: [DONE]`
-//! ends a stream without being one. The threads run on the client CPUs given (`taskset -p`).
+//! `conns` keep-alive HTTP/1.1 connections, each asking for `per_conn` streams in turn, and every
+//! event's arrival timed on the client. One thread drives every connection over epoll (mio), as
+//! h2load does, so that an event is timed when the client's one thread gets the CPU rather than
+//! when one of hundreds of threads does. A stream's first event is timed from the request's send
+//! (time to first token); each later one from the event before it (inter-token latency). Events are
+//! counted as they are read: an event ends at a blank line, and `data: [DONE]` ends a stream
+//! without being one. The thread runs on the client CPUs given (`taskset -p`).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use mio::net::TcpStream;
+use mio::{Events as Ready, Interest, Poll, Token};
 
 /// What to ask: `path` on 127.0.0.1:`port` with the JSON `body`, over `conns` connections,
 /// `per_conn` streams on each, from the CPUs `cpus`.
@@ -36,21 +39,21 @@ pub struct Seen {
     pub elapsed: Duration,
 }
 
-/// How long a connection may be silent before its stream counts as failed.
+/// How long every connection may be silent before the ones left count as failed.
 const SILENT: Duration = Duration::from_secs(10);
 
-/// Runs `ask` to its end: every connection's streams, one after another.
+/// Runs `ask` to its end on a thread of its own, pinned to `ask.cpus`.
 pub fn run(ask: &Ask) -> Result<Seen> {
     let ask = ask.clone();
     std::thread::spawn(move || {
         pin_this_thread(&ask.cpus)?;
-        Ok(connections(&ask))
+        drive(&ask)
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the client's thread panicked"))?
 }
 
-/// `taskset -p -c CPUS` on the calling thread, whose threads then inherit it.
+/// `taskset -p -c CPUS` on the calling thread.
 fn pin_this_thread(cpus: &str) -> Result<()> {
     let me = std::fs::read_link("/proc/thread-self").context("read /proc/thread-self")?;
     let tid = me.file_name().context("no thread id")?;
@@ -66,69 +69,126 @@ fn pin_this_thread(cpus: &str) -> Result<()> {
     Ok(())
 }
 
-/// Every connection on a thread of its own; what they saw, together.
-fn connections(ask: &Ask) -> Seen {
+/// One connection: its socket, the streams it has still to ask for, and the answer being read.
+struct Conn {
+    socket: TcpStream,
+    left: usize,
+    asked: Instant,
+    answer: Answer,
+}
+
+/// Every connection to the end of its streams, or until they all fall silent for [`SILENT`].
+fn drive(ask: &Ask) -> Result<Seen> {
     let start = Instant::now();
-    let threads: Vec<_> = (0..ask.conns)
-        .map(|_| {
-            let ask = ask.clone();
-            std::thread::spawn(move || connection(&ask))
-        })
-        .collect();
+    let request = request(ask);
+    let mut poll = Poll::new()?;
     let mut seen = Seen::default();
-    for t in threads {
-        let one = t.join().unwrap_or_else(|_| Seen {
-            failed: 1,
-            first_error: Some("a client thread panicked".into()),
-            ..Seen::default()
-        });
-        seen.streams += one.streams;
-        seen.failed += one.failed;
-        seen.events += one.events;
-        seen.first_error = seen.first_error.take().or(one.first_error);
-        seen.ttft_us.extend(one.ttft_us);
-        seen.itl_us.extend(one.itl_us);
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    for i in 0..ask.conns {
+        let std = std::net::TcpStream::connect(("127.0.0.1", ask.port)).context("connect")?;
+        std.set_nodelay(true)?;
+        std.set_nonblocking(true)?;
+        let mut socket = TcpStream::from_std(std);
+        poll.registry()
+            .register(&mut socket, Token(i), Interest::READABLE)?;
+        let mut conn = Conn {
+            socket,
+            left: ask.per_conn,
+            asked: Instant::now(),
+            answer: Answer::default(),
+        };
+        let sent = send(&mut conn, &request);
+        conns.push(settle(conn, sent, &mut seen));
+    }
+    let mut ready = Ready::with_capacity(1024);
+    let mut buf = vec![0u8; 64 * 1024];
+    while conns.iter().any(Option::is_some) {
+        poll.poll(&mut ready, Some(SILENT))?;
+        if ready.is_empty() {
+            let silent = conns.iter().flatten().map(|c| c.left as u64).sum::<u64>();
+            seen.failed += silent;
+            seen.first_error
+                .get_or_insert_with(|| format!("{silent} streams silent for {SILENT:?}"));
+            break;
+        }
+        for event in ready.iter() {
+            let i = event.token().0;
+            let Some(mut conn) = conns[i].take() else {
+                continue;
+            };
+            let result = receive(&mut conn, &mut buf, &request, &mut seen);
+            conns[i] = settle(conn, result, &mut seen);
+        }
     }
     seen.elapsed = start.elapsed();
-    seen
+    Ok(seen)
 }
 
-/// One connection's streams; a failure ends the connection (its remaining streams count as failed).
-fn connection(ask: &Ask) -> Seen {
-    let mut seen = Seen::default();
-    let result = (|| -> Result<()> {
-        let tcp = TcpStream::connect(("127.0.0.1", ask.port)).context("connect")?;
-        tcp.set_nodelay(true)?;
-        tcp.set_read_timeout(Some(SILENT))?;
-        let request = request(ask);
-        let mut reader = BufReader::new(tcp.try_clone()?);
-        let mut writer = tcp;
-        for _ in 0..ask.per_conn {
-            writer.write_all(request.as_bytes()).context("send")?;
-            let asked = Instant::now();
-            let times = stream(&mut reader)?;
-            seen.streams += 1;
-            seen.events += times.len() as u64;
-            let mut before = asked;
-            for (i, t) in times.into_iter().enumerate() {
-                let us = t.duration_since(before).as_secs_f64() * 1e6;
-                match i {
-                    0 => seen.ttft_us.push(us),
-                    _ => seen.itl_us.push(us),
-                }
-                before = t;
-            }
+/// `conn` if it has streams left and no error; else it is counted (its streams left as failed).
+fn settle(conn: Conn, result: Result<()>, seen: &mut Seen) -> Option<Conn> {
+    match result {
+        Ok(()) if conn.left > 0 => Some(conn),
+        Ok(()) => None,
+        Err(e) => {
+            seen.failed += conn.left as u64;
+            seen.first_error.get_or_insert_with(|| format!("{e:#}"));
+            None
         }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        seen.failed = ask.per_conn as u64 - seen.streams;
-        seen.first_error = Some(format!("{e:#}"));
     }
-    seen
 }
 
-fn request(ask: &Ask) -> String {
+/// Sends the request (small: it fits the socket's empty buffer whole) and starts its clock.
+fn send(conn: &mut Conn, request: &[u8]) -> Result<()> {
+    conn.socket.write_all(request).context("send")?;
+    conn.asked = Instant::now();
+    Ok(())
+}
+
+/// Reads what `conn` has, each read timed as it returns; a whole answer is counted and the next
+/// stream asked for.
+fn receive(conn: &mut Conn, buf: &mut [u8], request: &[u8], seen: &mut Seen) -> Result<()> {
+    loop {
+        let n = match conn.socket.read(buf) {
+            Ok(0) => bail!("the server closed the connection"),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("read"),
+        };
+        let at = Instant::now();
+        let mut data = &buf[..n];
+        while let Some(rest) = conn.answer.take(data, at)? {
+            let times = std::mem::take(&mut conn.answer).times;
+            count(seen, conn.asked, &times);
+            conn.left -= 1;
+            if conn.left == 0 {
+                return Ok(());
+            }
+            if !rest.is_empty() {
+                bail!("bytes after the answer, before the next request");
+            }
+            send(conn, request)?;
+            data = rest;
+        }
+    }
+}
+
+/// One whole stream asked at `asked` whose events arrived at `times`.
+fn count(seen: &mut Seen, asked: Instant, times: &[Instant]) {
+    seen.streams += 1;
+    seen.events += times.len() as u64;
+    let mut before = asked;
+    for (i, t) in times.iter().enumerate() {
+        let us = t.duration_since(before).as_secs_f64() * 1e6;
+        match i {
+            0 => seen.ttft_us.push(us),
+            _ => seen.itl_us.push(us),
+        }
+        before = *t;
+    }
+}
+
+fn request(ask: &Ask) -> Vec<u8> {
     format!(
         "POST {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
          Accept: text/event-stream\r\nContent-Length: {}\r\n\r\n{}",
@@ -137,58 +197,103 @@ fn request(ask: &Ask) -> String {
         ask.body.len(),
         ask.body
     )
+    .into_bytes()
 }
 
-/// One answer read to its end: a 200 with a chunked body; the arrival time of each of its events.
-fn stream(reader: &mut impl BufRead) -> Result<Vec<Instant>> {
-    let mut line = String::new();
-    reader.read_line(&mut line).context("read the status")?;
-    if !line.starts_with("HTTP/1.1 200") {
-        bail!("answered {:?}", line.trim_end());
-    }
-    let mut chunked = false;
-    loop {
-        line.clear();
-        reader.read_line(&mut line).context("read the head")?;
-        let l = line.trim_end().to_ascii_lowercase();
-        if l.is_empty() {
-            break;
-        }
-        chunked |= l.starts_with("transfer-encoding:") && l.contains("chunked");
-    }
-    if !chunked {
-        bail!("the answer is not chunked");
-    }
-    let mut events = Events::default();
-    loop {
-        line.clear();
-        reader.read_line(&mut line).context("read a chunk's size")?;
-        let hex = line.trim_end().split(';').next().unwrap_or_default();
-        let size = usize::from_str_radix(hex, 16).with_context(|| format!("chunk size {hex:?}"))?;
-        if size == 0 {
-            line.clear();
-            reader.read_line(&mut line)?; // the empty trailer
-            return Ok(events.times);
-        }
-        let mut data = vec![0; size + 2];
-        reader.read_exact(&mut data).context("read a chunk")?;
-        events.add(&data[..size], Instant::now());
-    }
+/// Where an answer's reading is: its head, a chunk's size line, a chunk's data (and its CRLF), or
+/// the empty trailer after the last chunk.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Part {
+    #[default]
+    Head,
+    Size,
+    Data(usize),
+    Trailer,
 }
 
-/// A stream's bytes as they come, cut into events at blank lines.
-#[derive(Default)]
-struct Events {
+/// One answer read as its bytes come: a 200 with a chunked body, cut into events at blank lines,
+/// each timed when the read that completed it returned.
+#[derive(Debug, Default)]
+struct Answer {
+    part: Part,
+    /// Bytes of the current part not yet whole.
     pending: Vec<u8>,
+    /// Body bytes of an event not yet ended.
+    event: Vec<u8>,
     times: Vec<Instant>,
 }
 
-impl Events {
-    /// `data`, arrived at `at`: every event it completes is timed `at`.
+impl Answer {
+    /// Takes `data`, read at `at`; `Some(the bytes after the answer)` once the answer is whole.
+    fn take<'a>(&mut self, mut data: &'a [u8], at: Instant) -> Result<Option<&'a [u8]>> {
+        loop {
+            if let Part::Data(size) = self.part {
+                let need = size + 2 - self.pending.len();
+                let n = need.min(data.len());
+                self.pending.extend_from_slice(&data[..n]);
+                data = &data[n..];
+                if self.pending.len() < size + 2 {
+                    return Ok(None);
+                }
+                let chunk = std::mem::take(&mut self.pending);
+                self.add(&chunk[..size], at);
+                self.part = Part::Size;
+                continue;
+            }
+            let end = match self.part {
+                Part::Head => b"\r\n\r\n".as_slice(),
+                _ => b"\r\n".as_slice(),
+            };
+            let before = self.pending.len().saturating_sub(end.len() - 1);
+            let n = data.len();
+            self.pending.extend_from_slice(data);
+            let Some(found) = find(&self.pending[before..], end) else {
+                return Ok(None);
+            };
+            let line_end = before + found + end.len();
+            let rest = &data[n - (self.pending.len() - line_end)..];
+            let line = self.pending.drain(..).take(line_end).collect::<Vec<u8>>();
+            data = rest;
+            match self.part {
+                Part::Head => self.head(&line)?,
+                Part::Size => {
+                    let text = String::from_utf8_lossy(&line);
+                    let hex = text.trim_end().split(';').next().unwrap_or_default();
+                    let size = usize::from_str_radix(hex, 16)
+                        .with_context(|| format!("chunk size {hex:?}"))?;
+                    self.part = if size == 0 {
+                        Part::Trailer
+                    } else {
+                        Part::Data(size)
+                    };
+                }
+                Part::Trailer => return Ok(Some(data)),
+                Part::Data(_) => unreachable!("read above"),
+            }
+        }
+    }
+
+    /// The answer's head: a 200 with a chunked body.
+    fn head(&mut self, head: &[u8]) -> Result<()> {
+        let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+        if !head.starts_with("http/1.1 200") {
+            bail!("answered {:?}", head.lines().next().unwrap_or_default());
+        }
+        let chunked = head
+            .lines()
+            .any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked"));
+        if !chunked {
+            bail!("the answer is not chunked");
+        }
+        self.part = Part::Size;
+        Ok(())
+    }
+
+    /// Body bytes arrived at `at`: every event they complete is timed `at`.
     fn add(&mut self, data: &[u8], at: Instant) {
-        self.pending.extend_from_slice(data);
-        while let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = self.pending.drain(..end + 2).collect();
+        self.event.extend_from_slice(data);
+        while let Some(end) = find(&self.event, b"\n\n") {
+            let event: Vec<u8> = self.event.drain(..end + 2).collect();
             if event.starts_with(b"data:") && !event.starts_with(b"data: [DONE]") {
                 self.times.push(at);
             }
@@ -196,22 +301,40 @@ impl Events {
     }
 }
 
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const ANSWER: &str = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                          9\r\ndata: a\n\n\r\n\
+                          10\r\ndata: b\n\ndata: c\r\n\
+                          2\r\n\n\n\r\n\
+                          e\r\ndata: [DONE]\n\n\r\n\
+                          0\r\n\r\n";
+
     #[test]
     fn a_chunked_answer_gives_one_time_per_event_and_done_is_none() {
-        let answer = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
-                      9\r\ndata: a\n\n\r\n\
-                      10\r\ndata: b\n\ndata: c\r\n\
-                      2\r\n\n\n\r\n\
-                      e\r\ndata: [DONE]\n\n\r\n\
-                      0\r\n\r\n";
-        let mut reader = BufReader::new(answer.as_bytes());
-        assert_eq!(stream(&mut reader).unwrap().len(), 3);
-        assert!(reader.fill_buf().unwrap().is_empty());
+        let at = Instant::now();
+        let mut whole = Answer::default();
+        let rest = whole.take(ANSWER.as_bytes(), at).unwrap();
+        assert_eq!((rest, whole.times.len()), (Some(&b""[..]), 3));
+        // The same bytes a few at a time, and the next answer's first bytes after it.
+        let mut bits = Answer::default();
+        let next = format!("{ANSWER}HTTP/1.1");
+        let mut rest = None;
+        for piece in next.as_bytes().chunks(3) {
+            if let Some(r) = bits.take(piece, at).unwrap() {
+                rest = Some(r.len());
+                break;
+            }
+        }
+        assert_eq!(bits.times.len(), 3);
+        assert!(rest.is_some());
         let refused = "HTTP/1.1 429 Too Many Requests\r\n\r\n";
-        assert!(stream(&mut BufReader::new(refused.as_bytes())).is_err());
+        assert!(Answer::default().take(refused.as_bytes(), at).is_err());
     }
 }
