@@ -23,6 +23,8 @@
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
+//! - FastAPI and uvicorn ([`FASTAPI_MOCK_PACKAGES`]), with pip (they serve the hand-written OpenAI
+//!   mock `bench/peers/fastapi/mock.py`, the peer of `bench --openai`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
 //!
@@ -96,8 +98,8 @@ const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
     ("podman", "podman", &[Test, Image]),
     ("runc", "runc", &[Test, Image]),
     ("mmdebstrap", "mmdebstrap", &[Test, Image]),
-    // kubernetes-validate comes from PyPI.
-    ("pip3", "python3-pip", &[Test]),
+    // kubernetes-validate and the OpenAI mock's FastAPI come from PyPI.
+    ("pip3", "python3-pip", &[Test, Bench]),
     // The browser tests (`tests/e2e/browser.rs`): Chromium driven over WebDriver, trusting the
     // self-signed certificate through a private NSS database.
     ("chromium", "chromium", &[Test]),
@@ -107,6 +109,9 @@ const PACKAGES: [(&str, &str, &[Purpose]); 22] = [
 /// The kubernetes-validate release (and with it the Kubernetes schema version) the manifests are
 /// checked against.
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
+/// FastAPI and uvicorn (with uvloop and httptools, as `uvicorn[standard]` installs them) for the
+/// OpenAI mock `bench --openai` runs as its peer.
+pub const FASTAPI_MOCK_PACKAGES: [&str; 2] = ["fastapi==0.163.2", "uvicorn[standard]==0.54.0"];
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
 /// The go-httpbin `bench --stream` runs as its peer (its `/sse`).
@@ -153,6 +158,24 @@ fn ensure_kubernetes_validate() -> Result<()> {
         "pip3",
         &["install", "--break-system-packages", KUBERNETES_VALIDATE],
     )
+}
+
+/// FastAPI and uvicorn [`FASTAPI_MOCK_PACKAGES`] with pip (as kubernetes-validate), unless Python
+/// already imports both.
+fn ensure_fastapi() -> Result<()> {
+    let present = Command::new("python3")
+        .args(["-c", "import fastapi, uvicorn"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    let args: Vec<&str> = ["install", "--break-system-packages"]
+        .into_iter()
+        .chain(FASTAPI_MOCK_PACKAGES)
+        .collect();
+    cmd("pip3", &args)
 }
 
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
@@ -314,6 +337,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
         ensure_oha()?;
         ensure_fortio()?;
         ensure_go_httpbin()?;
+        ensure_fastapi()?;
     }
     if report {
         eprintln!("setup: done");

@@ -21,7 +21,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::feed::chunk;
+use super::feed::chunk_with;
 use super::model::dist::Dist;
 use super::model::events::{Count, Events, Render, StreamDraw, MAX_EVENTS};
 use super::model::fault::Fault;
@@ -174,13 +174,16 @@ impl OpenAi {
         };
         let mut rng = SmallRng::seed_from_u64(seed);
         let count = self.count(&ask, &mut rng);
+        let id = format!(
+            "{}-{:016x}",
+            if ask.chat { "chatcmpl" } else { "cmpl" },
+            seed
+        );
+        let created = self.started.0 + now.saturating_duration_since(self.started.1).as_secs();
         let tokens = Arc::new(Tokens {
-            id: format!(
-                "{}-{:016x}",
-                if ask.chat { "chatcmpl" } else { "cmpl" },
-                seed
-            ),
-            created: self.started.0 + now.saturating_duration_since(self.started.1).as_secs(),
+            tail: chunk_tail(&id, created, &ask),
+            id,
+            created,
             first: self.first.clone(),
             prefill: self
                 .prefill
@@ -359,6 +362,8 @@ impl OpenAi {
 pub struct Tokens {
     id: String,
     created: u64,
+    /// What every token's chunk ends with ([`chunk_tail`]).
+    tail: String,
     first: Option<Dist>,
     /// `prefill=` × the prompt's tokens.
     prefill: Duration,
@@ -424,31 +429,77 @@ impl Tokens {
         .into_bytes()
     }
 
+    /// Token `i`'s chunk as [`Tokens::chunk_json`] would print it (its keys in order), written
+    /// straight into `out`: the token's choice, then the [`chunk_tail`] every chunk shares.
+    fn write_chunk(&self, i: u32, out: &mut Vec<u8>) {
+        let word = WORDS[i as usize % WORDS.len()].as_bytes();
+        let finish = |out: &mut Vec<u8>| match i + 1 == self.count {
+            true => {
+                out.push(b'"');
+                out.extend_from_slice(self.finish.as_bytes());
+                out.push(b'"');
+            }
+            false => out.extend_from_slice(b"null"),
+        };
+        out.extend_from_slice(b"{\"choices\":[{");
+        if self.ask.chat {
+            out.extend_from_slice(b"\"delta\":{\"content\":\"");
+            out.extend_from_slice(word);
+            out.extend_from_slice(b" \"");
+            if i == 0 {
+                out.extend_from_slice(b",\"role\":\"assistant\"");
+            }
+            out.extend_from_slice(b"},\"finish_reason\":");
+            finish(out);
+            out.extend_from_slice(b",\"index\":0,\"logprobs\":null}]");
+        } else {
+            out.extend_from_slice(b"\"finish_reason\":");
+            finish(out);
+            out.extend_from_slice(b",\"index\":0,\"logprobs\":null,\"text\":\"");
+            out.extend_from_slice(word);
+            out.extend_from_slice(b" \"}]");
+        }
+        out.extend_from_slice(self.tail.as_bytes());
+    }
+
     /// Token `i`'s event: its chunk, then (after the last) the usage chunk if asked and `[DONE]`.
     fn event_bytes(&self, i: u32, out: &mut Vec<u8>) {
-        let mut data = |json: Value| {
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(json.to_string().as_bytes());
-            out.extend_from_slice(b"\n\n");
-        };
-        data(self.chunk_json(i, false));
+        out.extend_from_slice(b"data: ");
+        self.write_chunk(i, out);
+        out.extend_from_slice(b"\n\n");
         if i + 1 == self.count {
             if self.ask.usage {
-                data(self.chunk_json(i, true));
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(self.chunk_json(i, true).to_string().as_bytes());
+                out.extend_from_slice(b"\n\n");
             }
             out.extend_from_slice(b"data: [DONE]\n\n");
         }
     }
 }
 
+/// The end every token's chunk shares, after its `choices` (the keys in the order serde_json
+/// prints them): `,"created":…,"id":…,"model":…,"object":…}`.
+fn chunk_tail(id: &str, created: u64, ask: &Ask) -> String {
+    let object = if ask.chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
+    let text = |s: &str| Value::from(s).to_string();
+    format!(
+        ",\"created\":{created},\"id\":{},\"model\":{},\"object\":\"{object}\"}}",
+        text(id),
+        text(&ask.model)
+    )
+}
+
 impl Render for Tokens {
     fn event(&self, i: u32, chunked: bool, last: bool, out: &mut Vec<u8>) {
-        if !chunked {
-            return self.event_bytes(i, out);
+        match chunked {
+            true => chunk_with(out, last, |out| self.event_bytes(i, out)),
+            false => self.event_bytes(i, out),
         }
-        let mut event = Vec::new();
-        self.event_bytes(i, &mut event);
-        chunk(&event, last, out);
     }
 
     fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {
@@ -675,6 +726,34 @@ mod tests {
             json!({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
         );
         assert_eq!(events[4], "[DONE]");
+    }
+
+    #[test]
+    fn a_tokens_chunk_written_directly_is_its_json_printed() {
+        let p = preset("tokens=3");
+        for (endpoint, body) in [
+            (
+                Endpoint::Chat,
+                r#"{"model":"m\"x\u00e9","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":10}"#,
+            ),
+            (
+                Endpoint::Chat,
+                r#"{"messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":3}"#,
+            ),
+            (
+                Endpoint::Completions,
+                r#"{"model":"c","prompt":"hi","stream":true,"max_tokens":10}"#,
+            ),
+        ] {
+            let r = p.reply(endpoint, body.as_bytes(), 9, None, Instant::now());
+            let (tokens, _) = r.stream.as_ref().unwrap();
+            for i in 0..3 {
+                let mut out = Vec::new();
+                tokens.write_chunk(i, &mut out);
+                let printed = tokens.chunk_json(i, false).to_string();
+                assert_eq!(String::from_utf8(out).unwrap(), printed, "{body} token {i}");
+            }
+        }
     }
 
     #[test]
