@@ -2,7 +2,7 @@
 //!
 //! - `setup`: installs what a fresh machine lacks, idempotently: Debian packages used by tests and
 //!   benchmarks (curl, wrk, nginx, caddy), oha with HTTP/3 (`bench --http3`), Fortio (`bench --routes`),
-//!   go-httpbin (`bench --stream`), the pinned nightly toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
+//!   go-httpbin (`bench --stream`), FastAPI and uvicorn (`bench --openai`), the pinned nightly toolchain with `rust-src` (the `channel` of `statico-ebpf/rust-toolchain.toml`), `bpf-linker`
 //!   0.10.0, and the non-Linux targets' std.
 //! - `build`: release build of the `statico` binary (after installing what building needs: the pinned
 //!   nightly with `rust-src` and `bpf-linker`, nothing else).

@@ -23,6 +23,8 @@
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
+//! - FastAPI and uvicorn ([`FASTAPI_MOCK_PACKAGES`]), with pip (they serve the hand-written OpenAI
+//!   mock `bench/peers/fastapi/mock.py`, the peer of `bench --openai`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
 //! - The `openai` Python SDK [`OPENAI_SDK`], with pip, and aiperf [`AIPERF_SERIES`] in a venv of its
@@ -100,8 +102,8 @@ const PACKAGES: [(&str, &str, &[Purpose]); 23] = [
     ("podman", "podman", &[Test, Image]),
     ("runc", "runc", &[Test, Image]),
     ("mmdebstrap", "mmdebstrap", &[Test, Image]),
-    // kubernetes-validate comes from PyPI.
-    ("pip3", "python3-pip", &[Test]),
+    // kubernetes-validate, the `openai` SDK and the OpenAI mock's FastAPI come from PyPI.
+    ("pip3", "python3-pip", &[Test, Bench]),
     // aiperf's venv.
     (
         "/usr/lib/python3.11/ensurepip/__init__.py",
@@ -123,6 +125,9 @@ const OPENAI_SDK: &str = "openai==3.*";
 const AIPERF_SERIES: &str = "0.13";
 /// aiperf's venv, under the home directory (the tests look there too, or at `$STATICO_AIPERF_VENV`).
 const AIPERF_VENV: &str = ".cache/statico/aiperf";
+/// FastAPI and uvicorn (with uvloop and httptools, as `uvicorn[standard]` installs them) for the
+/// OpenAI mock `bench --openai` runs as its peer.
+pub const FASTAPI_MOCK_PACKAGES: [&str; 2] = ["fastapi==0.163.2", "uvicorn[standard]==0.54.0"];
 /// The Fortio `bench --routes` runs as its peer (newer ones need a module the registries here refuse).
 pub const FORTIO_VERSION: &str = "v1.66.0";
 /// The go-httpbin `bench --stream` runs as its peer (its `/sse`).
@@ -171,12 +176,18 @@ fn ensure_kubernetes_validate() -> Result<()> {
     )
 }
 
+/// Whether `python3` imports `modules` (a comma-separated list).
+fn python_imports(modules: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// The `openai` Python SDK [`OPENAI_SDK`] with pip, as kubernetes-validate.
 fn ensure_openai_sdk() -> Result<()> {
-    let import = Command::new("python3")
-        .args(["-c", "import openai"])
-        .output();
-    if matches!(&import, Ok(o) if o.status.success()) {
+    if python_imports("openai") {
         return Ok(());
     }
     cmd("pip3", &["install", "--break-system-packages", OPENAI_SDK])
@@ -198,6 +209,19 @@ fn ensure_aiperf() -> Result<()> {
     cmd("python3", &["-m", "venv", venv])?;
     let aiperf = format!("aiperf=={AIPERF_SERIES}.*");
     cmd(&format!("{venv}/bin/pip"), &["install", "--quiet", &aiperf])
+}
+
+/// FastAPI and uvicorn [`FASTAPI_MOCK_PACKAGES`] with pip (as kubernetes-validate), unless Python
+/// already imports both.
+fn ensure_fastapi() -> Result<()> {
+    if python_imports("fastapi, uvicorn") {
+        return Ok(());
+    }
+    let args: Vec<&str> = ["install", "--break-system-packages"]
+        .into_iter()
+        .chain(FASTAPI_MOCK_PACKAGES)
+        .collect();
+    cmd("pip3", &args)
 }
 
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
@@ -361,6 +385,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
         ensure_oha()?;
         ensure_fortio()?;
         ensure_go_httpbin()?;
+        ensure_fastapi()?;
     }
     if report {
         eprintln!("setup: done");

@@ -3,8 +3,10 @@
 //! and, on a persistent HTTP/1.1 connection, as one chunk of a chunked body.
 //!
 //! [`EventSource`] is a route's [`Render`]: the delivery machine asks it for each event when the
-//! event is due ([`super::model::events`] has the timing), so a stream is made one event at a time.
+//! event is due ([`super::model::events`] has the timing), so a stream is made one event at a time,
+//! written straight into the buffer that is sent (no copy of the payload or of the framed event).
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,31 +56,54 @@ impl Feed {
         }
     }
 
-    /// Appends event `i` carrying `payload`, framed.
-    fn frame(self, i: u32, payload: &[u8], out: &mut Vec<u8>) {
+    /// Appends event `i`, its payload written by `payload`, framed: the payload goes straight into
+    /// `out`, and an SSE payload's newlines become `data:` lines there.
+    fn frame(self, i: u32, out: &mut Vec<u8>, payload: impl FnOnce(&mut Vec<u8>)) {
         match self {
             Feed::Sse => {
-                out.extend_from_slice(format!("id: {i}\n").as_bytes());
-                for line in payload.split(|&b| b == b'\n') {
-                    out.extend_from_slice(b"data: ");
-                    out.extend_from_slice(line);
-                    out.push(b'\n');
+                let _ = write!(out, "id: {i}\ndata: ");
+                let start = out.len();
+                payload(out);
+                if out[start..].contains(&b'\n') {
+                    let lines = out.split_off(start);
+                    for (n, line) in lines.split(|&b| b == b'\n').enumerate() {
+                        if n > 0 {
+                            out.extend_from_slice(b"\ndata: ");
+                        }
+                        out.extend_from_slice(line);
+                    }
                 }
-                out.push(b'\n');
+                out.extend_from_slice(b"\n\n");
             }
             Feed::Ndjson => {
-                out.extend_from_slice(payload);
+                payload(out);
                 out.push(b'\n');
             }
-            Feed::Chunks => out.extend_from_slice(payload),
+            Feed::Chunks => payload(out),
         }
     }
 }
 
 /// Appends `event` as one HTTP/1.1 chunk, and with `last` the chunked body's last chunk after it.
 pub fn chunk(event: &[u8], last: bool, out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
-    out.extend_from_slice(event);
+    chunk_with(out, last, |out| out.extend_from_slice(event));
+}
+
+/// The most bytes a chunk's size line takes (`ffffffffffffffff\r\n`).
+const SIZE_LINE: usize = 18;
+
+/// Appends one HTTP/1.1 chunk whose data `data` writes straight into `out` (its size line is
+/// written in front of it after), and with `last` the chunked body's last chunk after it.
+pub fn chunk_with(out: &mut Vec<u8>, last: bool, data: impl FnOnce(&mut Vec<u8>)) {
+    let head = out.len();
+    out.extend_from_slice(&[0; SIZE_LINE]);
+    data(out);
+    let len = out.len() - head - SIZE_LINE;
+    let mut size = [0u8; SIZE_LINE];
+    let mut room = &mut size[..];
+    let _ = write!(room, "{len:x}\r\n");
+    let n = SIZE_LINE - room.len();
+    out.splice(head..head + SIZE_LINE, size[..n].iter().copied());
     out.extend_from_slice(b"\r\n");
     if last {
         out.extend_from_slice(b"0\r\n\r\n");
@@ -141,7 +166,7 @@ impl EventSource {
             Payload::Text(parts) => {
                 for (n, part) in parts.iter().enumerate() {
                     if n > 0 {
-                        out.extend_from_slice(i.to_string().as_bytes());
+                        let _ = write!(out, "{i}");
                     }
                     out.extend_from_slice(part.as_bytes());
                 }
@@ -152,15 +177,11 @@ impl EventSource {
 
 impl Render for EventSource {
     fn event(&self, i: u32, chunked: bool, last: bool, out: &mut Vec<u8>) {
-        if !chunked {
-            let mut payload = Vec::new();
-            self.payload(i, &mut payload);
-            return self.feed.frame(i, &payload, out);
+        let framed = |out: &mut Vec<u8>| self.feed.frame(i, out, |out| self.payload(i, out));
+        match chunked {
+            true => chunk_with(out, last, framed),
+            false => framed(out),
         }
-        let (mut payload, mut event) = (Vec::new(), Vec::new());
-        self.payload(i, &mut payload);
-        self.feed.frame(i, &payload, &mut event);
-        chunk(&event, last, out);
     }
 
     fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {

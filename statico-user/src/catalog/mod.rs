@@ -604,7 +604,10 @@ impl<'a> View<'a> {
     pub fn asked(&self, choice: Choice, body: &[u8]) -> Choice {
         match choice {
             Choice::Route(c) if c.asks.is_some() => match self.routes_of(c.generation) {
-                Some((routes, _)) => Choice::Asked(Box::new(routes.asked(c, body))),
+                Some((routes, _)) => {
+                    let now = self.now.unwrap_or_else(std::time::Instant::now);
+                    Choice::Asked(Box::new(routes.asked(c, body, now)))
+                }
                 None => Choice::Route(c),
             },
             other => other,

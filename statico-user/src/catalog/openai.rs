@@ -15,13 +15,13 @@
 //! counts words (or a word-level tokenizer) agrees with `usage`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::feed::chunk;
+use super::feed::chunk_with;
 use super::model::dist::Dist;
 use super::model::events::{Count, Events, Render, StreamDraw, MAX_EVENTS};
 use super::model::fault::Fault;
@@ -61,8 +61,9 @@ pub struct OpenAi {
     gap: Option<Dist>,
     prefill: Duration,
     context: Option<u64>,
-    /// When the server started (the models' `created`).
-    started: u64,
+    /// When the preset was made (the models' `created`), in Unix seconds and on the monotonic
+    /// clock: an answer's `created` is counted from it on the clock the answer is given by.
+    started: (u64, Instant),
 }
 
 /// Which API a request under the prefix asks for.
@@ -130,7 +131,7 @@ impl OpenAi {
             gap: spec.gap.clone(),
             prefill: spec.prefill.unwrap_or_default(),
             context: spec.context,
-            started: unix_now(),
+            started: (unix_now(), Instant::now()),
         }
     }
 
@@ -149,14 +150,15 @@ impl OpenAi {
         }
     }
 
-    /// The answer to a request for `endpoint` whose body is `body`, drawn from `seed`; a stream
-    /// with `fault` strikes after a drawn number of its tokens.
+    /// The answer at `now` to a request for `endpoint` whose body is `body`, drawn from `seed`; a
+    /// stream with `fault` strikes after a drawn number of its tokens.
     pub fn reply(
         &self,
         endpoint: Endpoint,
         body: &[u8],
         seed: u64,
         fault: Option<Fault>,
+        now: Instant,
     ) -> ApiAnswer {
         let ask = match endpoint {
             Endpoint::Models => return whole(200, self.model_list()),
@@ -172,13 +174,16 @@ impl OpenAi {
         };
         let mut rng = SmallRng::seed_from_u64(seed);
         let count = self.count(&ask, &mut rng);
+        let id = format!(
+            "{}-{:016x}",
+            if ask.chat { "chatcmpl" } else { "cmpl" },
+            seed
+        );
+        let created = self.started.0 + now.saturating_duration_since(self.started.1).as_secs();
         let tokens = Arc::new(Tokens {
-            id: format!(
-                "{}-{:016x}",
-                if ask.chat { "chatcmpl" } else { "cmpl" },
-                seed
-            ),
-            created: unix_now(),
+            tail: chunk_tail(&id, created, &ask),
+            id,
+            created,
             first: self.first.clone(),
             prefill: self
                 .prefill
@@ -252,7 +257,7 @@ impl OpenAi {
         };
         let data: Vec<Value> = names
             .iter()
-            .map(|id| json!({"id": id, "object": "model", "created": self.started, "owned_by": "statico"}))
+            .map(|id| json!({"id": id, "object": "model", "created": self.started.0, "owned_by": "statico"}))
             .collect();
         json!({"object": "list", "data": data})
             .to_string()
@@ -358,6 +363,8 @@ impl OpenAi {
 pub struct Tokens {
     id: String,
     created: u64,
+    /// What every token's chunk ends with ([`chunk_tail`]).
+    tail: String,
     first: Option<Dist>,
     /// `prefill=` × the prompt's tokens.
     prefill: Duration,
@@ -423,31 +430,77 @@ impl Tokens {
         .into_bytes()
     }
 
+    /// Token `i`'s chunk as [`Tokens::chunk_json`] would print it (its keys in order), written
+    /// straight into `out`: the token's choice, then the [`chunk_tail`] every chunk shares.
+    fn write_chunk(&self, i: u32, out: &mut Vec<u8>) {
+        let word = WORDS[i as usize % WORDS.len()].as_bytes();
+        let finish = |out: &mut Vec<u8>| match i + 1 == self.count {
+            true => {
+                out.push(b'"');
+                out.extend_from_slice(self.finish.as_bytes());
+                out.push(b'"');
+            }
+            false => out.extend_from_slice(b"null"),
+        };
+        out.extend_from_slice(b"{\"choices\":[{");
+        if self.ask.chat {
+            out.extend_from_slice(b"\"delta\":{\"content\":\"");
+            out.extend_from_slice(word);
+            out.extend_from_slice(b" \"");
+            if i == 0 {
+                out.extend_from_slice(b",\"role\":\"assistant\"");
+            }
+            out.extend_from_slice(b"},\"finish_reason\":");
+            finish(out);
+            out.extend_from_slice(b",\"index\":0,\"logprobs\":null}]");
+        } else {
+            out.extend_from_slice(b"\"finish_reason\":");
+            finish(out);
+            out.extend_from_slice(b",\"index\":0,\"logprobs\":null,\"text\":\"");
+            out.extend_from_slice(word);
+            out.extend_from_slice(b" \"}]");
+        }
+        out.extend_from_slice(self.tail.as_bytes());
+    }
+
     /// Token `i`'s event: its chunk, then (after the last) the usage chunk if asked and `[DONE]`.
     fn event_bytes(&self, i: u32, out: &mut Vec<u8>) {
-        let mut data = |json: Value| {
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(json.to_string().as_bytes());
-            out.extend_from_slice(b"\n\n");
-        };
-        data(self.chunk_json(i, false));
+        out.extend_from_slice(b"data: ");
+        self.write_chunk(i, out);
+        out.extend_from_slice(b"\n\n");
         if i + 1 == self.count {
             if self.ask.usage {
-                data(self.chunk_json(i, true));
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(self.chunk_json(i, true).to_string().as_bytes());
+                out.extend_from_slice(b"\n\n");
             }
             out.extend_from_slice(b"data: [DONE]\n\n");
         }
     }
 }
 
+/// The end every token's chunk shares, after its `choices` (the keys in the order serde_json
+/// prints them): `,"created":…,"id":…,"model":…,"object":…}`.
+fn chunk_tail(id: &str, created: u64, ask: &Ask) -> String {
+    let object = if ask.chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
+    let text = |s: &str| Value::from(s).to_string();
+    format!(
+        ",\"created\":{created},\"id\":{},\"model\":{},\"object\":\"{object}\"}}",
+        text(id),
+        text(&ask.model)
+    )
+}
+
 impl Render for Tokens {
     fn event(&self, i: u32, chunked: bool, last: bool, out: &mut Vec<u8>) {
-        if !chunked {
-            return self.event_bytes(i, out);
+        match chunked {
+            true => chunk_with(out, last, |out| self.event_bytes(i, out)),
+            false => self.event_bytes(i, out),
         }
-        let mut event = Vec::new();
-        self.event_bytes(i, &mut event);
-        chunk(&event, last, out);
     }
 
     fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {
@@ -635,10 +688,14 @@ mod tests {
             Endpoint::WrongMethod
         );
         assert_eq!(p.endpoint(b"POST", b"/v1/embeddings"), Endpoint::Unknown);
-        let r = p.reply(Endpoint::Unknown, b"", 1, None);
+        let r = p.reply(Endpoint::Unknown, b"", 1, None, Instant::now());
         assert_eq!((r.status, r.refused), (404, true));
         assert_eq!(json_of(&r.body)["error"]["type"], "invalid_request_error");
-        assert_eq!(p.reply(Endpoint::WrongMethod, b"", 1, None).status, 405);
+        assert_eq!(
+            p.reply(Endpoint::WrongMethod, b"", 1, None, Instant::now())
+                .status,
+            405
+        );
     }
 
     #[test]
@@ -646,7 +703,7 @@ mod tests {
         let p = preset("model=llama tokens=3 first=100ms gap=10ms prefill=1ms");
         let body = br#"{"model":"llama","messages":[{"role":"user","content":"12345678"}],
             "stream":true,"max_tokens":10,"stream_options":{"include_usage":true}}"#;
-        let r = p.reply(Endpoint::Chat, body, 7, None);
+        let r = p.reply(Endpoint::Chat, body, 7, None, Instant::now());
         assert_eq!((r.status, r.refused, r.body.len()), (200, false, 0));
         // The first token waits first= + prefill × 2 prompt tokens; two gaps follow.
         assert_eq!(r.tail, Duration::from_millis(100 + 2 + 20));
@@ -673,6 +730,34 @@ mod tests {
     }
 
     #[test]
+    fn a_tokens_chunk_written_directly_is_its_json_printed() {
+        let p = preset("tokens=3");
+        for (endpoint, body) in [
+            (
+                Endpoint::Chat,
+                r#"{"model":"m\"x\u00e9","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":10}"#,
+            ),
+            (
+                Endpoint::Chat,
+                r#"{"messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":3}"#,
+            ),
+            (
+                Endpoint::Completions,
+                r#"{"model":"c","prompt":"hi","stream":true,"max_tokens":10}"#,
+            ),
+        ] {
+            let r = p.reply(endpoint, body.as_bytes(), 9, None, Instant::now());
+            let (tokens, _) = r.stream.as_ref().unwrap();
+            for i in 0..3 {
+                let mut out = Vec::new();
+                tokens.write_chunk(i, &mut out);
+                let printed = tokens.chunk_json(i, false).to_string();
+                assert_eq!(String::from_utf8(out).unwrap(), printed, "{body} token {i}");
+            }
+        }
+    }
+
+    #[test]
     fn a_whole_completion_waits_for_every_token_and_counts_words() {
         let p = preset("first=50ms gap=5ms");
         let r = p.reply(
@@ -680,6 +765,7 @@ mod tests {
             br#"{"model":"m","prompt":[1,2,3],"max_tokens":4}"#,
             3,
             None,
+            Instant::now(),
         );
         assert!(r.stream.is_none());
         assert_eq!(r.wait, Duration::from_millis(50 + 3 * 5));
@@ -699,14 +785,14 @@ mod tests {
             let body = format!(
                 r#"{{"messages":[{{"role":"user","content":"hi"}}],"max_tokens":6{extra}}}"#
             );
-            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, None);
+            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, None, Instant::now());
             json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap()
         };
         for seed in 0..20 {
             let body = br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":6}"#;
-            let r = p.reply(Endpoint::Chat, body, seed, None);
+            let r = p.reply(Endpoint::Chat, body, seed, None, Instant::now());
             let n = json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap();
@@ -718,6 +804,7 @@ mod tests {
             br#"{"messages":[{"role":"user","content":"x"}]}"#,
             1,
             None,
+            Instant::now(),
         );
         assert_eq!(json_of(&r.body)["usage"]["completion_tokens"], 16);
     }
@@ -762,7 +849,7 @@ mod tests {
             ),
         ];
         for (body, status, param, code) in cases {
-            let r = p.reply(Endpoint::Chat, body, 1, None);
+            let r = p.reply(Endpoint::Chat, body, 1, None, Instant::now());
             let e = json_of(&r.body)["error"].clone();
             let label = String::from_utf8_lossy(body);
             assert_eq!((r.status, r.refused), (status, true), "{label}");
@@ -774,6 +861,7 @@ mod tests {
             br#"{"model":"a","prompt":["x","y"]}"#,
             1,
             None,
+            Instant::now(),
         );
         assert_eq!(json_of(&r.body)["error"]["param"], "prompt");
     }
@@ -782,7 +870,7 @@ mod tests {
     fn models_and_drawn_statuses_answer_in_openai_shapes() {
         let list = json_of(
             &preset("model=a model=b")
-                .reply(Endpoint::Models, b"", 1, None)
+                .reply(Endpoint::Models, b"", 1, None, Instant::now())
                 .body,
         );
         let ids: Vec<&str> = list["data"]
@@ -792,7 +880,11 @@ mod tests {
             .map(|m| m["id"].as_str().unwrap())
             .collect();
         assert_eq!(ids, ["a", "b"]);
-        let any = json_of(&preset("").reply(Endpoint::Models, b"", 1, None).body);
+        let any = json_of(
+            &preset("")
+                .reply(Endpoint::Models, b"", 1, None, Instant::now())
+                .body,
+        );
         assert_eq!(any["data"][0]["id"], ANY_MODEL);
         let e = json_of(&OpenAi::status_body(429));
         assert_eq!(

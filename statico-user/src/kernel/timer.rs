@@ -7,7 +7,7 @@
 //! [`QUANTUM`] so that deadlines close together share one expiry, a binary heap of deadlines, and a
 //! task that wakes the sleeps whose deadline has passed when the `timerfd` fires. A sleep costs a
 //! heap push and, when it is the earliest, one `timerfd_settime`; firing costs a heap pop per sleep
-//! and one `read` and `timerfd_settime` per expiry — O(log n) each with n sleeps waiting. A sleep
+//! and one `timerfd_settime` per expiry — O(log n) each with n sleeps waiting. A sleep
 //! dropped before its deadline (its connection closed) leaves its heap entry behind, which is popped
 //! and ignored at that deadline. The io_uring runtime needs none of this: its loop arms the ring's
 //! own timeout for its earliest deadline, rounded up to the same [`QUANTUM`]
@@ -335,14 +335,16 @@ mod precise {
         }
     }
 
-    /// Reads the `timerfd` each time it expires and fires what is due.
+    /// Fires what is due each time the `timerfd` expires. Its expiry count is not read: `fire`
+    /// re-arms it (which zeroes the count) whenever a sleep is left, and every expiry wakes the
+    /// reactor again whatever the count (epoll is edge-triggered on each expiry), so clearing
+    /// tokio's readiness is enough, and saves a `read` per expiry.
     async fn drive(timers: Rc<Timers>) {
         loop {
             let Ok(mut ready) = timers.fd.readable().await else {
                 return;
             };
-            let mut expiries = [0u8; 8];
-            let _ = ready.try_io(|fd| Ok(nix::unistd::read(&fd.get_ref().0, &mut expiries)?));
+            ready.clear_ready();
             timers.fire();
         }
     }

@@ -6,21 +6,22 @@
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
-//!       │  · pause_demo · stream · new_conns · ab
+//!       │  · pause_demo · stream · openai · new_conns · ab
 //!       │                                 one file per mode; routes ─ accuracy (its ground-truth check,
-//!       │                                 whose ground-truth reader stream shares),
+//!       │                                 whose ground-truth reader stream shares), openai ─ stream
+//!       │                                 (a stream route's ground truth),
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
-//!       │            fortio for routes, go-httpbin for stream)
+//!       │            fortio for routes, go-httpbin for stream, the FastAPI mock for openai)
 //!       ├─ report   (table, results.json, bar charts)          ─┐ both on measure,
 //!       ├─ servers  (nginx, caddy, fortio, go-httpbin, peers,   │ not on each other
-//!       │            the TLS certificate; statico's suite      │
-//!       │            flags)                                    ─┘
+//!       │            the FastAPI mock, the TLS certificate;    │
+//!       │            statico's suite flags)                    ─┘
 //!       └─ measure  (scenarios, a round of wrk/h2load/oha and the server's CPU over it, RSS with
 //!                    idle connections, Stat, interleave)
 //!
-//! all on `crate::tools` (h2load, oha, statico and the server guard, /proc, ports and GET, TLS
-//! clients, line charts), which `soak` uses too; bench and soak import nothing of each other.
+//! all on `crate::tools` (h2load, oha, statico and the server guard, /proc, ports and GET, timed SSE
+//! streams asked with a POST, TLS clients, line charts), which `soak` uses too; bench and soak import nothing of each other.
 //! ```
 //!
 //! A report names servers by `report::Started` (name, command), so it is written and tested without
@@ -33,6 +34,7 @@ mod http2;
 mod http3;
 mod measure;
 mod new_conns;
+mod openai;
 mod pause_demo;
 mod profile;
 mod queueing;
@@ -114,12 +116,17 @@ pub struct BenchArgs {
     /// HTTP/1.1, and over HTTP/2 (h2load -c 10 -m 100): server CPU per event, statico's lateness
     #[arg(long)]
     pub stream: bool,
+    /// Instead: streamed OpenAI chat completions, 200 at once (50 tokens 20 ms apart), statico's
+    /// `openai=on` preset (both runtimes, one worker) against a FastAPI mock under uvicorn (one
+    /// worker): server CPU per token, the client's time to first token and between tokens
+    #[arg(long)]
+    pub openai: bool,
     /// Instead: an A/B of two statico binaries — A the one measured otherwise (STATICO_BIN, else the
     /// release build), B this one (relative to the workspace root, or absolute) — on both runtimes,
     /// A and B in turn each round: server CPU per request and A/B per scenario (keep-alive c50,
     /// pipelined x16 c256, h2load -c 50 -m 10, a 1 ms held route and the same in a pool, at c50)
     #[arg(long, value_name = "STATICO_B", conflicts_with_all = [
-        "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "stream",
+        "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "stream", "openai",
         "new_conns", "redraw",
     ])]
     pub against: Option<PathBuf>,
@@ -175,6 +182,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.stream {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", stream::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
+    if args.openai {
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", openai::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
     let single = args.http2 || args.http3 || args.profile || args.tls || args.site;

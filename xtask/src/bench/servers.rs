@@ -1,6 +1,7 @@
 //! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site,
 //! an echo of one body), Caddy from Debian (the HTTP/3 peer), Fortio's echo server (the peer of
-//! `--routes`), go-httpbin (the peer of `--stream`), the peers under `bench/peers/`, and the certificate the TLS and
+//! `--routes`), go-httpbin (the peer of `--stream`), the FastAPI OpenAI mock under uvicorn (the peer of
+//! `--openai`), the peers under `bench/peers/`, and the certificate the TLS and
 //! QUIC modes give them all. Each runs behind the guard [`ServerUnderTest`] (`crate::tools::server`),
 //! so no mode can leak a server.
 
@@ -390,6 +391,59 @@ pub fn start_go_httpbin(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
     ServerUnderTest::spawn("go-httpbin", command, cmd, port).with_context(|| {
         let log = std::fs::read_to_string(gdir.join("go-httpbin.log")).unwrap_or_default();
         format!("go-httpbin did not start: {}", log.trim())
+    })
+}
+
+/// The OpenAI mock `bench --openai` runs as its peer, as its report names it.
+pub const FASTAPI_MOCK: &str =
+    "bench/peers/fastapi/mock.py (FastAPI, asyncio.sleep per token) under uvicorn --workers 1";
+
+/// The FastAPI OpenAI mock (`bench/peers/fastapi/mock.py`, FastAPI and uvicorn installed by `cargo
+/// xtask setup`) under uvicorn with one worker (one process: uvloop and httptools where installed),
+/// sleeping `gap_ms` before each token, its access log off, pinned to `cpus`. Its log under
+/// `dir/fastapi`.
+pub fn start_fastapi_mock(
+    root: &Path,
+    dir: &Path,
+    cpus: &str,
+    gap_ms: u32,
+) -> Result<ServerUnderTest> {
+    let port = free_port()?;
+    let fdir = dir.join("fastapi");
+    std::fs::create_dir_all(&fdir)?;
+    let app_dir = root.join("bench/peers/fastapi");
+    let port_s = port.to_string();
+    let flags = [
+        "-m",
+        "uvicorn",
+        "mock:app",
+        "--workers",
+        "1",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port_s,
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ];
+    let mut cmd = pinned(Some(cpus), "python3");
+    cmd.args(flags)
+        .arg("--app-dir")
+        .arg(&app_dir)
+        .env("MOCK_GAP_MS", gap_ms.to_string())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(fdir.join("uvicorn.log"))?);
+    let command = format!(
+        "MOCK_GAP_MS={gap_ms} taskset -c {cpus} python3 {} --app-dir bench/peers/fastapi",
+        flags.join(" ")
+    );
+    ServerUnderTest::spawn("fastapi-uvicorn", command, cmd, port).with_context(|| {
+        let log = std::fs::read_to_string(fdir.join("uvicorn.log")).unwrap_or_default();
+        format!(
+            "uvicorn did not start (cargo xtask setup installs it): {}",
+            log.trim()
+        )
     })
 }
 

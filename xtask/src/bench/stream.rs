@@ -168,7 +168,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
             round(&servers[i], &asked[i], load, run)
         })?;
         let truths: Vec<Option<StreamTruth>> = (servers.iter().zip(&asked))
-            .map(|(s, a)| stream_truth(s, a))
+            .map(|(s, a)| stream_truth(s, a.metrics, PATH))
             .collect();
         add_tables(&mut report, load, &servers, &asked, &rows, &truths);
         for (s, r) in servers.iter().zip(&rows) {
@@ -387,13 +387,12 @@ fn plain(rounds: &[StreamRound]) -> Vec<Round> {
     rounds.iter().map(|r| r.round.clone()).collect()
 }
 
-/// statico's stream ground truth (the route [`PATH`]), or `None` for go-httpbin or where statico
-/// has none (its failure is said on stderr).
-fn stream_truth(s: &ServerUnderTest, a: &Asked) -> Option<StreamTruth> {
-    let port = a.metrics?;
-    let truth = http_get(port, "/ground-truth.json").and_then(|body| parse_truth(&body));
+/// statico's stream ground truth for `route`, read from its metrics listener `metrics`, or `None`
+/// for a peer (no metrics) or where statico has none (its failure is said on stderr).
+pub fn stream_truth(s: &ServerUnderTest, metrics: Option<u16>, route: &str) -> Option<StreamTruth> {
+    let truth = http_get(metrics?, "/ground-truth.json").and_then(|body| parse_truth(&body));
     match truth {
-        Ok(routes) => routes.into_iter().find(|t| t.route == PATH)?.stream,
+        Ok(routes) => routes.into_iter().find(|t| t.route == route)?.stream,
         Err(e) => {
             eprintln!("bench: no ground truth from {}: {e:#}", s.name);
             None

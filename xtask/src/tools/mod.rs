@@ -1,6 +1,7 @@
 //! What `bench` and `soak` both drive, each in one place: the load tools and how their output is
 //! read (`h2load`, `oha`), statico started and stopped behind one guard (`server`), /proc
-//! (`procfs`), loopback ports and plain HTTP/1.1 requests (`net`), TLS clients (`tls`) and line
+//! (`procfs`), loopback ports and plain HTTP/1.1 requests (`net`), timed streams of server-sent events
+//! asked for with a POST (`sse_load`), TLS clients (`tls`) and line
 //! charts (`chart`). Both import this module; it imports neither, only `setup` (where a tool is
 //! installed).
 
@@ -10,6 +11,7 @@ pub(crate) mod net;
 pub(crate) mod oha;
 pub(crate) mod procfs;
 pub(crate) mod server;
+pub(crate) mod sse_load;
 pub(crate) mod tls;
 
 use std::path::{Path, PathBuf};

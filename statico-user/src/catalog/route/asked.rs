@@ -10,6 +10,7 @@
 //! are answered at once, without a ticket, as an inference server validates before it schedules.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -50,7 +51,8 @@ pub struct AwaitsBody {
 impl AwaitsBody {
     /// The answer once the body is `body`, made from `drawn` (see [`Asked::stream_answer`]).
     pub fn answer(self, drawn: StreamAnswer, body: &[u8]) -> StreamAnswer {
-        self.asking.asked(self.choice, body).stream_answer(drawn)
+        let asked = self.asking.asked(self.choice, body, Instant::now());
+        asked.stream_answer(drawn)
     }
 }
 
@@ -93,12 +95,12 @@ impl Asking {
         }
     }
 
-    /// The answer to `choice`'s request, whose body is `body`.
-    pub fn asked(self: &Arc<Self>, mut choice: RouteChoice, body: &[u8]) -> Asked {
+    /// The answer at `now` to `choice`'s request, whose body is `body`.
+    pub fn asked(self: &Arc<Self>, mut choice: RouteChoice, body: &[u8], now: Instant) -> Asked {
         let asks = choice.asks.expect("an openai answer draws what it asks");
         let reply = self
             .preset
-            .reply(asks.endpoint, body, asks.seed, choice.hold.fault);
+            .reply(asks.endpoint, body, asks.seed, choice.hold.fault, now);
         let at_once = reply.refused || asks.endpoint == Endpoint::Models;
         let key = choice.hold.truth.map(|key| TruthKey {
             outcome: match reply.status {

@@ -397,12 +397,12 @@ impl Routes {
         }
     }
 
-    /// The answer to `choice` (an openai route's 2xx, see [`RouteChoice::asks`]) once its request's
-    /// body is `body`.
-    pub fn asked(&self, choice: RouteChoice, body: &[u8]) -> Asked {
+    /// The answer at `now` to `choice` (an openai route's 2xx, see [`RouteChoice::asks`]) once its
+    /// request's body is `body`.
+    pub fn asked(&self, choice: RouteChoice, body: &[u8], now: std::time::Instant) -> Asked {
         let route = &self.routes[usize::from(choice.route)];
         let asking = route.openai.as_ref().expect("only an openai route asks");
-        asking.asked(choice, body)
+        asking.asked(choice, body, now)
     }
 
     /// Whether `choice`'s answer is a stream, whose body only the connection's close ends unless it
