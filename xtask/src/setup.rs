@@ -21,7 +21,10 @@
 //! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
-//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
+//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`, and the
+//!   gRPC ping client of the `--grpc` tests).
+//! - grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`] and grpcurl [`GRPCURL_VERSION`], with
+//!   `go install` (the health and reflection clients of the `--grpc` tests).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
@@ -152,6 +155,23 @@ fn ensure_kubernetes_validate() -> Result<()> {
     cmd(
         "pip3",
         &["install", "--break-system-packages", KUBERNETES_VALIDATE],
+    )
+}
+
+/// grpc-health-probe (the `--grpc` tests' health client), from the Go module proxy.
+const GRPC_HEALTH_PROBE_VERSION: &str = "v0.4.62";
+/// grpcurl (the `--grpc` tests' reflection client), from the Go module proxy.
+const GRPCURL_VERSION: &str = "v1.9.4";
+
+/// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`] and grpcurl [`GRPCURL_VERSION`].
+fn ensure_grpc_clients() -> Result<()> {
+    go_install(
+        "grpc-health-probe",
+        &format!("github.com/grpc-ecosystem/grpc-health-probe@{GRPC_HEALTH_PROBE_VERSION}"),
+    )?;
+    go_install(
+        "grpcurl",
+        &format!("github.com/fullstorydev/grpcurl/cmd/grpcurl@{GRPCURL_VERSION}"),
     )
 }
 
@@ -305,6 +325,8 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
             ensure_target(target)?;
         }
         ensure_h2spec()?;
+        ensure_fortio()?;
+        ensure_grpc_clients()?;
         ensure_kubernetes_validate()?;
     }
     if purposes.contains(&Package) {
