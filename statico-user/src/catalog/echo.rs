@@ -137,6 +137,8 @@ impl Echo {
             admission: None,
             pauses: None,
             events: None,
+            grpc: None,
+            trailers: None,
         };
         answer.set_date(date);
         answer

@@ -33,6 +33,10 @@ pub struct StreamAnswer {
     pub pauses: Option<Pauses>,
     /// A streamed answer's events, made as they fall due (its `body` is empty).
     pub events: Option<Box<Events>>,
+    /// A gRPC call to a built-in method: its answer is made once its request is read.
+    pub grpc: Option<Box<super::grpc::Call>>,
+    /// The trailers that end the answer (a gRPC reply's status).
+    pub trailers: Option<HeaderMap>,
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
@@ -153,6 +157,8 @@ impl StreamAnswer {
             admission: None,
             pauses: None,
             events: None,
+            grpc: None,
+            trailers: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -174,6 +180,8 @@ impl StreamAnswer {
             admission: None,
             pauses: None,
             events: None,
+            grpc: None,
+            trailers: None,
         };
         response.set_date(date);
         response
@@ -190,6 +198,7 @@ impl StreamAnswer {
         Delivery::new(self.hold, len(self), ticket, arrived, shed.map(len))
             .paused_by(self.pauses.clone())
             .with_events(events)
+            .with_trailers(self.trailers.is_some())
     }
 
     /// The ticket of a route's held answer whose request is complete at `now` (none for an answer
