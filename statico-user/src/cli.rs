@@ -236,8 +236,9 @@ pub struct Cli {
     )]
     pub http2: bool,
 
-    /// Answer gRPC calls on HTTP/2 (implies --http2): Fortio's fgrpc.PingServer/Ping, the health
-    /// service and server reflection; any other method UNIMPLEMENTED; gRPC over HTTP/1.1 gets 415
+    /// Answer gRPC calls on HTTP/2 (turns on --http2) with Fortio's fgrpc.PingServer/Ping, the
+    /// health service and server reflection; any other method UNIMPLEMENTED; gRPC over HTTP/1.1
+    /// gets 415
     #[arg(long)]
     pub grpc: bool,
 
@@ -329,7 +330,7 @@ Manual (docs/ in statico's source tree; README.md is its front page):
   --phase, --pause, --admin, SIGHUP         docs/changing-a-run.md
   --root and the site's flags               docs/static-sites.md
   --http2, --http3, --tls-cert and TLS      docs/protocols.md
-  --grpc                                    docs/protocols.md#grpc
+  --grpc                                    docs/protocols.md
   --runtime, --uring-entries                docs/architecture.md
   --steering, --xdp                         docs/steering.md
   -m, --metrics, --check                    docs/metrics.md
