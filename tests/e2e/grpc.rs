@@ -212,25 +212,33 @@ struct Outcome {
 
 /// One call: `body` sent as the request body, on `path`, with `content-type`.
 fn call(s: &Server, path: &str, content_type: &str, body: Vec<u8>) -> Outcome {
+    call_with(s, path, &[("content-type", content_type)], body)
+}
+
+/// One call with these header fields (`te: trailers` added).
+fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> Outcome {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let addr = s.addr;
     let path = path.to_string();
-    let content_type = content_type.to_string();
+    let fields: Vec<(String, String)> = (fields.iter())
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
     rt.block_on(async move {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (client, conn) = h2::client::handshake(tcp).await.unwrap();
         tokio::spawn(conn);
         let mut client = client.ready().await.unwrap();
-        let request = http::Request::builder()
+        let mut request = http::Request::builder()
             .method("POST")
             .uri(format!("http://{addr}{path}"))
-            .header("content-type", content_type)
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
+            .header("te", "trailers");
+        for (name, value) in fields {
+            request = request.header(name, value);
+        }
+        let request = request.body(()).unwrap();
         let (response, mut send) = client.send_request(request, false).unwrap();
         send.reserve_capacity(body.len());
         send.send_data(Bytes::from(body), true).unwrap();
@@ -325,4 +333,110 @@ fn grpc_over_http1_gets_415() {
         b"POST /fgrpc.PingServer/Ping HTTP/1.1\r\nHost: t\r\nContent-Type: application/grpc\r\nContent-Length: 5\r\n\r\n\0\0\0\0\0",
     );
     assert_eq!(r.response(false).status, 415);
+}
+
+/// A `PingMessage` asking for `delay_ms` (field 4, `delayNanos`), framed.
+fn ping_with_delay(delay_ms: u64) -> Vec<u8> {
+    let mut message = vec![0x20]; // field 4, varint
+    let mut n = delay_ms * 1_000_000;
+    while n >= 0x80 {
+        message.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    message.push(n as u8);
+    framed(0, &message)
+}
+
+#[test]
+fn a_reply_held_past_grpc_timeout_is_deadline_exceeded_at_the_deadline() {
+    let s = start(&[]);
+    let ping = "/fgrpc.PingServer/Ping";
+    let grpc = ("content-type", "application/grpc");
+    let started = Instant::now();
+    let o = call_with(
+        &s,
+        ping,
+        &[grpc, ("grpc-timeout", "100m")],
+        ping_with_delay(400),
+    );
+    let took = started.elapsed();
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    assert!(
+        took >= Duration::from_millis(100) && took < Duration::from_millis(400),
+        "{took:?}"
+    );
+    let o = call_with(
+        &s,
+        ping,
+        &[grpc, ("grpc-timeout", "2S")],
+        ping_with_delay(50),
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("0"), "{o:?}");
+    let o = call_with(
+        &s,
+        ping,
+        &[grpc, ("grpc-timeout", "soon")],
+        ping_with_delay(0),
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("13"), "{o:?}");
+}
+
+#[test]
+fn health_watch_sends_the_status_and_keeps_the_stream_open() {
+    let s = start(&[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/grpc.health.v1.Health/Watch"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        // HealthCheckRequest{service: "fgrpc.PingServer"}.
+        let mut ask = vec![0x0a, 16];
+        ask.extend_from_slice(b"fgrpc.PingServer");
+        send.send_data(Bytes::from(framed(0, &ask)), true).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.data().await.unwrap().unwrap();
+        // HealthCheckResponse{status: SERVING}.
+        assert_eq!(&first[..], &framed(0, &[0x08, 1])[..]);
+        let more = tokio::time::timeout(Duration::from_millis(300), body.data()).await;
+        assert!(more.is_err(), "the stream stays open: {more:?}");
+    });
+}
+
+#[test]
+fn grpcurl_lists_the_services_over_tls_with_alpn_h2() {
+    let Some(grpcurl) = go_tool(
+        "grpcurl",
+        "grpcurl_lists_the_services_over_tls_with_alpn_h2",
+    ) else {
+        return;
+    };
+    let s = start(&["--tls-self-signed"]);
+    let (ok, out, err) = run(&grpcurl, &["-insecure", &target(&s), "list"]);
+    assert!(ok && out.contains("fgrpc.PingServer"), "{out}\n{err}");
+    let (ok, out, err) = run(
+        &grpcurl,
+        &[
+            "-insecure",
+            "-d",
+            r#"{"seq": 3}"#,
+            &target(&s),
+            "fgrpc.PingServer/Ping",
+        ],
+    );
+    assert!(ok && out.contains(r#""seq": "3""#), "{out}\n{err}");
 }

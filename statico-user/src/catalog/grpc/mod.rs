@@ -11,8 +11,9 @@
 //!   and their files ([`descriptors`]) by name and by symbol.
 //!
 //! A unary call's answer is made once its request body is read ([`Call::unary_answer`]) and is
-//! delivered like every answer, its trailers last ([`crate::catalog::model::delivery`]); a
-//! streaming call (reflection, `Watch`) answers message by message ([`Call::replies`]).
+//! delivered like every answer, its trailers last ([`crate::catalog::model::delivery`]); one held
+//! past the call's `grpc-timeout` is `DEADLINE_EXCEEDED` at the deadline instead. A streaming call
+//! (reflection, `Watch`) answers message by message ([`Call::replies`]).
 
 pub mod descriptors;
 pub mod frame;
@@ -67,6 +68,8 @@ pub enum Method {
 #[derive(Clone, Debug)]
 pub struct Call {
     pub method: Method,
+    /// `grpc-timeout`: a unary reply held past it is `DEADLINE_EXCEEDED` at the deadline instead.
+    deadline: Option<Duration>,
     grpc: Grpc,
 }
 
@@ -149,13 +152,19 @@ impl Grpc {
         }
     }
 
-    /// The answer to a gRPC call on `path`: a built-in method's, made once its request is read
-    /// (the answer carries its [`Call`]), else `UNIMPLEMENTED`.
-    pub fn answer(&self, path: &str) -> StreamAnswer {
+    /// The answer to a gRPC call on `path` with its `grpc-timeout` field: a built-in method's,
+    /// made once its request is read (the answer carries its [`Call`]), else `UNIMPLEMENTED`; a
+    /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it).
+    pub fn answer(&self, path: &str, grpc_timeout: Option<&[u8]>) -> StreamAnswer {
+        let deadline = match grpc_timeout.map(timeout).transpose() {
+            Ok(deadline) => deadline,
+            Err(status) => return trailers_only(&status),
+        };
         match method(path) {
             Some(method) => StreamAnswer {
                 grpc: Some(Box::new(Call {
                     method,
+                    deadline,
                     grpc: self.clone(),
                 })),
                 ..answer(head_fields(), Bytes::new(), Hold::default(), None)
@@ -201,6 +210,19 @@ impl Call {
             )),
         });
         match reply {
+            Ok((_, delay)) if self.deadline.is_some_and(|d| delay >= d) => {
+                let deadline = self.deadline.unwrap_or_default();
+                StreamAnswer {
+                    hold: Hold {
+                        delay: deadline,
+                        ..Hold::default()
+                    },
+                    ..trailers_only(&CallStatus::new(
+                        Code::DeadlineExceeded,
+                        "the reply would be held past the call's grpc-timeout",
+                    ))
+                }
+            }
             Ok((message, delay)) => answer(
                 head_fields(),
                 frame::framed(&message),
@@ -311,6 +333,37 @@ impl Call {
     }
 }
 
+/// A `grpc-timeout` value (the gRPC HTTP/2 protocol: at most 8 digits and a unit, `H`, `M`, `S`,
+/// `m`, `u` or `n`), or `INTERNAL` naming it.
+pub fn timeout(value: &[u8]) -> Result<Duration, CallStatus> {
+    let malformed = || {
+        CallStatus::new(
+            Code::Internal,
+            format!(
+                "malformed grpc-timeout {:?}",
+                String::from_utf8_lossy(value)
+            ),
+        )
+    };
+    let (&unit, digits) = value.split_last().ok_or_else(malformed)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(malformed());
+    }
+    let n: u64 = std::str::from_utf8(digits)
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .ok_or_else(malformed)?;
+    Ok(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return Err(malformed()),
+    })
+}
+
 /// `message` decoded, or `INTERNAL` (what grpc-go answers a message it cannot unmarshal).
 fn decoded<M: Message + Default>(message: &[u8]) -> Result<M, CallStatus> {
     M::decode(message)
@@ -363,6 +416,7 @@ mod tests {
     fn call(method: Method) -> Call {
         Call {
             method,
+            deadline: None,
             grpc: Grpc::new(Duration::from_secs(1)),
         }
     }
@@ -406,6 +460,40 @@ mod tests {
         assert_eq!(a.hold.delay, Duration::from_secs(1));
         let back = PingMessage::decode(reply_of(&a)).unwrap();
         assert_eq!(back, PingMessage { ts: 42, ..ping });
+    }
+
+    #[test]
+    fn grpc_timeout_parses_its_units_and_a_reply_held_past_it_is_deadline_exceeded() {
+        assert_eq!(timeout(b"250m"), Ok(Duration::from_millis(250)));
+        assert_eq!(timeout(b"2S"), Ok(Duration::from_secs(2)));
+        assert_eq!(timeout(b"1H"), Ok(Duration::from_secs(3600)));
+        assert_eq!(timeout(b"99999999n"), Ok(Duration::from_nanos(99_999_999)));
+        for bad in [&b""[..], b"m", b"123456789m", b"10x", b"-1S", b"1.5S"] {
+            assert_eq!(timeout(bad).unwrap_err().code, Code::Internal, "{bad:?}");
+        }
+        let grpc = Grpc::new(Duration::from_secs(10));
+        let malformed = grpc.answer("/fgrpc.PingServer/Ping", Some(b"soon"));
+        assert_eq!(grpc_status(&malformed), "13");
+        let held = |timeout: &[u8]| {
+            let a = grpc.answer("/fgrpc.PingServer/Ping", Some(timeout));
+            let ping = PingMessage {
+                delay_nanos: 300_000_000,
+                ..PingMessage::default()
+            };
+            a.grpc
+                .unwrap()
+                .unary_answer(Ok(vec![ping.encode_to_vec().into()]), SystemTime::now())
+        };
+        let late = held(b"100m");
+        assert_eq!(
+            (grpc_status(&late), late.hold.delay),
+            ("4", Duration::from_millis(100))
+        );
+        let in_time = held(b"1S");
+        assert_eq!(
+            (grpc_status(&in_time), in_time.hold.delay),
+            ("0", Duration::from_millis(300))
+        );
     }
 
     #[test]
@@ -454,7 +542,7 @@ mod tests {
 
     #[test]
     fn unknown_methods_are_unimplemented_trailers_only() {
-        let a = Grpc::new(Duration::ZERO).answer("/pkg.Svc/Nope");
+        let a = Grpc::new(Duration::ZERO).answer("/pkg.Svc/Nope", None);
         assert_eq!(grpc_status(&a), "12");
         assert!(a.grpc.is_none() && a.trailers.is_none() && a.body.is_empty());
     }
