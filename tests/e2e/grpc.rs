@@ -296,6 +296,9 @@ fn a_body_that_is_not_grpc_messages_gets_the_status_grpc_prescribes() {
     // Over 4 MiB: RESOURCE_EXHAUSTED, told from the prefix.
     let o = status(framed(0, &vec![0; (4 << 20) + 1]));
     assert_eq!(o.grpc_status.as_deref(), Some("8"), "{o:?}");
+    // Two messages on a unary call: INTERNAL.
+    let o = status([framed(0, b""), framed(0, b"")].concat());
+    assert_eq!(o.grpc_status.as_deref(), Some("13"), "{o:?}");
     // And the server answers the next call as ever.
     let o = status(framed(0, b"\x08\x07"));
     assert_eq!(o.grpc_status.as_deref(), Some("0"), "{o:?}");

@@ -16,7 +16,7 @@ use http::Request;
 use super::stream::{deliver, Ended};
 use super::H2Settings;
 use crate::catalog::grpc::frame::Messages;
-use crate::catalog::grpc::status::CallStatus;
+use crate::catalog::grpc::status::{CallStatus, Code};
 use crate::catalog::grpc::{self, Call};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
@@ -52,8 +52,8 @@ pub(super) async fn answered(
     deliver(respond, reply, Instant::now(), settings, counters, verbose).await
 }
 
-/// Reads a unary call's request to its end: its messages (two at most are kept, one too many), or
-/// the status of a body that is not gRPC messages (reading stops there). `None`: the client reset
+/// Reads a unary call's request to its end: its message, or the status of a body that is not one
+/// gRPC message (reading stops there: a second message is `INTERNAL` at once). `None`: the client reset
 /// the stream, or paused past `--header-timeout` (then it is reset here, counted as a timeout).
 async fn read(
     body: &mut h2::RecvStream,
@@ -78,8 +78,11 @@ async fn read(
         messages.push(&data);
         loop {
             match messages.take() {
-                Ok(Some(message)) if kept.len() < 2 => kept.push(message),
-                Ok(Some(_)) => {}
+                Ok(Some(message)) if kept.is_empty() => kept.push(message),
+                Ok(Some(_)) => {
+                    let two = "a unary call with more than one request message";
+                    return Some(Err(CallStatus::new(Code::Internal, two)));
+                }
                 Ok(None) => break,
                 Err(status) => return Some(Err(status)),
             }
@@ -89,7 +92,8 @@ async fn read(
 
 /// A streaming call: the head at once, a reply to each request message as it comes, and the
 /// trailers when the client's side ends (or when a message is refused); `Watch` keeps the stream
-/// open after that until the client leaves.
+/// open after that until the client leaves, or `--idle-timeout` (then it is reset, counted as a
+/// timeout, and a watching client watches again).
 async fn streamed(
     call: &Call,
     mut body: h2::RecvStream,
@@ -121,30 +125,81 @@ async fn streamed(
         };
         let _ = body.flow_control().release_capacity(data.len());
         messages.push(&data);
-        if let Err(status) = reply_each(call, &mut messages, &mut send) {
-            break Err(status);
+        match reply_each(call, &mut messages, &mut send, settings, counters).await {
+            Some(Ok(())) => {}
+            Some(Err(status)) => break Err(status),
+            None => return Ended::Done,
         }
     };
     let status = status.unwrap_or_else(|refused| refused);
-    if status.code == grpc::status::Code::Ok && call.stays_open() {
-        let _ = poll_fn(|cx| send.poll_reset(cx)).await;
+    if status.code == Code::Ok && call.stays_open() {
+        let left = poll_fn(|cx| send.poll_reset(cx));
+        if crate::kernel::timer::timeout(settings.idle_timeout, left).await.is_err() {
+            counters.add(Counter::Timeouts, 1);
+            send.send_reset(h2::Reason::CANCEL);
+        }
         return Ended::Done;
     }
     let _ = send.send_trailers(status.trailers());
     Ended::Done
 }
 
-/// Sends the replies to every whole message received so far; the status of one refused.
-fn reply_each(
+/// Sends the replies to every whole message received so far: the status of a message refused;
+/// `None` when the stream is over (the client left, or did not read for `--idle-timeout`).
+async fn reply_each(
     call: &Call,
     messages: &mut Messages,
     send: &mut h2::SendStream<Bytes>,
-) -> Result<(), CallStatus> {
-    while let Some(message) = messages.take()? {
-        for reply in call.replies(&message)? {
-            // A client that reset the stream is found out by the next read.
-            let _ = send.send_data(reply, false);
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) -> Option<Result<(), CallStatus>> {
+    loop {
+        let replies = match messages.take() {
+            Ok(Some(message)) => call.replies(&message),
+            Ok(None) => return Some(Ok(())),
+            Err(status) => Err(status),
+        };
+        let replies = match replies {
+            Ok(replies) => replies,
+            Err(status) => return Some(Err(status)),
+        };
+        for reply in replies {
+            if !send_flowed(send, reply, settings, counters).await {
+                return None;
+            }
         }
     }
-    Ok(())
+}
+
+/// Sends `data` as the client's flow control makes room for it, so that a client that does not
+/// read holds its replies here rather than in `h2`'s buffers. Each wait for room lasts at most
+/// `--idle-timeout` (then the stream is reset, counted as a timeout). False when the stream is
+/// over.
+async fn send_flowed(
+    send: &mut h2::SendStream<Bytes>,
+    mut data: Bytes,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) -> bool {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let mut room = send.capacity();
+        if room == 0 {
+            let granted = poll_fn(|cx| send.poll_capacity(cx));
+            room = match crate::kernel::timer::timeout(settings.idle_timeout, granted).await {
+                Ok(Some(Ok(room))) => room,
+                Ok(_) => return false,
+                Err(_) => {
+                    counters.add(Counter::Timeouts, 1);
+                    send.send_reset(h2::Reason::CANCEL);
+                    return false;
+                }
+            };
+        }
+        let piece = data.split_to(room.min(data.len()));
+        if send.send_data(piece, false).is_err() {
+            return false;
+        }
+    }
+    true
 }
