@@ -1,6 +1,6 @@
 //! `--grpc`: gRPC calls on HTTP/2, answered by the built-in services and checked with the clients
-//! that use them — Fortio (`fortio grpcping`, `fortio load -grpc -ping`), grpc-health-probe and
-//! grpcurl (through server reflection) — and with the `h2` crate's client for what a real client
+//! that use them — Fortio (`fortio grpcping`, `fortio load -grpc -ping`), grpc-health-probe,
+//! grpcurl and ghz (through server reflection) — and with the `h2` crate's client for what a real client
 //! never sends (a body that is not gRPC messages) and for the statuses of calls statico does not
 //! serve. On the suite's runtime (`STATICO_TEST_RUNTIME`). A test whose client is missing prints
 //! `SKIPPED: … needs …` (`cargo xtask setup` installs them with `go install`).
@@ -197,6 +197,39 @@ fn grpcurl_lists_describes_and_calls_through_reflection() {
         !ok && format!("{out}{err}").contains("NotFound"),
         "{out}\n{err}"
     );
+}
+
+#[test]
+fn ghz_loads_the_ping_through_reflection_and_every_call_is_ok() {
+    let Some(ghz) = go_tool(
+        "ghz",
+        "ghz_loads_the_ping_through_reflection_and_every_call_is_ok",
+    ) else {
+        return;
+    };
+    let s = start(&[]);
+    let (ok, out, err) = run(
+        &ghz,
+        &[
+            "--insecure",
+            "--call",
+            "fgrpc.PingServer/Ping",
+            "-d",
+            r#"{"seq": 1, "payload": "x"}"#,
+            "-n",
+            "300",
+            "-c",
+            "5",
+            "--format",
+            "json",
+            &target(&s),
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(report["count"], 300, "{out}");
+    assert_eq!(report["statusCodeDistribution"]["OK"], 300, "{out}");
 }
 
 /// A gRPC call's outcome as the `h2` crate's client sees it.

@@ -23,8 +23,9 @@
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
 //! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`, and the
 //!   gRPC ping client of the `--grpc` tests).
-//! - grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`] and grpcurl [`GRPCURL_VERSION`], with
-//!   `go install` (the health and reflection clients of the `--grpc` tests).
+//! - grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`] and ghz
+//!   [`GHZ_VERSION`], with `go install` (the health, reflection and load clients of the `--grpc`
+//!   tests).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
@@ -162,8 +163,11 @@ fn ensure_kubernetes_validate() -> Result<()> {
 const GRPC_HEALTH_PROBE_VERSION: &str = "v0.4.62";
 /// grpcurl (the `--grpc` tests' reflection client), from the Go module proxy.
 const GRPCURL_VERSION: &str = "v1.9.4";
+/// ghz (the `--grpc` tests' load generator, through reflection), from the Go module proxy.
+const GHZ_VERSION: &str = "v0.93.0";
 
-/// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`] and grpcurl [`GRPCURL_VERSION`].
+/// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`] and ghz
+/// [`GHZ_VERSION`].
 fn ensure_grpc_clients() -> Result<()> {
     go_install(
         "grpc-health-probe",
@@ -172,6 +176,10 @@ fn ensure_grpc_clients() -> Result<()> {
     go_install(
         "grpcurl",
         &format!("github.com/fullstorydev/grpcurl/cmd/grpcurl@{GRPCURL_VERSION}"),
+    )?;
+    go_install(
+        "ghz",
+        &format!("github.com/bojand/ghz/cmd/ghz@{GHZ_VERSION}"),
     )
 }
 

@@ -134,7 +134,10 @@ async fn streamed(
     let status = status.unwrap_or_else(|refused| refused);
     if status.code == Code::Ok && call.stays_open() {
         let left = poll_fn(|cx| send.poll_reset(cx));
-        if crate::kernel::timer::timeout(settings.idle_timeout, left).await.is_err() {
+        if crate::kernel::timer::timeout(settings.idle_timeout, left)
+            .await
+            .is_err()
+        {
             counters.add(Counter::Timeouts, 1);
             send.send_reset(h2::Reason::CANCEL);
         }
