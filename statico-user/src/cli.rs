@@ -237,8 +237,8 @@ pub struct Cli {
     pub http2: bool,
 
     /// Answer gRPC calls on HTTP/2 (turns on --http2) with Fortio's fgrpc.PingServer/Ping, the
-    /// health service and server reflection; any other method UNIMPLEMENTED; gRPC over HTTP/1.1
-    /// gets 415
+    /// health service, grpc-go's interop TestService and server reflection; any other method
+    /// UNIMPLEMENTED; gRPC over HTTP/1.1 gets 415
     #[arg(long)]
     pub grpc: bool,
 

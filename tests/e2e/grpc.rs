@@ -1,6 +1,6 @@
 //! `--grpc`: gRPC calls on HTTP/2, answered by the built-in services and checked with the clients
 //! that use them — Fortio (`fortio grpcping`, `fortio load -grpc -ping`), grpc-health-probe,
-//! grpcurl and ghz (through server reflection) — and with the `h2` crate's client for what a real client
+//! grpcurl and ghz (through server reflection), grpc-go's interop client (plain and TLS) — and with the `h2` crate's client for what a real client
 //! never sends (a body that is not gRPC messages) and for the statuses of calls statico does not
 //! serve. On the suite's runtime (`STATICO_TEST_RUNTIME`). A test whose client is missing prints
 //! `SKIPPED: … needs …` (`cargo xtask setup` installs them with `go install`).
@@ -151,6 +151,7 @@ fn grpcurl_lists_describes_and_calls_through_reflection() {
     for service in [
         "fgrpc.PingServer",
         "grpc.health.v1.Health",
+        "grpc.testing.TestService",
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
     ] {
@@ -230,6 +231,58 @@ fn ghz_loads_the_ping_through_reflection_and_every_call_is_ok() {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(report["count"], 300, "{out}");
     assert_eq!(report["statusCodeDistribution"]["OK"], 300, "{out}");
+}
+
+/// The interop client's cases that grpc-go's interop server passes and that need no more than a
+/// server (no credentials, no compression, no second backend).
+const INTEROP_CASES: [&str; 14] = [
+    "empty_unary",
+    "large_unary",
+    "client_streaming",
+    "server_streaming",
+    "ping_pong",
+    "empty_stream",
+    "timeout_on_sleeping_server",
+    "cancel_after_begin",
+    "cancel_after_first_response",
+    "status_code_and_message",
+    "special_status_message",
+    "custom_metadata",
+    "unimplemented_method",
+    "unimplemented_service",
+];
+
+#[test]
+fn grpc_go_interop_client_passes_every_case_plain_and_over_tls() {
+    let test = "grpc_go_interop_client_passes_every_case_plain_and_over_tls";
+    let Some(client) = go_tool("grpc-interop-client", test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("statico-grpc-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = dir.join("cert.pem");
+    let tls_args = [
+        "-use_tls",
+        "-use_test_ca",
+        &format!("-ca_file={}", cert.display()),
+        "-server_host_override=localhost",
+    ];
+    let plain = start(&[]);
+    let tls = start(&[
+        "--tls-self-signed",
+        "--tls-self-signed-out",
+        dir.to_str().unwrap(),
+    ]);
+    for (s, extra) in [(&plain, &[][..]), (&tls, &tls_args[..])] {
+        for case in INTEROP_CASES {
+            let port = format!("-server_port={}", s.addr.port());
+            let test_case = format!("-test_case={case}");
+            let args = [&["-server_host=127.0.0.1", &port, &test_case][..], extra].concat();
+            let (ok, out, err) = run(&client, &args);
+            assert!(ok, "{case} {extra:?}: {out}\n{err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A gRPC call's outcome as the `h2` crate's client sees it.

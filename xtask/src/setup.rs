@@ -25,7 +25,8 @@
 //!   gRPC ping client of the `--grpc` tests).
 //! - grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`] and ghz
 //!   [`GHZ_VERSION`], with `go install` (the health, reflection and load clients of the `--grpc`
-//!   tests).
+//!   tests); grpc-go's interop client, [`GRPC_GO_VERSION`], as `grpc-interop-client` (the
+//!   conformance client of the `--grpc` tests).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
@@ -166,8 +167,40 @@ const GRPCURL_VERSION: &str = "v1.9.4";
 /// ghz (the `--grpc` tests' load generator, through reflection), from the Go module proxy.
 const GHZ_VERSION: &str = "v0.93.0";
 
-/// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`] and ghz
-/// [`GHZ_VERSION`].
+/// grpc-go, whose interop client (`interop/client`) the `--grpc` tests run.
+const GRPC_GO_VERSION: &str = "v1.85.0";
+/// What grpc-go's interop client is installed as (`go install` would name it `client`).
+const INTEROP_CLIENT: &str = "grpc-interop-client";
+
+/// grpc-go's interop client [`GRPC_GO_VERSION`], built into a scratch directory and moved next to
+/// the other Go tools as [`INTEROP_CLIENT`].
+fn ensure_interop_client() -> Result<()> {
+    if go_installed(INTEROP_CLIENT).is_some() {
+        return Ok(());
+    }
+    let home = std::env::var_os("HOME").context("HOME is not set")?;
+    let bin = std::env::var_os("GOBIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(home).join("go/bin"));
+    let scratch = std::env::temp_dir().join("statico-interop-client");
+    std::fs::create_dir_all(&scratch)?;
+    let package = format!("google.golang.org/grpc/interop/client@{GRPC_GO_VERSION}");
+    eprintln!("$ GOBIN={} go install {package}", scratch.display());
+    let status = Command::new("go")
+        .args(["install", &package])
+        .env("GOBIN", &scratch)
+        .status()
+        .context("cannot run go")?;
+    if !status.success() {
+        bail!("`go install {package}` failed ({status})");
+    }
+    std::fs::create_dir_all(&bin)?;
+    std::fs::rename(scratch.join("client"), bin.join(INTEROP_CLIENT))?;
+    Ok(())
+}
+
+/// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`], ghz
+/// [`GHZ_VERSION`] and grpc-go's interop client.
 fn ensure_grpc_clients() -> Result<()> {
     go_install(
         "grpc-health-probe",
@@ -180,7 +213,8 @@ fn ensure_grpc_clients() -> Result<()> {
     go_install(
         "ghz",
         &format!("github.com/bojand/ghz/cmd/ghz@{GHZ_VERSION}"),
-    )
+    )?;
+    ensure_interop_client()
 }
 
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.

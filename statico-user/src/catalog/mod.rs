@@ -484,8 +484,7 @@ impl Local {
     /// the gRPC services' ([`grpc`]), never a route's.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
         if let Some(grpc) = self.grpc.as_ref().filter(|_| is_grpc_call(request)) {
-            let timeout = request.headers().get("grpc-timeout");
-            let mut answer = grpc.answer(request.uri().path(), timeout.map(|t| t.as_bytes()));
+            let mut answer = grpc.answer(request.uri().path(), request.headers());
             answer.set_date(&self.date);
             return answer;
         }

@@ -8,11 +8,13 @@ use prost_types::{
     FileDescriptorProto, MethodDescriptorProto, OneofDescriptorProto, ServiceDescriptorProto,
 };
 
-/// Every file statico describes: Fortio's ping, health, and reflection (v1 and v1alpha).
+/// Every file statico describes: Fortio's ping, health, the interop `TestService`, and reflection
+/// (v1 and v1alpha).
 pub fn files() -> Vec<FileDescriptorProto> {
     vec![
         ping(),
         health(),
+        testing(),
         reflection("grpc/reflection/v1/reflection.proto", "grpc.reflection.v1"),
         reflection(
             "grpc/reflection/v1alpha/reflection.proto",
@@ -81,6 +83,113 @@ fn health() -> FileDescriptorProto {
             vec![
                 method("Check", ask, reply, false, false),
                 method("Watch", ask, reply, false, true),
+            ],
+        ),
+    )
+}
+
+/// grpc-go's interop `TestService` with the messages of `messages.proto` and `empty.proto` it uses,
+/// in one file (the fields statico reads and writes).
+fn testing() -> FileDescriptorProto {
+    let t = |short: &str| format!(".grpc.testing.{short}");
+    let payload = || field("payload", 3, Type::Message, Some(&t("Payload")));
+    let status = || field("response_status", 7, Type::Message, Some(&t("EchoStatus")));
+    let messages = vec![
+        message("Empty", vec![]),
+        message(
+            "Payload",
+            vec![
+                field("type", 1, Type::Enum, Some(&t("PayloadType"))),
+                field("body", 2, Type::Bytes, None),
+            ],
+        ),
+        message(
+            "EchoStatus",
+            vec![
+                field("code", 1, Type::Int32, None),
+                field("message", 2, Type::String, None),
+            ],
+        ),
+        message(
+            "SimpleRequest",
+            vec![
+                field("response_type", 1, Type::Enum, Some(&t("PayloadType"))),
+                field("response_size", 2, Type::Int32, None),
+                payload(),
+                status(),
+            ],
+        ),
+        message(
+            "SimpleResponse",
+            vec![field("payload", 1, Type::Message, Some(&t("Payload")))],
+        ),
+        message(
+            "StreamingInputCallRequest",
+            vec![field("payload", 1, Type::Message, Some(&t("Payload")))],
+        ),
+        message(
+            "StreamingInputCallResponse",
+            vec![field("aggregated_payload_size", 1, Type::Int32, None)],
+        ),
+        message(
+            "ResponseParameters",
+            vec![
+                field("size", 1, Type::Int32, None),
+                field("interval_us", 2, Type::Int32, None),
+            ],
+        ),
+        message(
+            "StreamingOutputCallRequest",
+            vec![
+                field("response_type", 1, Type::Enum, Some(&t("PayloadType"))),
+                repeated(field(
+                    "response_parameters",
+                    2,
+                    Type::Message,
+                    Some(&t("ResponseParameters")),
+                )),
+                payload(),
+                status(),
+            ],
+        ),
+        message(
+            "StreamingOutputCallResponse",
+            vec![field("payload", 1, Type::Message, Some(&t("Payload")))],
+        ),
+    ];
+    let payload_type = EnumDescriptorProto {
+        name: Some("PayloadType".into()),
+        value: vec![EnumValueDescriptorProto {
+            name: Some("COMPRESSABLE".into()),
+            number: Some(0),
+            options: None,
+        }],
+        ..EnumDescriptorProto::default()
+    };
+    let (empty, simple_in, simple_out) = (t("Empty"), t("SimpleRequest"), t("SimpleResponse"));
+    let (input_in, input_out) = (
+        t("StreamingInputCallRequest"),
+        t("StreamingInputCallResponse"),
+    );
+    let (output_in, output_out) = (
+        t("StreamingOutputCallRequest"),
+        t("StreamingOutputCallResponse"),
+    );
+    file(
+        "grpc/testing/test.proto",
+        "grpc.testing",
+        messages,
+        vec![payload_type],
+        service(
+            "TestService",
+            vec![
+                method("EmptyCall", &empty, &empty, false, false),
+                method("UnaryCall", &simple_in, &simple_out, false, false),
+                method("StreamingOutputCall", &output_in, &output_out, false, true),
+                method("StreamingInputCall", &input_in, &input_out, true, false),
+                method("FullDuplexCall", &output_in, &output_out, true, true),
+                method("HalfDuplexCall", &output_in, &output_out, true, true),
+                method("UnimplementedCall", &empty, &empty, false, false),
             ],
         ),
     )

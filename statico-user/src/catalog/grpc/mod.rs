@@ -8,7 +8,9 @@
 //! - `grpc.health.v1.Health` `Check` and `Watch`: `""`, every service below and Fortio's `ping`
 //!   are SERVING; another name is `NOT_FOUND` (`Check`) or `SERVICE_UNKNOWN` (`Watch`);
 //! - server reflection, `grpc.reflection.v1` and `v1alpha` (`ServerReflectionInfo`): the services,
-//!   and their files ([`descriptors`]) by name and by symbol.
+//!   and their files ([`descriptors`]) by name and by symbol;
+//! - grpc-go's interop `grpc.testing.TestService` ([`testing`]), its metadata echoed: the value of
+//!   `x-grpc-test-echo-initial` in the head, of `x-grpc-test-echo-trailing-bin` in the trailers.
 //!
 //! A unary call's answer is made once its request body is read ([`Call::unary_answer`]) and is
 //! delivered like every answer, its trailers last ([`crate::catalog::model::delivery`]); one held
@@ -19,6 +21,7 @@ pub mod descriptors;
 pub mod frame;
 pub mod messages;
 pub mod status;
+pub mod testing;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -37,9 +40,10 @@ use messages::{
 use status::{CallStatus, Code};
 
 /// The services statico answers, as reflection lists them.
-pub const SERVICES: [&str; 4] = [
+pub const SERVICES: [&str; 5] = [
     "fgrpc.PingServer",
     "grpc.health.v1.Health",
+    "grpc.testing.TestService",
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
 ];
@@ -62,6 +66,11 @@ pub enum Method {
     Check,
     Watch,
     Reflection,
+    EmptyCall,
+    UnaryCall,
+    StreamingInputCall,
+    StreamingOutputCall,
+    FullDuplexCall,
 }
 
 /// A call to a built-in method, to be answered once its request messages are read.
@@ -71,7 +80,23 @@ pub struct Call {
     /// `grpc-timeout`: a unary reply held past it is `DEADLINE_EXCEEDED` at the deadline instead.
     deadline: Option<Duration>,
     grpc: Grpc,
+    /// `x-grpc-test-echo-initial`: sent back in the head.
+    echo_initial: Option<HeaderValue>,
+    /// `x-grpc-test-echo-trailing-bin`: sent back in the trailers.
+    echo_trailing: Option<HeaderValue>,
+    /// `StreamingInputCall`: the payload bytes received so far.
+    received: u64,
 }
+
+/// One reply of a streaming call, framed: sent `wait` after the one before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedReply {
+    pub wait: Duration,
+    pub framed: Bytes,
+}
+
+const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
+const ECHO_TRAILING: &str = "x-grpc-test-echo-trailing-bin";
 
 /// Whether a `content-type` is gRPC's.
 pub fn is_grpc(content_type: &[u8]) -> bool {
@@ -89,13 +114,18 @@ pub fn method(path: &str) -> Option<Method> {
         "/grpc.health.v1.Health/Watch" => Method::Watch,
         "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
         | "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo" => Method::Reflection,
+        "/grpc.testing.TestService/EmptyCall" => Method::EmptyCall,
+        "/grpc.testing.TestService/UnaryCall" => Method::UnaryCall,
+        "/grpc.testing.TestService/StreamingInputCall" => Method::StreamingInputCall,
+        "/grpc.testing.TestService/StreamingOutputCall" => Method::StreamingOutputCall,
+        "/grpc.testing.TestService/FullDuplexCall" => Method::FullDuplexCall,
         _ => return None,
     })
 }
 
 /// The head of every gRPC answer: 200 with gRPC's content type (a trailers-only answer adds its
 /// status to it).
-pub fn head_fields() -> HeaderMap {
+fn head_fields() -> HeaderMap {
     let mut fields = HeaderMap::new();
     fields.insert(
         http::header::CONTENT_TYPE,
@@ -152,10 +182,11 @@ impl Grpc {
         }
     }
 
-    /// The answer to a gRPC call on `path` with its `grpc-timeout` field: a built-in method's,
-    /// made once its request is read (the answer carries its [`Call`]), else `UNIMPLEMENTED`; a
+    /// The answer to a gRPC call on `path` with these header `fields`: a built-in method's, made
+    /// once its request is read (the answer carries its [`Call`]), else `UNIMPLEMENTED`; a
     /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it).
-    pub fn answer(&self, path: &str, grpc_timeout: Option<&[u8]>) -> StreamAnswer {
+    pub fn answer(&self, path: &str, fields: &HeaderMap) -> StreamAnswer {
+        let grpc_timeout = fields.get("grpc-timeout").map(HeaderValue::as_bytes);
         let deadline = match grpc_timeout.map(timeout).transpose() {
             Ok(deadline) => deadline,
             Err(status) => return trailers_only(&status),
@@ -166,6 +197,9 @@ impl Grpc {
                     method,
                     deadline,
                     grpc: self.clone(),
+                    echo_initial: fields.get(ECHO_INITIAL).cloned(),
+                    echo_trailing: fields.get(ECHO_TRAILING).cloned(),
+                    received: 0,
                 })),
                 ..answer(head_fields(), Bytes::new(), Hold::default(), None)
             },
@@ -185,7 +219,35 @@ impl Grpc {
 impl Call {
     /// Whether the call is unary: one request message, one reply, then the trailers.
     pub fn unary(&self) -> bool {
-        matches!(self.method, Method::Ping | Method::Check)
+        matches!(
+            self.method,
+            Method::Ping | Method::Check | Method::EmptyCall | Method::UnaryCall
+        )
+    }
+
+    /// The head of the call's answer (its echoed metadata in it).
+    pub fn head(&self) -> HeaderMap {
+        let mut fields = head_fields();
+        if let Some(echo) = &self.echo_initial {
+            fields.insert(ECHO_INITIAL, echo.clone());
+        }
+        fields
+    }
+
+    /// The trailers that end the call with `status` (its echoed metadata in them).
+    pub fn trailers(&self, status: &CallStatus) -> HeaderMap {
+        let mut fields = status.trailers();
+        if let Some(echo) = &self.echo_trailing {
+            fields.insert(ECHO_TRAILING, echo.clone());
+        }
+        fields
+    }
+
+    /// An answer with no message: the head and the trailers in one, which ends the stream.
+    fn trailers_only(&self, status: &CallStatus) -> StreamAnswer {
+        let mut headers = self.head();
+        headers.extend(self.trailers(status));
+        answer(headers, Bytes::new(), Hold::default(), None)
     }
 
     /// Whether the call's stream stays open after the client's last message, until the client
@@ -217,22 +279,22 @@ impl Call {
                         delay: deadline,
                         ..Hold::default()
                     },
-                    ..trailers_only(&CallStatus::new(
+                    ..self.trailers_only(&CallStatus::new(
                         Code::DeadlineExceeded,
                         "the reply would be held past the call's grpc-timeout",
                     ))
                 }
             }
             Ok((message, delay)) => answer(
-                head_fields(),
+                self.head(),
                 frame::framed(&message),
                 Hold {
                     delay,
                     ..Hold::default()
                 },
-                Some(CallStatus::OK.trailers()),
+                Some(self.trailers(&CallStatus::OK)),
             ),
-            Err(status) => trailers_only(&status),
+            Err(status) => self.trailers_only(&status),
         }
     }
 
@@ -258,32 +320,72 @@ impl Call {
                     )),
                 }
             }
-            Method::Watch | Method::Reflection => Err(CallStatus::new(
+            Method::EmptyCall => {
+                decoded::<testing::Empty>(request)?;
+                Ok((testing::Empty {}.encode_to_vec(), Duration::ZERO))
+            }
+            Method::UnaryCall => Ok((testing::unary_call(decoded(request)?)?, Duration::ZERO)),
+            Method::Watch
+            | Method::Reflection
+            | Method::StreamingInputCall
+            | Method::StreamingOutputCall
+            | Method::FullDuplexCall => Err(CallStatus::new(
                 Code::Internal,
                 "a streaming method answered as unary",
             )),
         }
     }
 
-    /// A streaming call's replies (framed) to one request message.
-    pub fn replies(&self, request: &[u8]) -> Result<Vec<Bytes>, CallStatus> {
-        let reply = match self.method {
+    /// A streaming call's replies to one request message.
+    pub fn replies(&mut self, request: &[u8]) -> Result<Vec<TimedReply>, CallStatus> {
+        let at_once = |message: Vec<u8>| {
+            vec![TimedReply {
+                wait: Duration::ZERO,
+                framed: frame::framed(&message),
+            }]
+        };
+        Ok(match self.method {
             Method::Watch => {
                 let ask = decoded::<HealthCheckRequest>(request)?;
-                health(match self.grpc.serves(&ask.service) {
+                at_once(health(match self.grpc.serves(&ask.service) {
                     true => ServingStatus::Serving,
                     false => ServingStatus::ServiceUnknown,
-                })
+                }))
             }
-            Method::Reflection => self.reflect(decoded(request)?).encode_to_vec(),
-            Method::Ping | Method::Check => {
+            Method::Reflection => at_once(self.reflect(decoded(request)?).encode_to_vec()),
+            Method::StreamingInputCall => {
+                let ask = decoded::<testing::StreamingInputCallRequest>(request)?;
+                let size = ask.payload.map_or(0, |p| p.body.len());
+                self.received = self.received.saturating_add(size as u64);
+                Vec::new()
+            }
+            Method::StreamingOutputCall | Method::FullDuplexCall => {
+                let replies = testing::streaming_output(decoded(request)?)?;
+                (replies.into_iter())
+                    .map(|r| TimedReply {
+                        wait: r.wait,
+                        framed: frame::framed(&r.message),
+                    })
+                    .collect()
+            }
+            Method::Ping | Method::Check | Method::EmptyCall | Method::UnaryCall => {
                 return Err(CallStatus::new(
                     Code::Internal,
                     "a unary method answered as streaming",
                 ))
             }
-        };
-        Ok(vec![frame::framed(&reply)])
+        })
+    }
+
+    /// A streaming call's replies once the client's side has ended (`StreamingInputCall`'s one).
+    pub fn ended(&self) -> Vec<TimedReply> {
+        match self.method {
+            Method::StreamingInputCall => vec![TimedReply {
+                wait: Duration::ZERO,
+                framed: frame::framed(&testing::streaming_input(self.received)),
+            }],
+            _ => Vec::new(),
+        }
     }
 
     /// Server reflection's answer to one request.
@@ -417,6 +519,9 @@ mod tests {
         Call {
             method,
             deadline: None,
+            echo_initial: None,
+            echo_trailing: None,
+            received: 0,
             grpc: Grpc::new(Duration::from_secs(1)),
         }
     }
@@ -472,10 +577,15 @@ mod tests {
             assert_eq!(timeout(bad).unwrap_err().code, Code::Internal, "{bad:?}");
         }
         let grpc = Grpc::new(Duration::from_secs(10));
-        let malformed = grpc.answer("/fgrpc.PingServer/Ping", Some(b"soon"));
+        let timed = |t: &'static str| {
+            let mut fields = HeaderMap::new();
+            fields.insert("grpc-timeout", HeaderValue::from_static(t));
+            fields
+        };
+        let malformed = grpc.answer("/fgrpc.PingServer/Ping", &timed("soon"));
         assert_eq!(grpc_status(&malformed), "13");
-        let held = |timeout: &[u8]| {
-            let a = grpc.answer("/fgrpc.PingServer/Ping", Some(timeout));
+        let held = |timeout: &'static str| {
+            let a = grpc.answer("/fgrpc.PingServer/Ping", &timed(timeout));
             let ping = PingMessage {
                 delay_nanos: 300_000_000,
                 ..PingMessage::default()
@@ -484,12 +594,12 @@ mod tests {
                 .unwrap()
                 .unary_answer(Ok(vec![ping.encode_to_vec().into()]), SystemTime::now())
         };
-        let late = held(b"100m");
+        let late = held("100m");
         assert_eq!(
             (grpc_status(&late), late.hold.delay),
             ("4", Duration::from_millis(100))
         );
-        let in_time = held(b"1S");
+        let in_time = held("1S");
         assert_eq!(
             (grpc_status(&in_time), in_time.hold.delay),
             ("0", Duration::from_millis(300))
@@ -514,7 +624,7 @@ mod tests {
         assert!(a.trailers.is_none(), "trailers-only");
         let watched = call(Method::Watch).replies(&ask("nope")).unwrap();
         let mut m = frame::Messages::default();
-        m.push(&watched[0]);
+        m.push(&watched[0].framed);
         let r = HealthCheckResponse::decode(m.take().unwrap().unwrap()).unwrap();
         assert_eq!(r.status, ServingStatus::ServiceUnknown as i32);
     }
@@ -542,7 +652,7 @@ mod tests {
 
     #[test]
     fn unknown_methods_are_unimplemented_trailers_only() {
-        let a = Grpc::new(Duration::ZERO).answer("/pkg.Svc/Nope", None);
+        let a = Grpc::new(Duration::ZERO).answer("/pkg.Svc/Nope", &HeaderMap::new());
         assert_eq!(grpc_status(&a), "12");
         assert!(a.grpc.is_none() && a.trailers.is_none() && a.body.is_empty());
     }
@@ -558,7 +668,7 @@ mod tests {
                 .replies(&request.encode_to_vec())
                 .unwrap();
             let mut m = frame::Messages::default();
-            m.push(&replies[0]);
+            m.push(&replies[0].framed);
             let r = ServerReflectionResponse::decode(m.take().unwrap().unwrap()).unwrap();
             r.message_response.unwrap()
         };

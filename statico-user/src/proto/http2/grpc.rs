@@ -17,7 +17,7 @@ use super::stream::{deliver, Ended};
 use super::H2Settings;
 use crate::catalog::grpc::frame::Messages;
 use crate::catalog::grpc::status::{CallStatus, Code};
-use crate::catalog::grpc::{self, Call};
+use crate::catalog::grpc::{Call, TimedReply};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
 use statico_common::Counter;
@@ -34,12 +34,12 @@ pub(super) async fn answered(
     if verbose > 0 {
         crate::observe::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
     }
-    let call = *answer.grpc.take().expect("a gRPC call's answer carries it");
+    let mut call = *answer.grpc.take().expect("a gRPC call's answer carries it");
     let date = answer.headers.remove(http::header::DATE);
     let mut body = request.into_body();
     if !call.unary() {
         counters.add(Counter::Requests, 1);
-        return streamed(&call, body, respond, date, settings, counters).await;
+        return streamed(&mut call, body, respond, date, settings, counters).await;
     }
     let Some(messages) = read(&mut body, &mut respond, settings, counters).await else {
         return Ended::Done;
@@ -90,12 +90,13 @@ async fn read(
     }
 }
 
-/// A streaming call: the head at once, a reply to each request message as it comes, and the
-/// trailers when the client's side ends (or when a message is refused); `Watch` keeps the stream
+/// A streaming call: the head at once, the replies to each request message as it comes, and the
+/// last replies and the trailers when the client's side ends (or the status of a message refused,
+/// or one that asks for a status, in the trailers at once); `Watch` keeps the stream
 /// open after that until the client leaves, or `--idle-timeout` (then it is reset, counted as a
 /// timeout, and a watching client watches again).
 async fn streamed(
-    call: &Call,
+    call: &mut Call,
     mut body: h2::RecvStream,
     mut respond: h2::server::SendResponse<Bytes>,
     date: Option<http::HeaderValue>,
@@ -103,7 +104,7 @@ async fn streamed(
     counters: &WorkerCounters,
 ) -> Ended {
     let mut head = http::Response::new(());
-    *head.headers_mut() = grpc::head_fields();
+    *head.headers_mut() = call.head();
     if let Some(date) = date {
         head.headers_mut().insert(http::header::DATE, date);
     }
@@ -115,7 +116,13 @@ async fn streamed(
     let status = loop {
         let data = match crate::kernel::timer::timeout(settings.idle_timeout, body.data()).await {
             Ok(Some(Ok(data))) => data,
-            Ok(None) => break messages.end().map(|()| CallStatus::OK),
+            Ok(None) => match messages.end() {
+                Ok(()) => match send_all(call.ended(), &mut send, settings, counters).await {
+                    true => break Ok(CallStatus::OK),
+                    false => return Ended::Done,
+                },
+                Err(status) => break Err(status),
+            },
             Ok(Some(Err(_))) => return Ended::Done,
             Err(_) => {
                 counters.add(Counter::Timeouts, 1);
@@ -143,14 +150,14 @@ async fn streamed(
         }
         return Ended::Done;
     }
-    let _ = send.send_trailers(status.trailers());
+    let _ = send.send_trailers(call.trailers(&status));
     Ended::Done
 }
 
 /// Sends the replies to every whole message received so far: the status of a message refused;
 /// `None` when the stream is over (the client left, or did not read for `--idle-timeout`).
 async fn reply_each(
-    call: &Call,
+    call: &mut Call,
     messages: &mut Messages,
     send: &mut h2::SendStream<Bytes>,
     settings: H2Settings,
@@ -166,12 +173,28 @@ async fn reply_each(
             Ok(replies) => replies,
             Err(status) => return Some(Err(status)),
         };
-        for reply in replies {
-            if !send_flowed(send, reply, settings, counters).await {
-                return None;
-            }
+        if !send_all(replies, send, settings, counters).await {
+            return None;
         }
     }
+}
+
+/// Sends `replies`, each after its wait; false when the stream is over.
+async fn send_all(
+    replies: Vec<TimedReply>,
+    send: &mut h2::SendStream<Bytes>,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) -> bool {
+    for reply in replies {
+        if !reply.wait.is_zero() {
+            crate::kernel::timer::sleep(reply.wait).await;
+        }
+        if !send_flowed(send, reply.framed, settings, counters).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Sends `data` as the client's flow control makes room for it, so that a client that does not
