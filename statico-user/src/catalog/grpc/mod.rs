@@ -139,10 +139,11 @@ fn head_fields() -> HeaderMap {
 pub fn trailers_only(status: &CallStatus) -> StreamAnswer {
     let mut headers = head_fields();
     status.add_to(&mut headers);
-    answer(headers, Bytes::new(), Hold::default(), None)
+    stream_answer(headers, Bytes::new(), Hold::default(), None)
 }
 
-fn answer(
+/// A gRPC answer of these parts: HTTP status 200 always (the call's outcome is its `grpc-status`).
+fn stream_answer(
     headers: HeaderMap,
     body: Bytes,
     hold: Hold,
@@ -168,7 +169,7 @@ pub fn unsupported(date: &[u8; super::response::DATE_LEN]) -> StreamAnswer {
     headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(0));
     let mut answer = StreamAnswer {
         status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ..answer(headers, Bytes::new(), Hold::default(), None)
+        ..stream_answer(headers, Bytes::new(), Hold::default(), None)
     };
     answer.set_date(date);
     answer
@@ -201,7 +202,7 @@ impl Grpc {
                     echo_trailing: fields.get(ECHO_TRAILING).cloned(),
                     received: 0,
                 })),
-                ..answer(head_fields(), Bytes::new(), Hold::default(), None)
+                ..stream_answer(head_fields(), Bytes::new(), Hold::default(), None)
             },
             None => trailers_only(&CallStatus::new(
                 Code::Unimplemented,
@@ -247,7 +248,7 @@ impl Call {
     fn trailers_only(&self, status: &CallStatus) -> StreamAnswer {
         let mut headers = self.head();
         headers.extend(self.trailers(status));
-        answer(headers, Bytes::new(), Hold::default(), None)
+        stream_answer(headers, Bytes::new(), Hold::default(), None)
     }
 
     /// Whether the call's stream stays open after the client's last message, until the client
@@ -285,7 +286,7 @@ impl Call {
                     ))
                 }
             }
-            Ok((message, delay)) => answer(
+            Ok((message, delay)) => stream_answer(
                 self.head(),
                 frame::framed(&message),
                 Hold {
