@@ -1,6 +1,7 @@
 //! `--grpc`: gRPC calls on HTTP/2, answered by the built-in services and checked with the clients
 //! that use them — Fortio (`fortio grpcping`, `fortio load -grpc -ping`), grpc-health-probe,
-//! grpcurl and ghz (through server reflection), grpc-go's interop client (plain and TLS) — and with the `h2` crate's client for what a real client
+//! grpcurl and ghz (through server reflection), grpc-go's interop client (plain and TLS), Python's
+//! `grpcio` — and with the `h2` crate's client for what a real client
 //! never sends (a body that is not gRPC messages) and for the statuses of calls statico does not
 //! serve. On the suite's runtime (`STATICO_TEST_RUNTIME`). A test whose client is missing prints
 //! `SKIPPED: … needs …` (`cargo xtask setup` installs them with `go install`).
@@ -283,6 +284,44 @@ fn grpc_go_interop_client_passes_every_case_plain_and_over_tls() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Python's `grpcio` (the C-core client), calling with raw messages: a ping, health, an unknown
+/// method, and a full-duplex stream.
+const PYTHON_CLIENT: &str = r#"
+import sys, grpc
+ch = grpc.insecure_channel(sys.argv[1])
+reply = ch.unary_unary('/fgrpc.PingServer/Ping')(b'\x08\x07\x1a\x02py', timeout=5)
+assert reply.startswith(b'\x08\x07\x10') and reply.endswith(b'\x1a\x02py'), reply
+assert ch.unary_unary('/grpc.health.v1.Health/Check')(b'', timeout=5) == b'\x08\x01'
+for path, ask, code in [
+    ('/grpc.health.v1.Health/Check', b'\x0a\x04nope', grpc.StatusCode.NOT_FOUND),
+    ('/no.Such/Method', b'', grpc.StatusCode.UNIMPLEMENTED),
+]:
+    try:
+        ch.unary_unary(path)(ask, timeout=5)
+        raise SystemExit(path + ': no error')
+    except grpc.RpcError as e:
+        assert e.code() == code, (path, e.code())
+duplex = ch.stream_stream('/grpc.testing.TestService/FullDuplexCall')
+replies = list(duplex(iter([b'\x12\x02\x08\x03', b'\x12\x02\x08\x05']), timeout=5))
+assert [len(r) for r in replies] == [7, 9], replies
+print('ok')
+"#;
+
+#[test]
+fn python_grpcio_calls_ping_health_and_a_duplex_stream() {
+    let importable = std::process::Command::new("python3")
+        .args(["-c", "import grpc"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !importable {
+        println!("SKIPPED: python_grpcio_calls_ping_health_and_a_duplex_stream needs grpcio (cargo xtask setup)");
+        return;
+    }
+    let s = start(&[]);
+    let (ok, out, err) = run_client("python3", &["-c", PYTHON_CLIENT, &target(&s)]);
+    assert!(ok && out.trim() == "ok", "{out}\n{err}");
 }
 
 /// A gRPC call's outcome as the `h2` crate's client sees it.

@@ -27,6 +27,7 @@
 //!   [`GHZ_VERSION`], with `go install` (the health, reflection and load clients of the `--grpc`
 //!   tests); grpc-go's interop client, [`GRPC_GO_VERSION`], as `grpc-interop-client` (the
 //!   conformance client of the `--grpc` tests).
+//! - Python's grpcio [`GRPCIO`], with pip (a C-core gRPC client in the `--grpc` tests).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - kubernetes-validate [`KUBERNETES_VALIDATE`], with pip (checks `deploy/kubernetes/` offline, with
 //!   `--strict`, in the container tests).
@@ -158,6 +159,21 @@ fn ensure_kubernetes_validate() -> Result<()> {
         "pip3",
         &["install", "--break-system-packages", KUBERNETES_VALIDATE],
     )
+}
+
+/// Python's grpcio (a `--grpc` tests' client).
+const GRPCIO: &str = "grpcio==1.85.1";
+
+/// grpcio [`GRPCIO`] with pip, as kubernetes-validate, unless Python imports it already.
+fn ensure_grpcio() -> Result<()> {
+    let importable = Command::new("python3")
+        .args(["-c", "import grpc"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if importable {
+        return Ok(());
+    }
+    cmd("pip3", &["install", "--break-system-packages", GRPCIO])
 }
 
 /// grpc-health-probe (the `--grpc` tests' health client), from the Go module proxy.
@@ -369,6 +385,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
         ensure_h2spec()?;
         ensure_fortio()?;
         ensure_grpc_clients()?;
+        ensure_grpcio()?;
         ensure_kubernetes_validate()?;
     }
     if purposes.contains(&Package) {
