@@ -88,11 +88,36 @@ pub struct Call {
     received: u64,
 }
 
-/// One reply of a streaming call, framed: sent `wait` after the one before.
+/// One reply of a streaming call: sent `wait` after the one before.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimedReply {
     pub wait: Duration,
-    pub framed: Bytes,
+    body: ReplyBody,
+}
+
+/// What a [`TimedReply`] sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ReplyBody {
+    Framed(Bytes),
+    /// A streaming output's payload of this many zeros, made when it is sent.
+    Zeros(usize),
+}
+
+impl TimedReply {
+    fn now(message: &[u8]) -> TimedReply {
+        TimedReply {
+            wait: Duration::ZERO,
+            body: ReplyBody::Framed(frame::framed(message)),
+        }
+    }
+
+    /// The reply as it goes out, framed.
+    pub fn framed(&self) -> Bytes {
+        match &self.body {
+            ReplyBody::Framed(framed) => framed.clone(),
+            ReplyBody::Zeros(size) => frame::framed(&testing::output_reply(*size)),
+        }
+    }
 }
 
 const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
@@ -339,12 +364,7 @@ impl Call {
 
     /// A streaming call's replies to one request message.
     pub fn replies(&mut self, request: &[u8]) -> Result<Vec<TimedReply>, CallStatus> {
-        let at_once = |message: Vec<u8>| {
-            vec![TimedReply {
-                wait: Duration::ZERO,
-                framed: frame::framed(&message),
-            }]
-        };
+        let at_once = |message: Vec<u8>| vec![TimedReply::now(&message)];
         Ok(match self.method {
             Method::Watch => {
                 let ask = decoded::<HealthCheckRequest>(request)?;
@@ -365,7 +385,7 @@ impl Call {
                 (replies.into_iter())
                     .map(|r| TimedReply {
                         wait: r.wait,
-                        framed: frame::framed(&r.message),
+                        body: ReplyBody::Zeros(r.size),
                     })
                     .collect()
             }
@@ -381,10 +401,9 @@ impl Call {
     /// A streaming call's replies once the client's side has ended (`StreamingInputCall`'s one).
     pub fn ended(&self) -> Vec<TimedReply> {
         match self.method {
-            Method::StreamingInputCall => vec![TimedReply {
-                wait: Duration::ZERO,
-                framed: frame::framed(&testing::streaming_input(self.received)),
-            }],
+            Method::StreamingInputCall => {
+                vec![TimedReply::now(&testing::streaming_input(self.received))]
+            }
             _ => Vec::new(),
         }
     }
@@ -625,7 +644,7 @@ mod tests {
         assert!(a.trailers.is_none(), "trailers-only");
         let watched = call(Method::Watch).replies(&ask("nope")).unwrap();
         let mut m = frame::Messages::default();
-        m.push(&watched[0].framed);
+        m.push(&watched[0].framed());
         let r = HealthCheckResponse::decode(m.take().unwrap().unwrap()).unwrap();
         assert_eq!(r.status, ServingStatus::ServiceUnknown as i32);
     }
@@ -669,7 +688,7 @@ mod tests {
                 .replies(&request.encode_to_vec())
                 .unwrap();
             let mut m = frame::Messages::default();
-            m.push(&replies[0].framed);
+            m.push(&replies[0].framed());
             let r = ServerReflectionResponse::decode(m.take().unwrap().unwrap()).unwrap();
             r.message_response.unwrap()
         };

@@ -94,17 +94,18 @@ pub struct StreamingOutputCallResponse {
     pub payload: Option<TestPayload>,
 }
 
-/// One reply of a streaming call: sent after `wait`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One reply of a streaming output: `size` zeros after `wait`. The payload is made as it is sent
+/// ([`output_reply`]), so that a request asking for many large replies holds one at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timed {
     pub wait: Duration,
-    pub message: Vec<u8>,
+    pub size: usize,
 }
 
 /// `UnaryCall`'s reply: the payload of the size asked, or the status asked.
 pub fn unary_call(request: SimpleRequest) -> Result<Vec<u8>, CallStatus> {
     asked_status(request.response_status.as_ref())?;
-    let payload = zeros(request.response_size)?;
+    let payload = zeros(payload_size(request.response_size)?);
     Ok(SimpleResponse {
         payload: Some(payload),
     }
@@ -118,14 +119,20 @@ pub fn streaming_output(request: StreamingOutputCallRequest) -> Result<Vec<Timed
     (request.response_parameters.iter())
         .map(|p| {
             let wait = Duration::from_micros(u64::try_from(p.interval_us).unwrap_or(0));
-            let payload = zeros(p.size)?;
-            let message = StreamingOutputCallResponse {
-                payload: Some(payload),
-            }
-            .encode_to_vec();
-            Ok(Timed { wait, message })
+            Ok(Timed {
+                wait,
+                size: payload_size(p.size)?,
+            })
         })
         .collect()
+}
+
+/// A streaming output's reply: a payload of `size` zeros.
+pub fn output_reply(size: usize) -> Vec<u8> {
+    StreamingOutputCallResponse {
+        payload: Some(zeros(size)),
+    }
+    .encode_to_vec()
 }
 
 /// `StreamingInputCall`'s reply to its requests, whose payloads held `received` bytes in all.
@@ -136,9 +143,9 @@ pub fn streaming_input(received: u64) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// A payload of `size` zeros: at most [`MAX_MESSAGE`] (`RESOURCE_EXHAUSTED` past it), not
-/// negative (`INVALID_ARGUMENT`).
-fn zeros(size: i32) -> Result<TestPayload, CallStatus> {
+/// A payload size asked for: at most [`MAX_MESSAGE`] (`RESOURCE_EXHAUSTED` past it), not negative
+/// (`INVALID_ARGUMENT`).
+fn payload_size(size: i32) -> Result<usize, CallStatus> {
     let size = usize::try_from(size).map_err(|_| {
         CallStatus::new(Code::InvalidArgument, format!("a payload of {size} bytes"))
     })?;
@@ -146,10 +153,14 @@ fn zeros(size: i32) -> Result<TestPayload, CallStatus> {
         let why = format!("a payload of {size} bytes: larger than {MAX_MESSAGE}");
         return Err(CallStatus::new(Code::ResourceExhausted, why));
     }
-    Ok(TestPayload {
+    Ok(size)
+}
+
+fn zeros(size: usize) -> TestPayload {
+    TestPayload {
         r#type: 0,
         body: vec![0; size],
-    })
+    }
 }
 
 /// The status a request asks the call to end with, as an error (none, or OK: no error).
@@ -239,7 +250,8 @@ mod tests {
         let replies = streaming_output(request).unwrap();
         assert_eq!(replies.len(), 2);
         assert_eq!(replies[1].wait, Duration::from_millis(1));
-        let second = StreamingOutputCallResponse::decode(&replies[1].message[..]).unwrap();
+        let second =
+            StreamingOutputCallResponse::decode(&output_reply(replies[1].size)[..]).unwrap();
         assert_eq!(second.payload.unwrap().body, [0; 5]);
         assert_eq!(code(99), Code::Unknown);
         assert_eq!(code(14), Code::Unavailable);

@@ -190,7 +190,7 @@ async fn send_all(
         if !reply.wait.is_zero() {
             crate::kernel::timer::sleep(reply.wait).await;
         }
-        if !send_flowed(send, reply.framed, settings, counters).await {
+        if !send_flowed(send, reply.framed(), settings, counters).await {
             return false;
         }
     }
