@@ -543,6 +543,20 @@ fn health_watch_sends_the_status_and_keeps_the_stream_open() {
         let more = tokio::time::timeout(Duration::from_millis(300), body.data()).await;
         assert!(more.is_err(), "the stream stays open: {more:?}");
     });
+    // With a grpc-timeout, the watch ends DEADLINE_EXCEEDED at the deadline.
+    let started = Instant::now();
+    let o = call_with(
+        &s,
+        "/grpc.health.v1.Health/Watch",
+        &[
+            ("content-type", "application/grpc"),
+            ("grpc-timeout", "200m"),
+        ],
+        framed(0, b""), // HealthCheckRequest{service: ""}
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    assert_eq!(o.body, framed(0, &[0x08, 1]), "{o:?}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
 }
 
 #[test]

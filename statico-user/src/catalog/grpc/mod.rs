@@ -15,7 +15,8 @@
 //! A unary call's answer is made once its request body is read ([`Call::unary_answer`]) and is
 //! delivered like every answer, its trailers last ([`crate::catalog::model::delivery`]); one held
 //! past the call's `grpc-timeout` is `DEADLINE_EXCEEDED` at the deadline instead. A streaming call
-//! (reflection, `Watch`) answers message by message ([`Call::replies`]).
+//! (reflection, `Watch`, the interop streams) answers message by message ([`Call::replies`]), and
+//! ends `DEADLINE_EXCEEDED` if its `grpc-timeout` passes while it waits for the client.
 
 pub mod descriptors;
 pub mod frame;
@@ -276,6 +277,11 @@ impl Call {
         stream_answer(headers, Bytes::new(), Hold::default(), None)
     }
 
+    /// The call's `grpc-timeout`.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
     /// Whether the call's stream stays open after the client's last message, until the client
     /// leaves (`Watch`).
     pub fn stays_open(&self) -> bool {
@@ -305,10 +311,7 @@ impl Call {
                         delay: deadline,
                         ..Hold::default()
                     },
-                    ..self.trailers_only(&CallStatus::new(
-                        Code::DeadlineExceeded,
-                        "the reply would be held past the call's grpc-timeout",
-                    ))
+                    ..self.trailers_only(&CallStatus::deadline_exceeded())
                 }
             }
             Ok((message, delay)) => stream_answer(

@@ -51,6 +51,11 @@ impl CallStatus {
         }
     }
 
+    /// A call whose `grpc-timeout` passed before its end.
+    pub fn deadline_exceeded() -> CallStatus {
+        CallStatus::new(Code::DeadlineExceeded, "the call's grpc-timeout passed")
+    }
+
     /// Adds `grpc-status` (and `grpc-message`, when there is one) to `fields`.
     pub fn add_to(&self, fields: &mut HeaderMap) {
         fields.insert("grpc-status", HeaderValue::from(self.code as u16));

@@ -112,9 +112,14 @@ async fn streamed(
         return Ended::Done;
     };
     counters.add(Counter::Responses, 1);
+    let waits = Waits {
+        idle: settings.idle_timeout,
+        deadline: call.deadline().map(|d| Instant::now() + d),
+    };
     let mut messages = Messages::default();
     let status = loop {
-        let data = match crate::kernel::timer::timeout(settings.idle_timeout, body.data()).await {
+        let (wait, at_deadline) = waits.next();
+        let data = match crate::kernel::timer::timeout(wait, body.data()).await {
             Ok(Some(Ok(data))) => data,
             Ok(None) => match messages.end() {
                 Ok(()) => match send_all(call.ended(), &mut send, settings, counters).await {
@@ -124,6 +129,7 @@ async fn streamed(
                 Err(status) => break Err(status),
             },
             Ok(Some(Err(_))) => return Ended::Done,
+            Err(_) if at_deadline => break Err(CallStatus::deadline_exceeded()),
             Err(_) => {
                 counters.add(Counter::Timeouts, 1);
                 send.send_reset(h2::Reason::CANCEL);
@@ -139,19 +145,44 @@ async fn streamed(
         }
     };
     let status = status.unwrap_or_else(|refused| refused);
-    if status.code == Code::Ok && call.stays_open() {
-        let left = poll_fn(|cx| send.poll_reset(cx));
-        if crate::kernel::timer::timeout(settings.idle_timeout, left)
-            .await
-            .is_err()
-        {
-            counters.add(Counter::Timeouts, 1);
-            send.send_reset(h2::Reason::CANCEL);
+    let status = match status.code == Code::Ok && call.stays_open() {
+        true => {
+            let (wait, at_deadline) = waits.next();
+            let left = poll_fn(|cx| send.poll_reset(cx));
+            match crate::kernel::timer::timeout(wait, left).await {
+                Ok(_) => return Ended::Done,
+                Err(_) if at_deadline => CallStatus::deadline_exceeded(),
+                Err(_) => {
+                    counters.add(Counter::Timeouts, 1);
+                    send.send_reset(h2::Reason::CANCEL);
+                    return Ended::Done;
+                }
+            }
         }
-        return Ended::Done;
-    }
+        false => status,
+    };
     let _ = send.send_trailers(call.trailers(&status));
     Ended::Done
+}
+
+/// How long a streaming call waits for its client: `--idle-timeout`, or less when the call's
+/// `grpc-timeout` falls first (then the call ends `DEADLINE_EXCEEDED`).
+struct Waits {
+    idle: std::time::Duration,
+    deadline: Option<Instant>,
+}
+
+impl Waits {
+    /// The next wait, and whether it ends at the deadline.
+    fn next(&self) -> (std::time::Duration, bool) {
+        let left = self
+            .deadline
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        match left {
+            Some(left) if left <= self.idle => (left, true),
+            _ => (self.idle, false),
+        }
+    }
 }
 
 /// Sends the replies to every whole message received so far: the status of a message refused;
