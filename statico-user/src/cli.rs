@@ -24,6 +24,7 @@ use crate::runtime::RuntimeKind;
 /// (status, headers, body, a live Date) is encoded once at start-up.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "statico", version, about, long_about = None, after_help = EXAMPLES)]
+#[command(group(clap::ArgGroup::new("delay_askers").args(["echo_query", "grpc"]).multiple(true)))]
 pub struct Cli {
     /// Number of worker threads, each pinned to one CPU [default: CPUs this process may run on]
     #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=4096))]
@@ -118,8 +119,9 @@ pub struct Cli {
     #[arg(long)]
     pub echo_query: bool,
 
-    /// With --echo-query, the longest delay a query may ask for (longer gets 400)
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "echo_query")]
+    /// With --echo-query, the longest delay a query may ask for (longer gets 400); with --grpc, the
+    /// longest a ping's delayNanos holds its reply
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "delay_askers")]
     pub max_delay: Duration,
 
     /// With --echo-query, the largest body a query may ask for (larger gets 400); this much memory
@@ -229,8 +231,17 @@ pub struct Cli {
     pub steering: SteeringKind,
 
     /// Also serve cleartext HTTP/2 on the same port (prior knowledge and `Upgrade: h2c`; `h2` by ALPN over TLS)
-    #[arg(long)]
+    #[arg(
+        long,
+        default_value_if("grpc", clap::builder::ArgPredicate::IsPresent, "true")
+    )]
     pub http2: bool,
+
+    /// Answer gRPC calls on HTTP/2 (turns on --http2) with Fortio's fgrpc.PingServer/Ping, the
+    /// health service, grpc-go's interop TestService and server reflection; any other method
+    /// UNIMPLEMENTED; gRPC over HTTP/1.1 gets 415
+    #[arg(long)]
+    pub grpc: bool,
 
     /// Also serve HTTP/3 over QUIC on the same port, over UDP (Linux builds; needs --tls-cert and
     /// --tls-key, or --tls-self-signed). HTTP/1.1 and HTTP/2 responses then carry Alt-Svc: h3=":PORT"
@@ -320,6 +331,7 @@ Manual (docs/ in statico's source tree; README.md is its front page):
   --phase, --pause, --admin, SIGHUP         docs/changing-a-run.md
   --root and the site's flags               docs/static-sites.md
   --http2, --http3, --tls-cert and TLS      docs/protocols.md
+  --grpc                                    docs/protocols.md
   --runtime, --uring-entries                docs/architecture.md
   --steering, --xdp                         docs/steering.md
   -m, --metrics, --check                    docs/metrics.md

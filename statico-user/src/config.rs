@@ -182,6 +182,9 @@ fn catalog(cli: &Cli) -> crate::catalog::CatalogPlan {
             }),
         workers: cli.workers(),
         quic: cli.http3,
+        grpc: cli
+            .grpc
+            .then(|| crate::catalog::grpc::Grpc::new(cli.max_delay)),
     }
 }
 

@@ -8,6 +8,7 @@ mod clients;
 mod containers;
 mod deploy;
 mod errors;
+mod grpc;
 mod hostile_clients;
 mod http11;
 mod http2;

@@ -21,7 +21,13 @@
 //! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
-//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`).
+//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`, and the
+//!   gRPC ping client of the `--grpc` tests).
+//! - grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`] and ghz
+//!   [`GHZ_VERSION`], with `go install` (the health, reflection and load clients of the `--grpc`
+//!   tests); grpc-go's interop client, [`GRPC_GO_VERSION`], as `grpc-interop-client` (the
+//!   conformance client of the `--grpc` tests).
+//! - Python's grpcio [`GRPCIO`], with pip (a C-core gRPC client in the `--grpc` tests).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - FastAPI and uvicorn ([`FASTAPI_MOCK_PACKAGES`]), with pip (they serve the hand-written OpenAI
 //!   mock `bench/peers/fastapi/mock.py`, the peer of `bench --openai`).
@@ -224,6 +230,78 @@ fn ensure_fastapi() -> Result<()> {
     cmd("pip3", &args)
 }
 
+/// Python's grpcio (a `--grpc` tests' client).
+const GRPCIO: &str = "grpcio==1.85.1";
+
+/// grpcio [`GRPCIO`] with pip, as kubernetes-validate, unless Python imports it already.
+fn ensure_grpcio() -> Result<()> {
+    let importable = Command::new("python3")
+        .args(["-c", "import grpc"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if importable {
+        return Ok(());
+    }
+    cmd("pip3", &["install", "--break-system-packages", GRPCIO])
+}
+
+/// grpc-health-probe (the `--grpc` tests' health client), from the Go module proxy.
+const GRPC_HEALTH_PROBE_VERSION: &str = "v0.4.62";
+/// grpcurl (the `--grpc` tests' reflection client), from the Go module proxy.
+const GRPCURL_VERSION: &str = "v1.9.4";
+/// ghz (the `--grpc` tests' load generator, through reflection), from the Go module proxy.
+const GHZ_VERSION: &str = "v0.93.0";
+
+/// grpc-go, whose interop client (`interop/client`) the `--grpc` tests run.
+const GRPC_GO_VERSION: &str = "v1.85.0";
+/// What grpc-go's interop client is installed as (`go install` would name it `client`).
+const INTEROP_CLIENT: &str = "grpc-interop-client";
+
+/// grpc-go's interop client [`GRPC_GO_VERSION`], built into a scratch directory and moved next to
+/// the other Go tools as [`INTEROP_CLIENT`].
+fn ensure_interop_client() -> Result<()> {
+    if go_installed(INTEROP_CLIENT).is_some() {
+        return Ok(());
+    }
+    let home = std::env::var_os("HOME").context("HOME is not set")?;
+    let bin = std::env::var_os("GOBIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(home).join("go/bin"));
+    let scratch = std::env::temp_dir().join("statico-interop-client");
+    std::fs::create_dir_all(&scratch)?;
+    let package = format!("google.golang.org/grpc/interop/client@{GRPC_GO_VERSION}");
+    eprintln!("$ GOBIN={} go install {package}", scratch.display());
+    let status = Command::new("go")
+        .args(["install", &package])
+        .env("GOBIN", &scratch)
+        .status()
+        .context("cannot run go")?;
+    if !status.success() {
+        bail!("`go install {package}` failed ({status})");
+    }
+    std::fs::create_dir_all(&bin)?;
+    std::fs::rename(scratch.join("client"), bin.join(INTEROP_CLIENT))?;
+    Ok(())
+}
+
+/// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`], ghz
+/// [`GHZ_VERSION`] and grpc-go's interop client.
+fn ensure_grpc_clients() -> Result<()> {
+    go_install(
+        "grpc-health-probe",
+        &format!("github.com/grpc-ecosystem/grpc-health-probe@{GRPC_HEALTH_PROBE_VERSION}"),
+    )?;
+    go_install(
+        "grpcurl",
+        &format!("github.com/fullstorydev/grpcurl/cmd/grpcurl@{GRPCURL_VERSION}"),
+    )?;
+    go_install(
+        "ghz",
+        &format!("github.com/bojand/ghz/cmd/ghz@{GHZ_VERSION}"),
+    )?;
+    ensure_interop_client()
+}
+
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
 fn ensure_fortio() -> Result<()> {
     go_install("fortio", &format!("fortio.org/fortio@{FORTIO_VERSION}"))
@@ -374,6 +452,9 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
             ensure_target(target)?;
         }
         ensure_h2spec()?;
+        ensure_fortio()?;
+        ensure_grpc_clients()?;
+        ensure_grpcio()?;
         ensure_kubernetes_validate()?;
         ensure_openai_sdk()?;
         ensure_aiperf()?;

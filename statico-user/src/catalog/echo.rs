@@ -126,6 +126,8 @@ impl Echo {
             pauses: None,
             events: None,
             awaits: None,
+            grpc: None,
+            trailers: None,
         };
         answer.set_date(date);
         answer

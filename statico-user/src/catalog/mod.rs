@@ -28,6 +28,7 @@
 
 pub mod echo;
 pub mod feed;
+pub mod grpc;
 pub mod model;
 pub mod openai;
 pub mod request;
@@ -84,6 +85,8 @@ pub struct CatalogPlan {
     pub workers: usize,
     /// `--http3`: every worker has a QUIC thread.
     pub quic: bool,
+    /// `--grpc`: gRPC calls on HTTP/2 are answered by the built-in services ([`grpc`]).
+    pub grpc: Option<grpc::Grpc>,
 }
 
 /// What statico answers from, built once, shared by every worker.
@@ -103,6 +106,7 @@ pub struct Catalog {
     paced: bool,
     /// What every routes table is built with, the server's pauses among it.
     common: route::Common,
+    grpc: Option<grpc::Grpc>,
 }
 
 /// The kinds of catalog (see the module doc).
@@ -123,6 +127,8 @@ pub enum Choice {
     Echo(Box<echo::EchoChoice>),
     /// An openai route's answer, made from its request's body.
     Asked(Box<route::asked::Asked>),
+    /// A gRPC call over HTTP/1.1, with `--grpc`: 415.
+    GrpcOverHttp1,
 }
 
 impl Choice {
@@ -177,6 +183,7 @@ impl CatalogPlan {
             echo: None,
             workers: 1,
             quic: false,
+            grpc: None,
         }
     }
 }
@@ -223,6 +230,7 @@ impl Catalog {
             seed: plan.seed,
             workers: plan.workers,
             common,
+            grpc: plan.grpc.clone(),
         })
     }
 
@@ -364,6 +372,7 @@ pub struct Local {
     catalog_paced: bool,
     /// The server's pauses, when it has them.
     pauses: Option<Pauses>,
+    grpc: Option<grpc::Grpc>,
 }
 
 impl Local {
@@ -401,6 +410,7 @@ impl Local {
             slot,
             catalog_paced: catalog.paced,
             pauses: catalog.common.pauses.clone(),
+            grpc: catalog.grpc.clone(),
         };
         if let Some(live) = catalog.routes.as_ref() {
             local.take_routes(&live.load());
@@ -474,12 +484,19 @@ impl Local {
             routes: self.routes.as_ref().filter(|r| !r.matches_nothing()),
             echo: self.echo.as_ref(),
             draw: &self.draw,
+            grpc: self.grpc.is_some(),
         }
     }
 
     /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date` and its hold; a route's
-    /// answer carries where its ground truth is recorded.
+    /// answer carries where its ground truth is recorded. With `--grpc`, a gRPC call on HTTP/2 is
+    /// the gRPC services' ([`grpc`]), never a route's.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
+        if let Some(grpc) = self.grpc.as_ref().filter(|_| is_grpc_call(request)) {
+            let mut answer = grpc.answer(request.uri().path(), request.headers());
+            answer.set_date(&self.date);
+            return answer;
+        }
         StreamAnswer {
             pauses: self.pauses.clone(),
             ..self.chosen_answer(request)
@@ -515,12 +532,21 @@ impl Local {
                 hold: self.hold,
                 ..StreamAnswer::from_parts(site.parts(c), &self.date)
             },
+            (Choice::GrpcOverHttp1, _) => grpc::unsupported(&self.date),
             _ => StreamAnswer {
                 hold: self.hold,
                 ..(self.stream.clone()).expect("--http2 and --http3 build the stream answer")
             },
         }
     }
+}
+
+/// Whether `request` is a gRPC call on HTTP/2 (gRPC over HTTP/3 is not served: such a request
+/// gets 415, as over HTTP/1.1).
+fn is_grpc_call<B>(request: &http::Request<B>) -> bool {
+    let content_type = request.headers().get(http::header::CONTENT_TYPE);
+    request.version() == http::Version::HTTP_2
+        && content_type.is_some_and(|c| grpc::is_grpc(c.as_bytes()))
 }
 
 /// The kinds that choose an answer, in the order they are asked: `--echo-query`'s arguments, then
@@ -532,16 +558,21 @@ struct Kinds<'a> {
     routes: Option<&'a Routes>,
     echo: Option<&'a echo::Echo>,
     draw: &'a RefCell<Draw>,
+    /// `--grpc`: a gRPC call over HTTP/1.1 gets 415.
+    grpc: bool,
 }
 
 impl Kinds<'_> {
     /// The answer to a request whose view `request` builds, only if some kind looks at requests.
     #[inline]
     fn choose<'r>(&self, request: impl FnOnce() -> Request<'r>) -> Choice {
-        if self.routes.is_none() && self.site.is_none() && self.echo.is_none() {
+        if self.routes.is_none() && self.site.is_none() && self.echo.is_none() && !self.grpc {
             return Choice::One;
         }
         let request = request();
+        if self.grpc && request.content_type.is_some_and(grpc::is_grpc) {
+            return Choice::GrpcOverHttp1;
+        }
         if let Some(echo) = self.echo {
             if let Some(c) = echo.choose(request.target, &mut self.draw.borrow_mut()) {
                 return Choice::Echo(Box::new(c));
@@ -698,6 +729,13 @@ impl<'a> View<'a> {
             (Choice::Site(choice), Some(site), _) => {
                 site.write(choice, framing, self.response.date(), head_only, out);
                 written(None, hold)
+            }
+            (Choice::GrpcOverHttp1, _, _) => {
+                out.extend_from_slice(self.error(ErrorStatus::UnsupportedMediaType));
+                Written {
+                    close: true,
+                    ..written(None, Hold::default())
+                }
             }
             _ if head_only => {
                 out.extend_from_slice(self.response.head(framing));

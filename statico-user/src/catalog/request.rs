@@ -18,6 +18,8 @@ pub struct Request<'a> {
     pub if_range: Option<&'a [u8]>,
     /// A reconnecting event-stream client's last event (a streamed route resumes after it).
     pub last_event_id: Option<&'a [u8]>,
+    /// With `--grpc`: a gRPC call is told by it.
+    pub content_type: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
@@ -44,6 +46,7 @@ impl<'a> Request<'a> {
         let slot = match name.len() {
             5 if name.eq_ignore_ascii_case(b"range") => &mut self.range,
             8 if name.eq_ignore_ascii_case(b"if-range") => &mut self.if_range,
+            12 if name.eq_ignore_ascii_case(b"content-type") => &mut self.content_type,
             13 if name.eq_ignore_ascii_case(b"if-none-match") => &mut self.if_none_match,
             13 if name.eq_ignore_ascii_case(b"last-event-id") => &mut self.last_event_id,
             15 if name.eq_ignore_ascii_case(b"accept-encoding") => &mut self.accept_encoding,

@@ -23,15 +23,18 @@ pub enum ErrorStatus {
     HeaderFieldsTooLarge,
     NotImplemented,
     VersionNotSupported,
+    /// A gRPC call over HTTP/1.1 (`--grpc` serves gRPC on HTTP/2 only).
+    UnsupportedMediaType,
 }
 
 impl ErrorStatus {
-    pub const ALL: [ErrorStatus; 5] = [
+    pub const ALL: [ErrorStatus; 6] = [
         ErrorStatus::BadRequest,
         ErrorStatus::ContentTooLarge,
         ErrorStatus::HeaderFieldsTooLarge,
         ErrorStatus::NotImplemented,
         ErrorStatus::VersionNotSupported,
+        ErrorStatus::UnsupportedMediaType,
     ];
 
     pub const fn code(self) -> u16 {
@@ -41,6 +44,7 @@ impl ErrorStatus {
             ErrorStatus::HeaderFieldsTooLarge => 431,
             ErrorStatus::NotImplemented => 501,
             ErrorStatus::VersionNotSupported => 505,
+            ErrorStatus::UnsupportedMediaType => 415,
         }
     }
 
@@ -51,6 +55,7 @@ impl ErrorStatus {
             ErrorStatus::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             ErrorStatus::NotImplemented => "Not Implemented",
             ErrorStatus::VersionNotSupported => "HTTP Version Not Supported",
+            ErrorStatus::UnsupportedMediaType => "Unsupported Media Type",
         }
     }
 }

@@ -37,6 +37,10 @@ pub struct StreamAnswer {
     /// An answer made from its request's body (an openai route's): this one stands for it until
     /// the body is read ([`StreamAnswer::answered`]).
     pub awaits: Option<Box<AwaitsBody>>,
+    /// A gRPC call to a built-in method: its answer is made once its request is read.
+    pub grpc: Option<Box<super::grpc::Call>>,
+    /// The trailers that end the answer (a gRPC reply's status).
+    pub trailers: Option<HeaderMap>,
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
@@ -158,6 +162,8 @@ impl StreamAnswer {
             pauses: None,
             events: None,
             awaits: None,
+            grpc: None,
+            trailers: None,
         };
         response.set_date(&http_date(std::time::SystemTime::now()));
         Ok(response)
@@ -180,6 +186,8 @@ impl StreamAnswer {
             pauses: None,
             events: None,
             awaits: None,
+            grpc: None,
+            trailers: None,
         };
         response.set_date(date);
         response
@@ -209,6 +217,7 @@ impl StreamAnswer {
         Delivery::new(self.hold, len(self), ticket, arrived, shed.map(len))
             .paused_by(self.pauses.clone())
             .with_events(events)
+            .with_trailers(self.trailers.is_some())
     }
 
     /// The ticket of a route's held answer whose request is complete at `now` (none for an answer

@@ -659,6 +659,8 @@ impl Connection {
                 Step::Record { key, drawn, held } => env.catalog.record(key, drawn, held),
                 Step::Head { .. } => held.at = held.body_at,
                 Step::Body { range, .. } => held.at = held.body_at + range.end,
+                // HTTP/1.1 answers carry no trailers.
+                Step::Trailers => {}
                 Step::Event { bytes, .. } => {
                     self.emit_staged(&held.bytes, from..held.at, now, env);
                     from = held.at;

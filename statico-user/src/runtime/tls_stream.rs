@@ -51,28 +51,48 @@ impl<'a> TlsStream<'a> {
         Poll::Ready(Ok(()))
     }
 
-    /// Reads ciphertext from the socket into the session and decrypts it.
+    /// Reads ciphertext from the socket into the session — as much as it takes, straight from the
+    /// socket, so that no byte read is left over when its buffer is full — and decrypts it.
     fn fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut chunk = [0u8; 16 * 1024];
-        let mut buf = ReadBuf::new(&mut chunk);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
-        let mut got = buf.filled();
-        if got.is_empty() {
+        let mut socket = SocketReader { io: &self.io, cx };
+        let got = match self.tls.read_tls(&mut socket) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if got == 0 {
             self.eof = true;
             return Poll::Ready(Ok(()));
         }
-        self.counters.add(Counter::TlsBytesIn, got.len() as u64);
-        while !got.is_empty() {
-            if self.tls.read_tls(&mut got)? == 0 {
-                break;
-            }
-        }
+        self.counters.add(Counter::TlsBytesIn, got as u64);
         if let Err(e) = self.tls.process_new_packets() {
             let _ = self.flush_records(cx); // the alert, if it can go
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
         }
         let _ = self.flush_records(cx)?; // anything the session has to say back
         Poll::Ready(Ok(()))
+    }
+}
+
+/// `Read` from a tokio socket inside a poll: `WouldBlock` while it has nothing, with the waker set.
+struct SocketReader<'a, 'b> {
+    io: &'a TcpStream,
+    cx: &'a mut Context<'b>,
+}
+
+impl Read for SocketReader<'_, '_> {
+    fn read(&mut self, into: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.io.poll_read_ready(self.cx) {
+                Poll::Pending => return Err(io::ErrorKind::WouldBlock.into()),
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Ready(Ok(())) => {}
+            }
+            match self.io.try_read(into) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return r,
+            }
+        }
     }
 }
 

@@ -147,6 +147,7 @@ fn refused(status: ErrorStatus) -> Reply {
         ErrorStatus::HeaderFieldsTooLarge => "the head is over this port's limit",
         ErrorStatus::NotImplemented => "this transfer coding is not implemented",
         ErrorStatus::VersionNotSupported => "only HTTP/1.x is served here",
+        ErrorStatus::UnsupportedMediaType => "gRPC is served on HTTP/2 only",
         ErrorStatus::BadRequest => {
             "a malformed request (RFC 9112: an HTTP/1.1 request has one Host field)"
         }

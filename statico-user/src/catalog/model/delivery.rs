@@ -67,6 +67,8 @@ pub enum Step {
     /// Write this event of a streamed body (made now, framed for the connection); `end`: the body
     /// ends with it. Call again.
     Event { bytes: Vec<u8>, end: bool },
+    /// Write the answer's trailers, which end it (a gRPC reply's status). Call again.
+    Trailers,
     /// The answer ends in this fault: `reset`, `close` and `stall` instead of the answer,
     /// `truncate` after the head and half the body.
     Fault(Fault),
@@ -91,6 +93,8 @@ enum Stage {
     Gap,
     /// A stream's next event: its wait.
     Event,
+    /// After the body: the answer's trailers.
+    Trailers,
 
     /// After a truncated body: its fault.
     Cut,
@@ -120,6 +124,8 @@ pub struct Delivery {
     pauses: Option<Pauses>,
     /// A streamed body's events, and how far they have gone.
     events: Option<Box<Events>>,
+    /// The answer ends with trailers (after its body, which then does not end it).
+    trailers: bool,
 }
 
 impl Delivery {
@@ -145,6 +151,7 @@ impl Delivery {
             ticks: 0,
             pauses: None,
             events: None,
+            trailers: false,
         }
     }
 
@@ -159,6 +166,20 @@ impl Delivery {
     pub fn with_events(mut self, events: Option<Box<Events>>) -> Delivery {
         self.events = events;
         self
+    }
+
+    /// The same delivery, ended by the answer's trailers (`trailers`) after its body.
+    pub fn with_trailers(mut self, trailers: bool) -> Delivery {
+        self.trailers = trailers;
+        self
+    }
+
+    /// Where the body's last bytes go: the end of the answer, or the trailers next.
+    fn after_body(&self) -> Stage {
+        match self.trailers {
+            true => Stage::Trailers,
+            false => Stage::Done,
+        }
     }
 
     /// The next step at `clock`'s time. `room`: the most body bytes the driver takes now (a paced
@@ -200,6 +221,10 @@ impl Delivery {
                     Some(Step::Fault(Fault::Truncate))
                 }
                 Stage::Event => Some(self.event(clock, room)),
+                Stage::Trailers => {
+                    self.stage = Stage::Done;
+                    Some(Step::Trailers)
+                }
                 Stage::Done => Some(Step::Done),
             };
             if let Some(step) = step {
@@ -258,6 +283,7 @@ impl Delivery {
                 | Stage::Gap
                 | Stage::Cut
                 | Stage::Event
+                | Stage::Trailers
         )
     }
 
@@ -295,7 +321,7 @@ impl Delivery {
     fn shed(&mut self, how: Option<Shed>) -> Option<Step> {
         let fault = match (how, self.shed_len) {
             (Some(Shed::Status(_)), Some(len)) => {
-                (self.hold, self.body_len) = (Hold::default(), len);
+                (self.hold, self.body_len, self.trailers) = (Hold::default(), len, false);
                 return Some(Step::Shed);
             }
             (Some(Shed::Close), _) => Fault::Close,
@@ -341,7 +367,7 @@ impl Delivery {
                 self.stage = Stage::AfterHead;
                 let events = self.events.as_ref().is_some_and(|e| !e.is_empty());
                 Step::Head {
-                    end: self.body_len == 0 && !events,
+                    end: self.body_len == 0 && !events && !self.trailers,
                 }
             }
         }
@@ -363,18 +389,18 @@ impl Delivery {
             });
         }
         if self.body_len == 0 {
-            self.stage = Stage::Done;
+            self.stage = self.after_body();
             return None;
         }
         if !self.hold.body_delay.is_zero() || self.hold.rate > 0 {
             self.stage = Stage::BodyDelay;
             return Some(Step::Sent);
         }
-        self.stage = Stage::Done;
+        self.stage = self.after_body();
         self.at = self.body_len;
         Some(Step::Body {
             range: 0..self.body_len,
-            end: true,
+            end: !self.trailers,
         })
     }
 
@@ -385,10 +411,10 @@ impl Delivery {
         self.ticks += 1;
         self.at = self.body_len.min(start.saturating_add(piece));
         let end = self.at >= self.body_len;
-        self.stage = if end { Stage::Done } else { Stage::Gap };
+        self.stage = if end { self.after_body() } else { Stage::Gap };
         (start < self.at).then_some(Step::Body {
             range: start..self.at,
-            end,
+            end: end && !self.trailers,
         })
     }
 }
@@ -506,6 +532,31 @@ mod tests {
         assert_eq!(
             steps(Hold::default(), 0),
             [Step::Head { end: true }, Step::Done]
+        );
+    }
+
+    #[test]
+    fn trailers_end_an_answer_after_its_body() {
+        let t0 = Instant::now();
+        let steps = |len| {
+            let mut d = Delivery::new(Hold::default(), len, None, None, None).with_trailers(true);
+            drive(&mut d, t0)
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            steps(10),
+            [
+                Step::Head { end: false },
+                body(0..10, false),
+                Step::Trailers,
+                Step::Done
+            ]
+        );
+        assert_eq!(
+            steps(0),
+            [Step::Head { end: false }, Step::Trailers, Step::Done]
         );
     }
 

@@ -26,6 +26,7 @@ use bytes::Bytes;
 use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+mod grpc;
 mod idle;
 pub mod pipe;
 mod stream;

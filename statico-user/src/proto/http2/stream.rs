@@ -54,6 +54,10 @@ pub fn begin<'a>(
     counters: &'a WorkerCounters,
     verbose: u8,
 ) -> Begun<'a> {
+    if answer.grpc.is_some() {
+        let call = super::grpc::answered(request, respond, answer, settings, counters, verbose);
+        return Begun::Pending(Box::pin(call));
+    }
     let complete = request.body().is_end_stream();
     if !complete || verbose > 0 || answer.admission.is_some() || answer.awaits_body() {
         let whole = answered(request, respond, answer, settings, counters, verbose);
@@ -105,6 +109,20 @@ async fn answered(
     delivering.finish(first, settings, counters).await
 }
 
+/// Delivers `answer` to a request complete at `arrived` (a gRPC call's, made from its request).
+pub(super) async fn deliver(
+    respond: h2::server::SendResponse<Bytes>,
+    answer: StreamAnswer,
+    arrived: Instant,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+    verbose: u8,
+) -> Ended {
+    let mut delivering = Delivering::new(respond, answer, Some(arrived), false, verbose);
+    let first = delivering.run(counters);
+    delivering.finish(first, settings, counters).await
+}
+
 /// One stream's answer and its [`Delivery`], whose steps go out as `h2` frames.
 struct Delivering {
     respond: h2::server::SendResponse<Bytes>,
@@ -112,6 +130,7 @@ struct Delivering {
     stream: Option<h2::SendStream<Bytes>>,
     head: Option<Response<()>>,
     data: Bytes,
+    trailers: Option<http::HeaderMap>,
     status: StatusCode,
     /// Where a truth recorded without a ticket goes (a route's answer).
     recorder: Option<Recorder>,
@@ -140,10 +159,11 @@ impl Delivering {
         verbose: u8,
     ) -> Delivering {
         let delivery = answer.delivery(arrived, head_only);
-        let (status, recorder, admission) = (
+        let (status, recorder, admission, trailers) = (
             answer.status,
             answer.recorder.take(),
             answer.admission.take(),
+            answer.trailers.take(),
         );
         let (head, data) = answer.into_parts();
         Delivering {
@@ -151,6 +171,7 @@ impl Delivering {
             stream: None,
             head: Some(head),
             data,
+            trailers,
             status,
             recorder,
             admission,
@@ -200,6 +221,14 @@ impl Delivering {
                 }
                 Step::Event { bytes, end } => {
                     if !self.send(Bytes::from(bytes), end) {
+                        return Next::Ended(Ended::Done);
+                    }
+                }
+                Step::Trailers => {
+                    let (Some(s), Some(t)) = (self.stream.as_mut(), self.trailers.take()) else {
+                        continue;
+                    };
+                    if s.send_trailers(t).is_err() {
                         return Next::Ended(Ended::Done);
                     }
                 }

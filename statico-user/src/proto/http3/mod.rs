@@ -653,7 +653,8 @@ async fn request(thread: Rc<Thread>, resolver: Resolver) -> Ended {
                     .send_response(response.take().expect("one head"))
                     .await
             }
-            Step::Sent => Ok(()),
+            // HTTP/3 answers carry no trailers (gRPC is served on HTTP/2).
+            Step::Sent | Step::Trailers => Ok(()),
             Step::Body { range, .. } => stream.send_data(body.slice(range)).await,
             Step::Event { bytes, .. } => stream.send_data(Bytes::from(bytes)).await,
             Step::Fault(Fault::Reset) => {

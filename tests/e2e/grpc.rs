@@ -1,0 +1,584 @@
+//! `--grpc`: gRPC calls on HTTP/2, answered by the built-in services and checked with the clients
+//! that use them — Fortio (`fortio grpcping`, `fortio load -grpc -ping`), grpc-health-probe,
+//! grpcurl and ghz (through server reflection), grpc-go's interop client (plain and TLS), Python's
+//! `grpcio` — and with the `h2` crate's client for what a real client
+//! never sends (a body that is not gRPC messages) and for the statuses of calls statico does not
+//! serve. On the suite's runtime (`STATICO_TEST_RUNTIME`). A test whose client is missing prints
+//! `SKIPPED: … needs …` (`cargo xtask setup` installs them with `go install`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use statico_tests::{run_client, Reader, Server};
+
+fn start(extra: &[&str]) -> Server {
+    Server::start(&[&["--grpc"], extra].concat())
+}
+
+/// A Go tool where `go install` puts it (GOBIN, ~/go/bin) or on PATH; `None` (the test prints
+/// why it skips) when it is nowhere.
+fn go_tool(name: &str, test: &str) -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let found = std::env::var_os("GOBIN")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([home.join("go/bin")])
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        println!("SKIPPED: {test} needs {name} (cargo xtask setup)");
+    }
+    found
+}
+
+fn run(tool: &Path, args: &[&str]) -> (bool, String, String) {
+    run_client(tool.to_str().unwrap(), args)
+}
+
+fn target(s: &Server) -> String {
+    format!("127.0.0.1:{}", s.addr.port())
+}
+
+#[test]
+fn fortio_grpcping_gets_its_echo_and_the_delay_it_asks() {
+    let Some(fortio) = go_tool(
+        "fortio",
+        "fortio_grpcping_gets_its_echo_and_the_delay_it_asks",
+    ) else {
+        return;
+    };
+    let s = start(&["--max-delay", "1s"]);
+    let (ok, out, err) = run(&fortio, &["grpcping", "-n", "5", &target(&s)]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains("RTT histogram"),
+        "{out}\n{err}"
+    );
+    // The reply is held as delayNanos asks, up to --max-delay.
+    let started = Instant::now();
+    let (ok, out, err) = run(
+        &fortio,
+        &[
+            "grpcping",
+            "-n",
+            "1",
+            "-grpc-ping-delay",
+            "300ms",
+            &target(&s),
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+    // A warm-up call and two timed ones, each held 300 ms.
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn fortio_load_grpc_ping_gets_every_call_answered() {
+    let Some(fortio) = go_tool("fortio", "fortio_load_grpc_ping_gets_every_call_answered") else {
+        return;
+    };
+    let s = start(&[]);
+    let (ok, out, err) = run(
+        &fortio,
+        &[
+            "load",
+            "-grpc",
+            "-ping",
+            "-qps",
+            "0",
+            "-n",
+            "200",
+            "-c",
+            "4",
+            &target(&s),
+        ],
+    );
+    let all = format!("{out}{err}");
+    assert!(ok, "{all}");
+    assert!(all.contains("SERVING : 200"), "{all}");
+    // The health check Fortio's load sends without -ping.
+    let (ok, out, err) = run(
+        &fortio,
+        &["load", "-grpc", "-qps", "0", "-n", "20", &target(&s)],
+    );
+    let all = format!("{out}{err}");
+    assert!(ok && all.contains("SERVING : 20"), "{all}");
+}
+
+#[test]
+fn grpc_health_probe_sees_every_service_serving_and_no_other() {
+    let test = "grpc_health_probe_sees_every_service_serving_and_no_other";
+    let Some(probe) = go_tool("grpc-health-probe", test) else {
+        return;
+    };
+    let s = start(&[]);
+    let addr = format!("-addr={}", target(&s));
+    for service in ["", "fgrpc.PingServer", "grpc.health.v1.Health"] {
+        let (ok, out, err) = run(&probe, &[&addr, &format!("-service={service}")]);
+        // The probe reports on stderr.
+        assert!(
+            ok && err.contains("status: SERVING"),
+            "{service}: {out}\n{err}"
+        );
+    }
+    let (ok, out, err) = run(&probe, &[&addr, "-service=no.Such"]);
+    assert!(
+        !ok && format!("{out}{err}").contains("NotFound"),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn grpcurl_lists_describes_and_calls_through_reflection() {
+    let Some(grpcurl) = go_tool(
+        "grpcurl",
+        "grpcurl_lists_describes_and_calls_through_reflection",
+    ) else {
+        return;
+    };
+    let s = start(&[]);
+    let t = target(&s);
+    let (ok, out, err) = run(&grpcurl, &["-plaintext", &t, "list"]);
+    assert!(ok, "{err}");
+    for service in [
+        "fgrpc.PingServer",
+        "grpc.health.v1.Health",
+        "grpc.testing.TestService",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ] {
+        assert!(out.lines().any(|l| l == service), "{service}: {out}");
+    }
+    let (ok, out, err) = run(
+        &grpcurl,
+        &["-plaintext", &t, "describe", "fgrpc.PingServer"],
+    );
+    assert!(
+        ok && out.contains("rpc Ping ( .fgrpc.PingMessage )"),
+        "{out}\n{err}"
+    );
+    let (ok, out, err) = run(&grpcurl, &["-plaintext", &t, "describe"]);
+    assert!(ok && out.contains("rpc Watch"), "{out}\n{err}");
+    let (ok, out, err) = run(
+        &grpcurl,
+        &[
+            "-plaintext",
+            "-d",
+            r#"{"seq": 7, "payload": "hi"}"#,
+            &t,
+            "fgrpc.PingServer/Ping",
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains(r#""seq": "7""#)
+            && out.contains(r#""payload": "hi""#)
+            && out.contains(r#""ts""#),
+        "{out}"
+    );
+    let (ok, out, err) = run(
+        &grpcurl,
+        &[
+            "-plaintext",
+            "-d",
+            r#"{"service": "nope"}"#,
+            &t,
+            "grpc.health.v1.Health/Check",
+        ],
+    );
+    assert!(
+        !ok && format!("{out}{err}").contains("NotFound"),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn ghz_loads_the_ping_through_reflection_and_every_call_is_ok() {
+    let Some(ghz) = go_tool(
+        "ghz",
+        "ghz_loads_the_ping_through_reflection_and_every_call_is_ok",
+    ) else {
+        return;
+    };
+    let s = start(&[]);
+    let (ok, out, err) = run(
+        &ghz,
+        &[
+            "--insecure",
+            "--call",
+            "fgrpc.PingServer/Ping",
+            "-d",
+            r#"{"seq": 1, "payload": "x"}"#,
+            "-n",
+            "300",
+            "-c",
+            "5",
+            "--format",
+            "json",
+            &target(&s),
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(report["count"], 300, "{out}");
+    assert_eq!(report["statusCodeDistribution"]["OK"], 300, "{out}");
+}
+
+/// The interop client's cases that grpc-go's interop server passes and that need no more than a
+/// server (no credentials, no compression, no second backend).
+const INTEROP_CASES: [&str; 14] = [
+    "empty_unary",
+    "large_unary",
+    "client_streaming",
+    "server_streaming",
+    "ping_pong",
+    "empty_stream",
+    "timeout_on_sleeping_server",
+    "cancel_after_begin",
+    "cancel_after_first_response",
+    "status_code_and_message",
+    "special_status_message",
+    "custom_metadata",
+    "unimplemented_method",
+    "unimplemented_service",
+];
+
+#[test]
+fn grpc_go_interop_client_passes_every_case_plain_and_over_tls() {
+    let test = "grpc_go_interop_client_passes_every_case_plain_and_over_tls";
+    let Some(client) = go_tool("grpc-interop-client", test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("statico-grpc-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = dir.join("cert.pem");
+    let tls_args = [
+        "-use_tls",
+        "-use_test_ca",
+        &format!("-ca_file={}", cert.display()),
+        "-server_host_override=localhost",
+    ];
+    let plain = start(&[]);
+    let tls = start(&[
+        "--tls-self-signed",
+        "--tls-self-signed-out",
+        dir.to_str().unwrap(),
+    ]);
+    for (s, extra) in [(&plain, &[][..]), (&tls, &tls_args[..])] {
+        for case in INTEROP_CASES {
+            let port = format!("-server_port={}", s.addr.port());
+            let test_case = format!("-test_case={case}");
+            let args = [&["-server_host=127.0.0.1", &port, &test_case][..], extra].concat();
+            let (ok, out, err) = run(&client, &args);
+            assert!(ok, "{case} {extra:?}: {out}\n{err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Python's `grpcio` (the C-core client), calling with raw messages: a ping, health, an unknown
+/// method, and a full-duplex stream.
+const PYTHON_CLIENT: &str = r#"
+import sys, grpc
+ch = grpc.insecure_channel(sys.argv[1])
+reply = ch.unary_unary('/fgrpc.PingServer/Ping')(b'\x08\x07\x1a\x02py', timeout=5)
+assert reply.startswith(b'\x08\x07\x10') and reply.endswith(b'\x1a\x02py'), reply
+assert ch.unary_unary('/grpc.health.v1.Health/Check')(b'', timeout=5) == b'\x08\x01'
+for path, ask, code in [
+    ('/grpc.health.v1.Health/Check', b'\x0a\x04nope', grpc.StatusCode.NOT_FOUND),
+    ('/no.Such/Method', b'', grpc.StatusCode.UNIMPLEMENTED),
+]:
+    try:
+        ch.unary_unary(path)(ask, timeout=5)
+        raise SystemExit(path + ': no error')
+    except grpc.RpcError as e:
+        assert e.code() == code, (path, e.code())
+duplex = ch.stream_stream('/grpc.testing.TestService/FullDuplexCall')
+replies = list(duplex(iter([b'\x12\x02\x08\x03', b'\x12\x02\x08\x05']), timeout=5))
+assert [len(r) for r in replies] == [7, 9], replies
+print('ok')
+"#;
+
+#[test]
+fn python_grpcio_calls_ping_health_and_a_duplex_stream() {
+    let importable = std::process::Command::new("python3")
+        .args(["-c", "import grpc"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !importable {
+        println!("SKIPPED: python_grpcio_calls_ping_health_and_a_duplex_stream needs grpcio (cargo xtask setup)");
+        return;
+    }
+    let s = start(&[]);
+    let (ok, out, err) = run_client("python3", &["-c", PYTHON_CLIENT, &target(&s)]);
+    assert!(ok && out.trim() == "ok", "{out}\n{err}");
+}
+
+/// A gRPC call's outcome as the `h2` crate's client sees it.
+#[derive(Debug)]
+struct Outcome {
+    http: u16,
+    /// `grpc-status`, from the trailers or a trailers-only head.
+    grpc_status: Option<String>,
+    /// Whether the status came in the head (trailers-only).
+    trailers_only: bool,
+    body: Vec<u8>,
+}
+
+/// One call: `body` sent as the request body, on `path`, with `content-type`.
+fn call(s: &Server, path: &str, content_type: &str, body: Vec<u8>) -> Outcome {
+    call_with(s, path, &[("content-type", content_type)], body)
+}
+
+/// One call with these header fields (`te: trailers` added).
+fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> Outcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    let path = path.to_string();
+    let fields: Vec<(String, String)> = (fields.iter())
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}{path}"))
+            .header("te", "trailers");
+        for (name, value) in fields {
+            request = request.header(name, value);
+        }
+        let request = request.body(()).unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        send.reserve_capacity(body.len());
+        send.send_data(Bytes::from(body), true).unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .expect("an answer")
+            .unwrap();
+        let http = response.status().as_u16();
+        let head_status = response.headers().get("grpc-status").cloned();
+        let mut stream = response.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = stream.data().await {
+            let chunk = chunk.unwrap();
+            let _ = stream.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        let trailers = stream.trailers().await.ok().flatten();
+        let trailer_status = trailers.and_then(|t| t.get("grpc-status").cloned());
+        Outcome {
+            http,
+            trailers_only: head_status.is_some(),
+            grpc_status: head_status
+                .or(trailer_status)
+                .map(|v| v.to_str().unwrap().to_string()),
+            body: got,
+        }
+    })
+}
+
+/// `message` with gRPC's 5-byte prefix, the flag given.
+fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
+    let mut out = vec![flag];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+#[test]
+fn a_body_that_is_not_grpc_messages_gets_the_status_grpc_prescribes() {
+    let s = start(&[]);
+    let ping = "/fgrpc.PingServer/Ping";
+    let status = |body: Vec<u8>| call(&s, ping, "application/grpc", body);
+    // A length prefix longer than the body: INTERNAL.
+    let mut short = framed(0, b"abcdef");
+    short.truncate(8);
+    let o = status(short);
+    assert_eq!(
+        (o.http, o.grpc_status.as_deref()),
+        (200, Some("13")),
+        "{o:?}"
+    );
+    // Compressed, with no grpc-encoding statico accepts: UNIMPLEMENTED.
+    let o = status(framed(1, b"\x08\x01"));
+    assert_eq!(o.grpc_status.as_deref(), Some("12"), "{o:?}");
+    // Over 4 MiB: RESOURCE_EXHAUSTED, told from the prefix.
+    let o = status(framed(0, &vec![0; (4 << 20) + 1]));
+    assert_eq!(o.grpc_status.as_deref(), Some("8"), "{o:?}");
+    // Two messages on a unary call: INTERNAL.
+    let o = status([framed(0, b""), framed(0, b"")].concat());
+    assert_eq!(o.grpc_status.as_deref(), Some("13"), "{o:?}");
+    // And the server answers the next call as ever.
+    let o = status(framed(0, b"\x08\x07"));
+    assert_eq!(o.grpc_status.as_deref(), Some("0"), "{o:?}");
+    assert!(!o.trailers_only && o.body.len() > 5, "{o:?}");
+}
+
+#[test]
+fn an_unknown_method_is_unimplemented_and_no_route_takes_a_grpc_call() {
+    let s = start(&["--route", "/* status=503", "--route", "* status=503"]);
+    let o = call(
+        &s,
+        "/pkg.Nope/Call",
+        "application/grpc+proto",
+        framed(0, b""),
+    );
+    assert_eq!(o.http, 200, "{o:?}");
+    assert_eq!(o.grpc_status.as_deref(), Some("12"), "{o:?}");
+    assert!(o.trailers_only && o.body.is_empty(), "{o:?}");
+    let o = call(
+        &s,
+        "/fgrpc.PingServer/Ping",
+        "application/grpc",
+        framed(0, b""),
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("0"), "{o:?}");
+    // Not gRPC: the routes answer it.
+    assert_eq!(call(&s, "/pkg.Nope/Call", "text/plain", vec![]).http, 503);
+}
+
+#[test]
+fn grpc_over_http1_gets_415() {
+    let s = start(&[]);
+    let mut r = Reader::new(s.connect());
+    r.send(
+        b"POST /fgrpc.PingServer/Ping HTTP/1.1\r\nHost: t\r\nContent-Type: application/grpc\r\nContent-Length: 5\r\n\r\n\0\0\0\0\0",
+    );
+    assert_eq!(r.response(false).status, 415);
+}
+
+/// A `PingMessage` asking for `delay_ms` (field 4, `delayNanos`), framed.
+fn ping_with_delay(delay_ms: u64) -> Vec<u8> {
+    let mut message = vec![0x20]; // field 4, varint
+    let mut n = delay_ms * 1_000_000;
+    while n >= 0x80 {
+        message.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    message.push(n as u8);
+    framed(0, &message)
+}
+
+#[test]
+fn a_reply_held_past_grpc_timeout_is_deadline_exceeded_at_the_deadline() {
+    let s = start(&[]);
+    let ping = "/fgrpc.PingServer/Ping";
+    let grpc = ("content-type", "application/grpc");
+    let started = Instant::now();
+    let o = call_with(
+        &s,
+        ping,
+        &[grpc, ("grpc-timeout", "100m")],
+        ping_with_delay(400),
+    );
+    let took = started.elapsed();
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    assert!(
+        took >= Duration::from_millis(100) && took < Duration::from_millis(400),
+        "{took:?}"
+    );
+    let o = call_with(
+        &s,
+        ping,
+        &[grpc, ("grpc-timeout", "2S")],
+        ping_with_delay(50),
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("0"), "{o:?}");
+    let o = call_with(
+        &s,
+        ping,
+        &[grpc, ("grpc-timeout", "soon")],
+        ping_with_delay(0),
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("13"), "{o:?}");
+}
+
+#[test]
+fn health_watch_sends_the_status_and_keeps_the_stream_open() {
+    let s = start(&[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/grpc.health.v1.Health/Watch"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        // HealthCheckRequest{service: "fgrpc.PingServer"}.
+        let mut ask = vec![0x0a, 16];
+        ask.extend_from_slice(b"fgrpc.PingServer");
+        send.send_data(Bytes::from(framed(0, &ask)), true).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.data().await.unwrap().unwrap();
+        // HealthCheckResponse{status: SERVING}.
+        assert_eq!(&first[..], &framed(0, &[0x08, 1])[..]);
+        let more = tokio::time::timeout(Duration::from_millis(300), body.data()).await;
+        assert!(more.is_err(), "the stream stays open: {more:?}");
+    });
+    // With a grpc-timeout, the watch ends DEADLINE_EXCEEDED at the deadline.
+    let started = Instant::now();
+    let o = call_with(
+        &s,
+        "/grpc.health.v1.Health/Watch",
+        &[
+            ("content-type", "application/grpc"),
+            ("grpc-timeout", "200m"),
+        ],
+        framed(0, b""), // HealthCheckRequest{service: ""}
+    );
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    assert_eq!(o.body, framed(0, &[0x08, 1]), "{o:?}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+}
+
+#[test]
+fn grpcurl_lists_the_services_over_tls_with_alpn_h2() {
+    let Some(grpcurl) = go_tool(
+        "grpcurl",
+        "grpcurl_lists_the_services_over_tls_with_alpn_h2",
+    ) else {
+        return;
+    };
+    let s = start(&["--tls-self-signed"]);
+    let (ok, out, err) = run(&grpcurl, &["-insecure", &target(&s), "list"]);
+    assert!(ok && out.contains("fgrpc.PingServer"), "{out}\n{err}");
+    let (ok, out, err) = run(
+        &grpcurl,
+        &[
+            "-insecure",
+            "-d",
+            r#"{"seq": 3}"#,
+            &target(&s),
+            "fgrpc.PingServer/Ping",
+        ],
+    );
+    assert!(ok && out.contains(r#""seq": "3""#), "{out}\n{err}");
+}
