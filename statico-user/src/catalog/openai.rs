@@ -305,6 +305,13 @@ impl OpenAi {
                 Some("context_length_exceeded"),
             ));
         }
+        if max_tokens > u64::from(MAX_EVENTS) {
+            return Err(invalid(
+                format!("max_tokens is {max_tokens}: statico gives at most {MAX_EVENTS} tokens an answer."),
+                Some("max_tokens"),
+                None,
+            ));
+        }
         let flag = |name: &str| request.get(name).and_then(Value::as_bool) == Some(true);
         let usage = (request.get("stream_options"))
             .and_then(|o| o.get("include_usage"))
