@@ -190,6 +190,38 @@ fn stream_answer(
     }
 }
 
+/// A calibrated route's answer with `status` (see [`crate::catalog::route`]): `fields` in the
+/// head (but `content-type` and `grpc-*`, which are gRPC's), then `message` framed and OK in the
+/// trailers, or any other status trailers-only.
+pub fn route_answer(fields: HeaderMap, message: &[u8], status: &CallStatus) -> StreamAnswer {
+    let mut headers = head_fields();
+    for (name, value) in &fields {
+        let name_text = name.as_str();
+        if name != http::header::CONTENT_TYPE && !name_text.starts_with("grpc-") {
+            headers.append(name, value.clone());
+        }
+    }
+    match status.code {
+        Code::Ok => stream_answer(
+            headers,
+            frame::framed(message),
+            Hold::default(),
+            Some(status.trailers()),
+        ),
+        _ => {
+            status.add_to(&mut headers);
+            stream_answer(headers, Bytes::new(), Hold::default(), None)
+        }
+    }
+}
+
+/// A message whose field 1 (`bytes`) holds `payload`: a route's `size=N` reply.
+pub fn bytes_message(payload: &[u8]) -> Bytes {
+    let mut message = Vec::with_capacity(payload.len() + 10);
+    prost::encoding::bytes::encode(1, &payload.to_vec(), &mut message);
+    message.into()
+}
+
 /// The answer to a gRPC call over HTTP/3: 415, as over HTTP/1.1.
 pub fn unsupported(date: &[u8; super::response::DATE_LEN]) -> StreamAnswer {
     let mut headers = HeaderMap::new();
