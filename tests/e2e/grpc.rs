@@ -757,3 +757,87 @@ fn a_grpc_route_refuses_what_grpc_does_not_have() {
     let path = statico_tests::refused_in_one_line(&["--route", "/health grpc-status=OK"]);
     assert!(path.contains("method path"), "{path}");
 }
+
+#[test]
+fn a_pooled_grpc_routes_shed_is_resource_exhausted_and_a_deadline_is_counted() {
+    let Some(ghz) = go_tool(
+        "ghz",
+        "a_pooled_grpc_routes_shed_is_resource_exhausted_and_a_deadline_is_counted",
+    ) else {
+        return;
+    };
+    let route = "/fgrpc.PingServer/Ping delay=200ms capacity=1 queue=0 shed=429";
+    let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
+    let (_, out, err) = run(
+        &ghz,
+        &[
+            "--insecure",
+            "--call",
+            "fgrpc.PingServer/Ping",
+            "-d",
+            "{}",
+            "-n",
+            "12",
+            "-c",
+            "4",
+            "--format",
+            "json",
+            &target(&s),
+        ],
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let (ok, shed) = (
+        ghz_count(&report, "OK"),
+        ghz_count(&report, "ResourceExhausted"),
+    );
+    assert_eq!(ok + shed, 12, "{out}");
+    assert!(ok > 0 && shed > 0, "{out}");
+    let fields = [
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "20m"),
+    ];
+    let o = call_with(&s, "/fgrpc.PingServer/Ping", &fields, framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    let truth =
+        statico_tests::figures::truth_when(&s, |t| t["routes"][0]["count"].as_u64() == Some(13));
+    let entry = &truth["routes"][0];
+    let counted = |name| statico_tests::figures::outcome(entry, name);
+    assert_eq!(
+        (counted("OK"), counted("shed"), counted("DEADLINE_EXCEEDED")),
+        (ok, shed, 1),
+        "{entry}"
+    );
+}
+
+#[test]
+fn grpcurl_sees_a_routes_status_and_message_and_close_is_a_goaway() {
+    let s = start(&[
+        "--route",
+        "/fgrpc.PingServer/Ping grpc-status=UNAVAILABLE grpc-message=busy",
+        "--route",
+        "/pkg.Svc/Close fault=close",
+    ]);
+    if let Some(grpcurl) = go_tool(
+        "grpcurl",
+        "grpcurl_sees_a_routes_status_and_message_and_close_is_a_goaway",
+    ) {
+        let (ok, out, err) = run(
+            &grpcurl,
+            &[
+                "-plaintext",
+                "-d",
+                "{}",
+                &target(&s),
+                "fgrpc.PingServer/Ping",
+            ],
+        );
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains("Code: Unavailable") && err.contains("Message: busy"),
+            "{err}"
+        );
+    }
+    let o = call(&s, "/pkg.Svc/Close", "application/grpc", framed(0, b""));
+    assert!(o.broken.is_some() && o.grpc_status.is_none(), "{o:?}");
+}

@@ -1,8 +1,10 @@
 //! gRPC over HTTP/2 (`--grpc`): which calls statico answers and what each gets, without I/O.
 //!
 //! A request on HTTP/2 whose `content-type` is `application/grpc` (or `application/grpc+…`,
-//! `application/grpc;…`) is a gRPC call: it is answered by the built-in service its path names,
-//! or `UNIMPLEMENTED` in trailers-only form; no route takes it. The built-in services:
+//! `application/grpc;…`) is a gRPC call: it is answered by the gRPC route its path matches (a
+//! route on a method path, [`crate::catalog::route`], its answers made by [`route_answer`]), else by
+//! the built-in service its path names, else `UNIMPLEMENTED` in trailers-only form; no other route
+//! takes it. The built-in services:
 //! - Fortio's `fgrpc.PingServer/Ping`, as `fortio server` answers it: the message echoed with the
 //!   server's receive time in `ts`, after `delayNanos` (at most `--max-delay`);
 //! - `grpc.health.v1.Health` `Check` and `Watch`: `""`, every service below and Fortio's `ping`

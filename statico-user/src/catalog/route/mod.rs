@@ -8,7 +8,9 @@
 //! shared buffer (`size=` bodies are slices of one generated buffer), never copied per request. Per
 //! request the route only *draws*: which status, which fault, how long a delay — from the worker's
 //! own generator ([`Draw`]), seeded by `--seed` for repeatable runs. The first route that matches
-//! wins; a request no route matches gets the catalog's default answer.
+//! wins; a request no route matches gets the catalog's default answer. A route on a gRPC method
+//! path ([`spec::is_method_path`]) takes gRPC calls only ([`Routes::choose_call`]): its statuses are
+//! `grpc-status` codes, its answers gRPC's ([`super::grpc::route_answer`]).
 //!
 //! [`spec`] is the user's text (flag or TOML), [`dist`] the latency distributions.
 
@@ -530,41 +532,14 @@ impl Route {
         {
             anyhow::bail!("body, size, rate and body-delay can't be given with stream=: the events are the body");
         }
-        if spec.is_grpc() {
-            return Route::build_grpc(spec, common, generated, shed);
-        }
-        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
-        let mut answers = statuses
-            .map(|status| match (&spec.stream, &spec.openai, status) {
-                (Some(stream), _, 200..=299) => {
-                    Answer::streamed(status, spec, stream, base, streams)
-                }
-                (_, Some(_), _) => Answer::openai(status, spec, base, streams),
-                _ => Answer::build(status, spec, base, &body, streams),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let done_answer = match &spec.stream {
-            Some(_) => {
-                answers.push(Answer::build(204, spec, base, &Bytes::new(), streams)?);
-                Some((answers.len() - 1) as u8)
-            }
-            None => None,
-        };
-        let shed_answer = match (shed, &spec.openai) {
-            (Some(Shed::Status(status)), Some(_)) => {
-                answers.push(Answer::openai(status, spec, base, streams)?);
-                Some((answers.len() - 1) as u8)
-            }
-            (Some(Shed::Status(status)), None) => {
-                answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
-                Some((answers.len() - 1) as u8)
-            }
-            _ => None,
+        let answers = match spec.is_grpc() {
+            true => Answers::grpc(spec, common, generated, shed)?,
+            false => Answers::http(spec, base, streams, &body, shed)?,
         };
         Ok(Route {
             methods: spec.methods.iter().map(|m| m.as_bytes().into()).collect(),
             path: spec.path.clone(),
-            answers,
+            answers: answers.all,
             status_cuts: cumulative(spec.status_mix.iter().map(|(_, p)| *p)),
             fault_cuts: cumulative(spec.faults.iter().map(|(_, p)| *p))
                 .into_iter()
@@ -578,77 +553,15 @@ impl Route {
                 || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some())
                 || spec.openai.is_some(),
             admission: None,
-            shed_answer,
+            shed_answer: answers.shed,
             phases: Vec::new(),
             pausable: common.pauses.is_some(),
             events,
-            done_answer,
+            done_answer: answers.done,
             openai: None,
-            grpc: None,
+            grpc: answers.grpc,
         }
         .with_openai(spec, base, shed.is_some()))
-    }
-
-    /// A gRPC route: an answer per `grpc-status` of its mix (its reply message and OK, or the
-    /// status trailers-only), a pool's shed status as its gRPC code, and `DEADLINE_EXCEEDED`.
-    fn build_grpc(
-        spec: &RouteSpec,
-        common: &Common,
-        generated: &Bytes,
-        shed: Option<Shed>,
-    ) -> Result<Route> {
-        let message = match &spec.body {
-            BodySpec::Empty => Bytes::new(),
-            BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
-            BodySpec::Size(n) => super::grpc::bytes_message(&generated[..*n as usize]),
-        };
-        let code = |n: u16| {
-            Code::from_number(n).with_context(|| {
-                format!("{n} is not a gRPC status: a gRPC route's outcome is grpc-status=")
-            })
-        };
-        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
-        let mut codes = statuses.map(code).collect::<Result<Vec<_>>>()?;
-        let shed_answer = match shed {
-            Some(Shed::Status(status)) => {
-                codes.push(Code::of_shed(status));
-                Some((codes.len() - 1) as u8)
-            }
-            _ => None,
-        };
-        codes.push(Code::DeadlineExceeded);
-        let deadline_answer = (codes.len() - 1) as u8;
-        let answers = codes
-            .into_iter()
-            .map(|code| Answer::grpc(code, spec, common, &message))
-            .collect::<Result<Vec<_>>>()?;
-        let plain = RouteSpec {
-            status: 200,
-            status_mix: Vec::new(),
-            body: BodySpec::Empty,
-            ..spec.clone()
-        };
-        let mut route = Route::build(
-            &RouteSpec {
-                path: PathMatch::Exact(String::new()),
-                ..plain
-            },
-            common,
-            generated,
-            None,
-        )?;
-        route.path = spec.path.clone();
-        route.answers = answers;
-        route.status_cuts = cumulative(spec.status_mix.iter().map(|(_, p)| *p));
-        route.shed_answer = shed_answer;
-        route.loaded = route.loaded || shed.is_some();
-        // Its DEADLINE_EXCEEDED's outcome follows gone and a pool's shed (see `route_info`).
-        let gone = (1 + spec.status_mix.len() + spec.faults.len()) as u8;
-        route.grpc = Some(GrpcRoute {
-            deadline_answer,
-            deadline_outcome: gone + 1 + u8::from(shed.is_some()),
-        });
-        Ok(route)
     }
 
     /// The route with its openai preset, if it has one: its own outcomes (400, 404, 405) follow
@@ -800,6 +713,110 @@ impl Route {
             stream,
             asks,
         }
+    }
+}
+
+/// A route's answers: one per status of its mix, then a stream's `204`, a pool's shed answer
+/// and a gRPC route's `DEADLINE_EXCEEDED` (each with its index).
+struct Answers {
+    all: Vec<Answer>,
+    done: Option<u8>,
+    shed: Option<u8>,
+    grpc: Option<GrpcRoute>,
+}
+
+impl Answers {
+    /// An HTTP route's: each status's head and `body`, or its stream's or openai backend's.
+    fn http(
+        spec: &RouteSpec,
+        base: &ResponseSpec,
+        streams: bool,
+        body: &Bytes,
+        shed: Option<Shed>,
+    ) -> Result<Answers> {
+        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+        let mut answers = statuses
+            .map(|status| match (&spec.stream, &spec.openai, status) {
+                (Some(stream), _, 200..=299) => {
+                    Answer::streamed(status, spec, stream, base, streams)
+                }
+                (_, Some(_), _) => Answer::openai(status, spec, base, streams),
+                _ => Answer::build(status, spec, base, body, streams),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let done_answer = match &spec.stream {
+            Some(_) => {
+                answers.push(Answer::build(204, spec, base, &Bytes::new(), streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            None => None,
+        };
+        let shed_answer = match (shed, &spec.openai) {
+            (Some(Shed::Status(status)), Some(_)) => {
+                answers.push(Answer::openai(status, spec, base, streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            (Some(Shed::Status(status)), None) => {
+                answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            _ => None,
+        };
+        Ok(Answers {
+            all: answers,
+            done: done_answer,
+            shed: shed_answer,
+            grpc: None,
+        })
+    }
+
+    /// A gRPC route's: one per `grpc-status` of its mix (its reply message and OK, or the status
+    /// trailers-only), a pool's shed status as its gRPC code, and `DEADLINE_EXCEEDED`.
+    fn grpc(
+        spec: &RouteSpec,
+        common: &Common,
+        generated: &Bytes,
+        shed: Option<Shed>,
+    ) -> Result<Answers> {
+        if spec.stream.is_some() || spec.openai.is_some() {
+            anyhow::bail!(
+                "stream= and openai=on can't be given on a gRPC route: it answers unary calls"
+            );
+        }
+        let message = match &spec.body {
+            BodySpec::Empty => Bytes::new(),
+            BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
+            BodySpec::Size(n) => super::grpc::bytes_message(&generated[..*n as usize]),
+        };
+        let code = |n: u16| {
+            Code::from_number(n).with_context(|| {
+                format!("{n} is not a gRPC status: a gRPC route's outcome is grpc-status=")
+            })
+        };
+        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+        let mut codes = statuses.map(code).collect::<Result<Vec<_>>>()?;
+        let shed_answer = match shed {
+            Some(Shed::Status(status)) => {
+                codes.push(Code::of_shed(status));
+                Some((codes.len() - 1) as u8)
+            }
+            _ => None,
+        };
+        codes.push(Code::DeadlineExceeded);
+        let all = (codes.into_iter())
+            .map(|code| Answer::grpc(code, spec, common, &message))
+            .collect::<Result<Vec<_>>>()?;
+        // Its DEADLINE_EXCEEDED's outcome follows gone and a pool's shed (see `route_info`).
+        let gone = (1 + spec.status_mix.len() + spec.faults.len()) as u8;
+        Ok(Answers {
+            grpc: Some(GrpcRoute {
+                deadline_answer: (all.len() - 1) as u8,
+                deadline_outcome: gone + 1 + u8::from(shed.is_some()),
+            }),
+            all,
+            done: None,
+            shed: shed_answer,
+        })
     }
 }
 
