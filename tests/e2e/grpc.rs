@@ -841,3 +841,23 @@ fn grpcurl_sees_a_routes_status_and_message_and_close_is_a_goaway() {
     let o = call(&s, "/pkg.Svc/Close", "application/grpc", framed(0, b""));
     assert!(o.broken.is_some() && o.grpc_status.is_none(), "{o:?}");
 }
+
+#[test]
+fn a_phase_changes_a_grpc_routes_status_and_refuses_an_http_one() {
+    let s = start(&[
+        "--route",
+        "/pkg.Svc/M",
+        "--phase",
+        "at=0s for=3600s /pkg.Svc/M grpc-status=UNAVAILABLE",
+    ]);
+    let o = call(&s, "/pkg.Svc/M", "application/grpc", framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("14"), "{o:?}");
+    let line = statico_tests::refused_in_one_line(&[
+        "--grpc",
+        "--route",
+        "/pkg.Svc/M",
+        "--phase",
+        "at=0s for=3600s /pkg.Svc/M status=503",
+    ]);
+    assert!(line.contains("grpc-status"), "{line}");
+}
