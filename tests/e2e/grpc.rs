@@ -333,6 +333,8 @@ struct Outcome {
     /// Whether the status came in the head (trailers-only).
     trailers_only: bool,
     body: Vec<u8>,
+    /// The stream's error, when it did not end with trailers (a reset, a GOAWAY).
+    broken: Option<String>,
 }
 
 /// One call: `body` sent as the request body, on `path`, with `content-type`.
@@ -367,20 +369,42 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
         let (response, mut send) = client.send_request(request, false).unwrap();
         send.reserve_capacity(body.len());
         send.send_data(Bytes::from(body), true).unwrap();
-        let response = tokio::time::timeout(Duration::from_secs(10), response)
+        let response = match tokio::time::timeout(Duration::from_secs(10), response)
             .await
             .expect("an answer")
-            .unwrap();
+        {
+            Ok(response) => response,
+            Err(e) => {
+                return Outcome {
+                    http: 0,
+                    grpc_status: None,
+                    trailers_only: false,
+                    body: Vec::new(),
+                    broken: Some(e.to_string()),
+                }
+            }
+        };
         let http = response.status().as_u16();
         let head_status = response.headers().get("grpc-status").cloned();
         let mut stream = response.into_body();
         let mut got = Vec::new();
+        let mut broken = None;
         while let Some(chunk) = stream.data().await {
-            let chunk = chunk.unwrap();
-            let _ = stream.flow_control().release_capacity(chunk.len());
-            got.extend_from_slice(&chunk);
+            match chunk {
+                Ok(chunk) => {
+                    let _ = stream.flow_control().release_capacity(chunk.len());
+                    got.extend_from_slice(&chunk);
+                }
+                Err(e) => {
+                    broken = Some(e.to_string());
+                    break;
+                }
+            }
         }
-        let trailers = stream.trailers().await.ok().flatten();
+        let trailers = match broken {
+            Some(_) => None,
+            None => stream.trailers().await.ok().flatten(),
+        };
         let trailer_status = trailers.and_then(|t| t.get("grpc-status").cloned());
         Outcome {
             http,
@@ -389,6 +413,7 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
                 .or(trailer_status)
                 .map(|v| v.to_str().unwrap().to_string()),
             body: got,
+            broken,
         }
     })
 }
@@ -581,4 +606,258 @@ fn grpcurl_lists_the_services_over_tls_with_alpn_h2() {
         ],
     );
     assert!(ok && out.contains(r#""seq": "3""#), "{out}\n{err}");
+}
+
+// ---- Calibrated gRPC routes ----
+
+/// ghz's count of calls with `status` (its names: `OK`, `Unavailable`), 0 if none.
+fn ghz_count(report: &serde_json::Value, status: &str) -> u64 {
+    report["statusCodeDistribution"][status]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn ghz_sees_a_routes_status_mix_and_the_ground_truth_counts_exactly_what_it_saw() {
+    let Some(ghz) = go_tool(
+        "ghz",
+        "ghz_sees_a_routes_status_mix_and_the_ground_truth_counts_exactly_what_it_saw",
+    ) else {
+        return;
+    };
+    let route = "/fgrpc.PingServer/Ping grpc-status=UNAVAILABLE:20%,RESOURCE_EXHAUSTED:10% grpc-message=busy";
+    let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
+    let (_, out, err) = run(
+        &ghz,
+        &[
+            "--insecure",
+            "--call",
+            "fgrpc.PingServer/Ping",
+            "-d",
+            r#"{"seq": 1}"#,
+            "-n",
+            "1000",
+            "-c",
+            "10",
+            "--format",
+            "json",
+            &target(&s),
+        ],
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(report["count"], 1000, "{out}");
+    let seen = [
+        ("OK", ghz_count(&report, "OK")),
+        ("UNAVAILABLE", ghz_count(&report, "Unavailable")),
+        (
+            "RESOURCE_EXHAUSTED",
+            ghz_count(&report, "ResourceExhausted"),
+        ),
+    ];
+    assert_eq!(seen.iter().map(|(_, n)| n).sum::<u64>(), 1000, "{out}");
+    for ((_, n), share) in seen.iter().zip([0.7, 0.2, 0.1]) {
+        let got = *n as f64 / 1000.0;
+        assert!((got - share).abs() < 0.05, "{seen:?}");
+    }
+    let truth =
+        statico_tests::figures::truth_when(&s, |t| t["routes"][0]["count"].as_u64() == Some(1000));
+    let entry = &truth["routes"][0];
+    for (name, n) in seen {
+        assert_eq!(
+            statico_tests::figures::outcome(entry, name),
+            n,
+            "{name}: {entry}"
+        );
+    }
+    let metrics = s.scrape("/metrics");
+    assert!(metrics.contains("outcome=\"UNAVAILABLE\""), "{metrics}");
+}
+
+#[test]
+fn a_route_on_a_method_answers_its_message_status_and_delay_in_grpc_terms() {
+    let s = start(&[
+        "--route",
+        "/fgrpc.PingServer/Ping size=1000 header=x-served-by:route",
+        "--route",
+        "/pkg.Svc/* grpc-status=NOT_FOUND grpc-message=gone delay=300ms",
+        "--route",
+        "* status=503",
+    ]);
+    // A route on a built-in method takes it: its reply is field 1 holding 1000 bytes, then OK.
+    let o = call(
+        &s,
+        "/fgrpc.PingServer/Ping",
+        "application/grpc",
+        framed(0, b""),
+    );
+    assert_eq!(
+        (o.http, o.grpc_status.as_deref()),
+        (200, Some("0")),
+        "{o:?}"
+    );
+    assert!(!o.trailers_only, "{o:?}");
+    assert_eq!(&o.body[..5], &[0, 0, 0, 0x03, 0xeb], "a 1003-byte message");
+    assert_eq!(&o.body[5..8], &[0x0a, 0xe8, 0x07], "field 1, 1000 bytes");
+    // A glob on a service: its status trailers-only, after its delay.
+    let t = Instant::now();
+    let o = call(&s, "/pkg.Svc/Any", "application/grpc", framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("5"), "{o:?}");
+    assert!(o.trailers_only && o.body.is_empty(), "{o:?}");
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    // Held past the call's grpc-timeout: DEADLINE_EXCEEDED at the deadline.
+    let t = Instant::now();
+    let fields = [
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "50m"),
+    ];
+    let o = call_with(&s, "/pkg.Svc/Any", &fields, framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    // The catch-all never takes a gRPC call; it takes the rest.
+    let o = call(&s, "/pkg.Other/Call", "application/grpc", framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("12"), "{o:?}");
+    assert_eq!(call(&s, "/pkg.Svc/Any", "text/plain", vec![]).http, 503);
+}
+
+#[test]
+fn a_grpc_routes_faults_break_the_call_as_http2_does() {
+    let s = start(&[
+        "--route",
+        "/pkg.Svc/Reset fault=reset",
+        "--route",
+        "/pkg.Svc/Truncate size=1000 fault=truncate",
+    ]);
+    let o = call(&s, "/pkg.Svc/Reset", "application/grpc", framed(0, b""));
+    assert!(o.broken.is_some() && o.grpc_status.is_none(), "{o:?}");
+    let o = call(&s, "/pkg.Svc/Truncate", "application/grpc", framed(0, b""));
+    assert!(o.grpc_status.is_none(), "{o:?}");
+    assert!(
+        o.body.len() < 1008,
+        "half a message at most: {}",
+        o.body.len()
+    );
+}
+
+#[test]
+fn a_grpc_route_refuses_what_grpc_does_not_have() {
+    let status =
+        statico_tests::refused_in_one_line(&["--grpc", "--route", "/pkg.Svc/M status=503"]);
+    assert!(status.contains("grpc-status"), "{status}");
+    let header = statico_tests::refused_in_one_line(&[
+        "--grpc",
+        "--route",
+        "/pkg.Svc/M header=grpc-status:1",
+    ]);
+    assert!(header.contains("grpc-status"), "{header}");
+    let path = statico_tests::refused_in_one_line(&["--route", "/health grpc-status=OK"]);
+    assert!(path.contains("method path"), "{path}");
+}
+
+#[test]
+fn a_pooled_grpc_routes_shed_is_resource_exhausted_and_a_deadline_is_counted() {
+    let Some(ghz) = go_tool(
+        "ghz",
+        "a_pooled_grpc_routes_shed_is_resource_exhausted_and_a_deadline_is_counted",
+    ) else {
+        return;
+    };
+    let route = "/fgrpc.PingServer/Ping delay=200ms capacity=1 queue=0 shed=429";
+    let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
+    let (_, out, err) = run(
+        &ghz,
+        &[
+            "--insecure",
+            "--call",
+            "fgrpc.PingServer/Ping",
+            "-d",
+            "{}",
+            "-n",
+            "12",
+            "-c",
+            "4",
+            "--format",
+            "json",
+            &target(&s),
+        ],
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let (ok, shed) = (
+        ghz_count(&report, "OK"),
+        ghz_count(&report, "ResourceExhausted"),
+    );
+    assert_eq!(ok + shed, 12, "{out}");
+    assert!(ok > 0 && shed > 0, "{out}");
+    let fields = [
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "20m"),
+    ];
+    let o = call_with(&s, "/fgrpc.PingServer/Ping", &fields, framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    let truth =
+        statico_tests::figures::truth_when(&s, |t| t["routes"][0]["count"].as_u64() == Some(13));
+    let entry = &truth["routes"][0];
+    let counted = |name| statico_tests::figures::outcome(entry, name);
+    assert_eq!(
+        (counted("OK"), counted("shed"), counted("DEADLINE_EXCEEDED")),
+        (ok, shed, 1),
+        "{entry}"
+    );
+}
+
+#[test]
+fn grpcurl_sees_a_routes_status_and_message_and_close_is_a_goaway() {
+    let s = start(&[
+        "--route",
+        "/fgrpc.PingServer/Ping grpc-status=UNAVAILABLE grpc-message=busy",
+        "--route",
+        "/pkg.Svc/Close fault=close",
+    ]);
+    if let Some(grpcurl) = go_tool(
+        "grpcurl",
+        "grpcurl_sees_a_routes_status_and_message_and_close_is_a_goaway",
+    ) {
+        let (ok, out, err) = run(
+            &grpcurl,
+            &[
+                "-plaintext",
+                "-d",
+                "{}",
+                &target(&s),
+                "fgrpc.PingServer/Ping",
+            ],
+        );
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains("Code: Unavailable") && err.contains("Message: busy"),
+            "{err}"
+        );
+    }
+    let o = call(&s, "/pkg.Svc/Close", "application/grpc", framed(0, b""));
+    assert!(o.broken.is_some() && o.grpc_status.is_none(), "{o:?}");
+}
+
+#[test]
+fn a_phase_changes_a_grpc_routes_status_and_refuses_an_http_one() {
+    let s = start(&[
+        "--route",
+        "/pkg.Svc/M",
+        "--phase",
+        "at=0s for=3600s /pkg.Svc/M grpc-status=UNAVAILABLE",
+    ]);
+    let o = call(&s, "/pkg.Svc/M", "application/grpc", framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("14"), "{o:?}");
+    let line = statico_tests::refused_in_one_line(&[
+        "--grpc",
+        "--route",
+        "/pkg.Svc/M",
+        "--phase",
+        "at=0s for=3600s /pkg.Svc/M status=503",
+    ]);
+    assert!(line.contains("grpc-status"), "{line}");
 }

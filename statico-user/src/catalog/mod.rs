@@ -489,18 +489,51 @@ impl Local {
     }
 
     /// The answer to an HTTP/2 or HTTP/3 request, with this second's `Date` and its hold; a route's
-    /// answer carries where its ground truth is recorded. With `--grpc`, a gRPC call on HTTP/2 is
-    /// the gRPC services' ([`grpc`]), never a route's.
+    /// answer carries where its ground truth is recorded. A gRPC call on HTTP/2 is a gRPC route's
+    /// if one matches; else, with `--grpc`, the gRPC services' ([`grpc`]), never another route's.
     pub fn stream_answer<B>(&self, request: &http::Request<B>) -> StreamAnswer {
-        if let Some(grpc) = self.grpc.as_ref().filter(|_| is_grpc_call(request)) {
-            let mut answer = grpc.answer(request.uri().path(), request.headers());
-            answer.set_date(&self.date);
-            return answer;
-        }
+        let grpc_call = is_grpc_call(request);
+        let answer = match grpc_call.then(|| self.call_answer(request)).flatten() {
+            Some(answer) => answer,
+            None => match self.grpc.as_ref().filter(|_| grpc_call) {
+                Some(grpc) => {
+                    let mut answer = grpc.answer(request.uri().path(), request.headers());
+                    answer.set_date(&self.date);
+                    return answer;
+                }
+                None => self.chosen_answer(request),
+            },
+        };
         StreamAnswer {
             pauses: self.pauses.clone(),
-            ..self.chosen_answer(request)
+            ..answer
         }
+    }
+
+    /// The answer of the gRPC route the gRPC call `request` matches, if one does: its draw, or
+    /// `DEADLINE_EXCEEDED` for one held past the call's `grpc-timeout` (a malformed one is
+    /// `INTERNAL`, as the built-in services answer it).
+    fn call_answer<B>(&self, request: &http::Request<B>) -> Option<StreamAnswer> {
+        let routes = self.routes.as_ref().filter(|r| !r.matches_nothing())?;
+        let chosen =
+            routes.choose_call(&Request::from_http(request), &mut self.draw.borrow_mut())?;
+        let grpc_timeout = request.headers().get("grpc-timeout");
+        let choice = match grpc_timeout
+            .map(|t| grpc::timeout(t.as_bytes()))
+            .transpose()
+        {
+            Ok(Some(deadline)) => routes.within(chosen, deadline),
+            Ok(None) => chosen,
+            Err(status) => {
+                let mut answer = grpc::trailers_only(&status);
+                answer.set_date(&self.date);
+                return Some(answer);
+            }
+        };
+        Some(StreamAnswer {
+            recorder: self.recorder.clone(),
+            ..routes.stream_answer(&choice, self.recorder.as_ref())
+        })
     }
 
     /// The answer `request` gets, as its kind built it.

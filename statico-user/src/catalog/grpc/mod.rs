@@ -1,8 +1,10 @@
 //! gRPC over HTTP/2 (`--grpc`): which calls statico answers and what each gets, without I/O.
 //!
 //! A request on HTTP/2 whose `content-type` is `application/grpc` (or `application/grpc+…`,
-//! `application/grpc;…`) is a gRPC call: it is answered by the built-in service its path names,
-//! or `UNIMPLEMENTED` in trailers-only form; no route takes it. The built-in services:
+//! `application/grpc;…`) is a gRPC call: it is answered by the gRPC route its path matches (a
+//! route on a method path, [`crate::catalog::route`], its answers made by [`route_answer`]), else by
+//! the built-in service its path names, else `UNIMPLEMENTED` in trailers-only form; no other route
+//! takes it. The built-in services:
 //! - Fortio's `fgrpc.PingServer/Ping`, as `fortio server` answers it: the message echoed with the
 //!   server's receive time in `ts`, after `delayNanos` (at most `--max-delay`);
 //! - `grpc.health.v1.Health` `Check` and `Watch`: `""`, every service below and Fortio's `ping`
@@ -188,6 +190,38 @@ fn stream_answer(
         trailers,
         awaits: None,
     }
+}
+
+/// A calibrated route's answer with `status` (see [`crate::catalog::route`]): `fields` in the
+/// head (but `content-type` and `grpc-*`, which are gRPC's), then `message` framed and OK in the
+/// trailers, or any other status trailers-only.
+pub fn route_answer(fields: HeaderMap, message: &[u8], status: &CallStatus) -> StreamAnswer {
+    let mut headers = head_fields();
+    for (name, value) in &fields {
+        let name_text = name.as_str();
+        if name != http::header::CONTENT_TYPE && !name_text.starts_with("grpc-") {
+            headers.append(name, value.clone());
+        }
+    }
+    match status.code {
+        Code::Ok => stream_answer(
+            headers,
+            frame::framed(message),
+            Hold::default(),
+            Some(status.trailers()),
+        ),
+        _ => {
+            status.add_to(&mut headers);
+            stream_answer(headers, Bytes::new(), Hold::default(), None)
+        }
+    }
+}
+
+/// A message whose field 1 (`bytes`) holds `payload`: a route's `size=N` reply.
+pub fn bytes_message(payload: &[u8]) -> Bytes {
+    let mut message = Vec::with_capacity(payload.len() + 10);
+    prost::encoding::bytes::encode(1, &payload.to_vec(), &mut message);
+    message.into()
 }
 
 /// The answer to a gRPC call over HTTP/3: 415, as over HTTP/1.1.

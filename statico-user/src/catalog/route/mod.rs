@@ -8,7 +8,9 @@
 //! shared buffer (`size=` bodies are slices of one generated buffer), never copied per request. Per
 //! request the route only *draws*: which status, which fault, how long a delay — from the worker's
 //! own generator ([`Draw`]), seeded by `--seed` for repeatable runs. The first route that matches
-//! wins; a request no route matches gets the catalog's default answer.
+//! wins; a request no route matches gets the catalog's default answer. A route on a gRPC method
+//! path ([`spec::is_method_path`]) takes gRPC calls only ([`Routes::choose_call`]): its statuses are
+//! `grpc-status` codes, its answers gRPC's ([`super::grpc::route_answer`]).
 //!
 //! [`spec`] is the user's text (flag or TOML), [`dist`] the latency distributions.
 
@@ -28,6 +30,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
 use super::feed::{EventSource, Feed};
+use super::grpc::status::{CallStatus, Code};
 use super::openai::OpenAi;
 use super::request::Request;
 use super::response::{with_defaults, with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
@@ -141,6 +144,16 @@ struct Route {
     /// An OpenAI-compatible backend's (`openai=on`): its 2xx answers are made per request, once
     /// the request's body is in.
     openai: Option<Arc<Asking>>,
+    /// A gRPC route's ([`spec::is_method_path`]): it takes gRPC calls only.
+    grpc: Option<GrpcRoute>,
+}
+
+/// A gRPC route's own answer: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`.
+#[derive(Clone, Copy, Debug)]
+struct GrpcRoute {
+    deadline_answer: u8,
+    /// Its outcome in the ground truth: the last.
+    deadline_outcome: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -284,6 +297,27 @@ impl Routes {
         Some(admission.ticket(key, choice.hold.service(), recorder.clone(), now))
     }
 
+    /// What a gRPC route's `choice` becomes for a call whose `grpc-timeout` is `deadline`: the
+    /// same if it is answered in time, else `DEADLINE_EXCEEDED` at the deadline (counted so).
+    pub fn within(&self, choice: RouteChoice, deadline: std::time::Duration) -> RouteChoice {
+        let route = &self.routes[usize::from(choice.route)];
+        let Some(grpc) = route.grpc.filter(|_| choice.hold.delay >= deadline) else {
+            return choice;
+        };
+        RouteChoice {
+            answer: grpc.deadline_answer,
+            hold: Hold {
+                delay: deadline,
+                truth: (choice.hold.truth).map(|t| TruthKey {
+                    outcome: grpc.deadline_outcome,
+                    ..t
+                }),
+                ..Hold::default()
+            },
+            ..choice
+        }
+    }
+
     /// The answer a shed request gets instead of `choice`: the pool's status, or its fault.
     pub fn shed_choice(&self, choice: &RouteChoice, shed: Shed) -> RouteChoice {
         let route = &self.routes[usize::from(choice.route)];
@@ -340,12 +374,24 @@ impl Routes {
         self.matched == 0
     }
 
-    /// The first route `request` matches, and what it draws for it.
+    /// The first route `request` matches, and what it draws for it (a gRPC route takes only gRPC
+    /// calls, [`Routes::choose_call`]).
     pub fn choose(&self, request: &Request<'_>, draw: &mut Draw) -> Option<RouteChoice> {
+        self.first(request, draw, false)
+    }
+
+    /// The first gRPC route ([`spec::is_method_path`]) the gRPC call `request` matches, and what it
+    /// draws for it.
+    pub fn choose_call(&self, request: &Request<'_>, draw: &mut Draw) -> Option<RouteChoice> {
+        self.first(request, draw, true)
+    }
+
+    /// The first route, gRPC or not as `grpc` says, that `request` matches, and its draw.
+    fn first(&self, request: &Request<'_>, draw: &mut Draw, grpc: bool) -> Option<RouteChoice> {
         let path = path_of(request.target);
         let i = self.routes[..self.matched]
             .iter()
-            .position(|r| r.matches(request.method, path))?;
+            .position(|r| r.grpc.is_some() == grpc && r.matches(request.method, path))?;
         let i = self.in_phase(i);
         Some(self.routes[i].draw(i as u16, self.generation, request, draw))
     }
@@ -486,38 +532,14 @@ impl Route {
         {
             anyhow::bail!("body, size, rate and body-delay can't be given with stream=: the events are the body");
         }
-        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
-        let mut answers = statuses
-            .map(|status| match (&spec.stream, &spec.openai, status) {
-                (Some(stream), _, 200..=299) => {
-                    Answer::streamed(status, spec, stream, base, streams)
-                }
-                (_, Some(_), _) => Answer::openai(status, spec, base, streams),
-                _ => Answer::build(status, spec, base, &body, streams),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let done_answer = match &spec.stream {
-            Some(_) => {
-                answers.push(Answer::build(204, spec, base, &Bytes::new(), streams)?);
-                Some((answers.len() - 1) as u8)
-            }
-            None => None,
-        };
-        let shed_answer = match (shed, &spec.openai) {
-            (Some(Shed::Status(status)), Some(_)) => {
-                answers.push(Answer::openai(status, spec, base, streams)?);
-                Some((answers.len() - 1) as u8)
-            }
-            (Some(Shed::Status(status)), None) => {
-                answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
-                Some((answers.len() - 1) as u8)
-            }
-            _ => None,
+        let answers = match spec.is_grpc() {
+            true => Answers::grpc(spec, common, generated, shed)?,
+            false => Answers::http(spec, base, streams, &body, shed)?,
         };
         Ok(Route {
             methods: spec.methods.iter().map(|m| m.as_bytes().into()).collect(),
             path: spec.path.clone(),
-            answers,
+            answers: answers.all,
             status_cuts: cumulative(spec.status_mix.iter().map(|(_, p)| *p)),
             fault_cuts: cumulative(spec.faults.iter().map(|(_, p)| *p))
                 .into_iter()
@@ -531,12 +553,13 @@ impl Route {
                 || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some())
                 || spec.openai.is_some(),
             admission: None,
-            shed_answer,
+            shed_answer: answers.shed,
             phases: Vec::new(),
             pausable: common.pauses.is_some(),
             events,
-            done_answer,
+            done_answer: answers.done,
             openai: None,
+            grpc: answers.grpc,
         }
         .with_openai(spec, base, shed.is_some()))
     }
@@ -586,6 +609,7 @@ impl Route {
         self.answers.len()
             - usize::from(self.shed_answer.is_some())
             - usize::from(self.done_answer.is_some())
+            - usize::from(self.grpc.is_some())
     }
 
     /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]); a
@@ -692,6 +716,110 @@ impl Route {
     }
 }
 
+/// A route's answers: one per status of its mix, then a stream's `204`, a pool's shed answer
+/// and a gRPC route's `DEADLINE_EXCEEDED` (each with its index).
+struct Answers {
+    all: Vec<Answer>,
+    done: Option<u8>,
+    shed: Option<u8>,
+    grpc: Option<GrpcRoute>,
+}
+
+impl Answers {
+    /// An HTTP route's: each status's head and `body`, or its stream's or openai backend's.
+    fn http(
+        spec: &RouteSpec,
+        base: &ResponseSpec,
+        streams: bool,
+        body: &Bytes,
+        shed: Option<Shed>,
+    ) -> Result<Answers> {
+        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+        let mut answers = statuses
+            .map(|status| match (&spec.stream, &spec.openai, status) {
+                (Some(stream), _, 200..=299) => {
+                    Answer::streamed(status, spec, stream, base, streams)
+                }
+                (_, Some(_), _) => Answer::openai(status, spec, base, streams),
+                _ => Answer::build(status, spec, base, body, streams),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let done_answer = match &spec.stream {
+            Some(_) => {
+                answers.push(Answer::build(204, spec, base, &Bytes::new(), streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            None => None,
+        };
+        let shed_answer = match (shed, &spec.openai) {
+            (Some(Shed::Status(status)), Some(_)) => {
+                answers.push(Answer::openai(status, spec, base, streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            (Some(Shed::Status(status)), None) => {
+                answers.push(Answer::build(status, spec, base, &Bytes::new(), streams)?);
+                Some((answers.len() - 1) as u8)
+            }
+            _ => None,
+        };
+        Ok(Answers {
+            all: answers,
+            done: done_answer,
+            shed: shed_answer,
+            grpc: None,
+        })
+    }
+
+    /// A gRPC route's: one per `grpc-status` of its mix (its reply message and OK, or the status
+    /// trailers-only), a pool's shed status as its gRPC code, and `DEADLINE_EXCEEDED`.
+    fn grpc(
+        spec: &RouteSpec,
+        common: &Common,
+        generated: &Bytes,
+        shed: Option<Shed>,
+    ) -> Result<Answers> {
+        if spec.stream.is_some() || spec.openai.is_some() {
+            anyhow::bail!(
+                "stream= and openai=on can't be given on a gRPC route: it answers unary calls"
+            );
+        }
+        let message = match &spec.body {
+            BodySpec::Empty => Bytes::new(),
+            BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
+            BodySpec::Size(n) => super::grpc::bytes_message(&generated[..*n as usize]),
+        };
+        let code = |n: u16| {
+            Code::from_number(n).with_context(|| {
+                format!("{n} is not a gRPC status: a gRPC route's outcome is grpc-status=")
+            })
+        };
+        let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+        let mut codes = statuses.map(code).collect::<Result<Vec<_>>>()?;
+        let shed_answer = match shed {
+            Some(Shed::Status(status)) => {
+                codes.push(Code::of_shed(status));
+                Some((codes.len() - 1) as u8)
+            }
+            _ => None,
+        };
+        codes.push(Code::DeadlineExceeded);
+        let all = (codes.into_iter())
+            .map(|code| Answer::grpc(code, spec, common, &message))
+            .collect::<Result<Vec<_>>>()?;
+        // Its DEADLINE_EXCEEDED's outcome follows gone and a pool's shed (see `route_info`).
+        let gone = (1 + spec.status_mix.len() + spec.faults.len()) as u8;
+        Ok(Answers {
+            grpc: Some(GrpcRoute {
+                deadline_answer: (all.len() - 1) as u8,
+                deadline_outcome: gone + 1 + u8::from(shed.is_some()),
+            }),
+            all,
+            done: None,
+            shed: shed_answer,
+        })
+    }
+}
+
 impl Answer {
     fn build(
         status: u16,
@@ -717,6 +845,30 @@ impl Answer {
                 false => None,
             },
             body,
+            streamed: false,
+            asked: false,
+        })
+    }
+
+    /// A gRPC route's answer with `code`: HTTP 200, the route's fields, then `message` and OK in
+    /// the trailers, or `code` (and the route's `grpc-message`) trailers-only. Its HTTP/1.1 head
+    /// is never sent (a gRPC call over HTTP/1.1 gets 415) but is made like every route's.
+    fn grpc(code: Code, spec: &RouteSpec, common: &Common, message: &Bytes) -> Result<Answer> {
+        let fields = with_own_fields(&common.base.headers, &spec.headers);
+        let fields = super::stream::header_map(fields.map(|(n, v)| (n.as_str(), v.as_str())));
+        let status = match code {
+            Code::Ok => CallStatus::OK,
+            _ => CallStatus::new(code, spec.grpc_message.clone().unwrap_or_default()),
+        };
+        let head_spec = ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        Ok(Answer {
+            head: Response::head_for(&head_spec, 0)?,
+            body: Bytes::new(),
+            stream: (common.streams).then(|| super::grpc::route_answer(fields, message, &status)),
             streamed: false,
             asked: false,
         })
@@ -784,11 +936,13 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
     }
     for spec in specs {
         // And gone, shed, and an openai route's 400, 404, 405.
+        // And a gRPC route's DEADLINE_EXCEEDED.
         let outcomes = 1
             + spec.status_mix.len()
             + spec.faults.len()
             + 2
-            + 3 * usize::from(spec.openai.is_some());
+            + 3 * usize::from(spec.openai.is_some())
+            + usize::from(spec.is_grpc());
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
                 "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
@@ -900,9 +1054,9 @@ fn describe_openai(openai: Option<&OpenAiSpec>) -> String {
 
 /// A route as the start-up lines show it: its name, then what it answers with.
 pub fn describe(spec: &RouteSpec) -> String {
-    let mut s = format!("{} → {}", spec.name, spec.status);
+    let mut s = format!("{} → {}", spec.name, outcome_name(spec, spec.status));
     for (status, p) in &spec.status_mix {
-        s.push_str(&format!(", {status} {}%", p * 100.0));
+        s.push_str(&format!(", {} {}%", outcome_name(spec, *status), p * 100.0));
     }
     match (&spec.body, &spec.stream) {
         _ if spec.openai.is_some() => s.push_str(&describe_openai(spec.openai.as_ref())),
@@ -939,7 +1093,7 @@ pub fn describe(spec: &RouteSpec) -> String {
 fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> RouteInfo {
     let pooled = pool.is_some();
     let statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
-    let mut outcomes: Vec<String> = statuses.map(|s| s.to_string()).collect();
+    let mut outcomes: Vec<String> = statuses.map(|s| outcome_name(spec, s)).collect();
     outcomes.extend(spec.faults.iter().map(|(f, _)| f.name().to_string()));
     outcomes.push("gone".into());
     if pooled {
@@ -947,6 +1101,9 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
     }
     if spec.openai.is_some() {
         outcomes.extend(["400", "404", "405"].map(String::from));
+    }
+    if spec.is_grpc() {
+        outcomes.push(Code::DeadlineExceeded.name().into());
     }
     RouteInfo {
         name: spec.name.clone(),
@@ -965,6 +1122,15 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
             .delay
             .as_ref()
             .map(|d| (d.quantile(0.001), d.quantile(0.9999))),
+    }
+}
+
+/// How the ground truth and the start-up lines name `status`: a gRPC route's by its code's name
+/// (`UNAVAILABLE`), another's by its number.
+fn outcome_name(spec: &RouteSpec, status: u16) -> String {
+    match Code::from_number(status).filter(|_| spec.is_grpc()) {
+        Some(code) => code.name().to_owned(),
+        None => status.to_string(),
     }
 }
 
@@ -1118,5 +1284,63 @@ mod tests {
         assert_eq!(count(&head, "Content-Type: text/csv"), 1, "{head}");
         let types: Vec<_> = stream.get_all("content-type").iter().collect();
         assert_eq!(types, ["text/csv"]);
+    }
+
+    #[test]
+    fn a_grpc_route_answers_calls_only_in_grpc_terms_and_past_a_deadline_is_deadline_exceeded() {
+        let table = Table {
+            routes: vec![spec::parse_spec(
+                "/pkg.Svc/* grpc-status=UNAVAILABLE:50% grpc-message=busy delay=1s size=3",
+            )
+            .unwrap()],
+            ..Table::default()
+        };
+        let base = ResponseSpec {
+            status: 200,
+            headers: vec![("Content-Type".into(), "text/plain".into())],
+            body: Vec::new(),
+        };
+        let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+        let request = Request {
+            method: b"POST",
+            target: b"/pkg.Svc/M",
+            ..Request::default()
+        };
+        let mut draw = generator(Some(1), 0);
+        assert!(
+            routes.choose(&request, &mut draw).is_none(),
+            "not a plain request's"
+        );
+        let mut seen = [false; 2];
+        for _ in 0..64 {
+            let choice = routes.choose_call(&request, &mut draw).unwrap();
+            let a = routes.stream_answer(&choice, None);
+            assert_eq!(a.status, http::StatusCode::OK);
+            assert_eq!(a.headers["content-type"], "application/grpc");
+            match a.trailers {
+                Some(t) => {
+                    assert_eq!(t["grpc-status"], "0");
+                    assert_eq!(&a.body[..], b"\0\0\0\0\x05\x0a\x03abc");
+                    seen[0] = true;
+                }
+                None => {
+                    assert_eq!(a.headers["grpc-status"], "14");
+                    assert_eq!(a.headers["grpc-message"], "busy");
+                    seen[1] = true;
+                }
+            }
+            let late = routes.within(choice, Duration::from_millis(10));
+            let a = routes.stream_answer(&late, None);
+            assert_eq!(a.headers["grpc-status"], "4");
+            assert_eq!(a.hold.delay, Duration::from_millis(10));
+            assert_eq!(
+                late.hold.truth.unwrap().outcome,
+                3,
+                "after OK, UNAVAILABLE, gone"
+            );
+        }
+        assert_eq!(seen, [true, true]);
+        let outcomes = route_info(&table.routes[0], None, None).outcomes;
+        assert_eq!(outcomes, ["OK", "UNAVAILABLE", "gone", "DEADLINE_EXCEEDED"]);
     }
 }

@@ -35,6 +35,7 @@ use toml::{Spanned, Value};
 
 use super::pool_spec::{PoolKeys, PoolSpec};
 use crate::catalog::feed::Feed;
+use crate::catalog::grpc::status::Code;
 use crate::catalog::model::dist::Dist;
 use crate::catalog::model::events::Count;
 /// The faults a route injects, as its spec names them (and [`crate::catalog::model::hold`] takes them).
@@ -116,7 +117,8 @@ pub struct RouteSpec {
     pub methods: Vec<String>,
     /// The paths answered.
     pub path: PathMatch,
-    /// The status answered when no `status_mix` entry is drawn: 200 unless given.
+    /// The status answered when no `status_mix` entry is drawn: 200 unless given. On a gRPC route
+    /// ([`is_method_path`]) the statuses are `grpc-status` codes, OK unless given.
     pub status: u16,
     /// Other statuses and the fraction (0..=1) of responses each gets; the fractions sum to at
     /// most 1, the rest being `status`.
@@ -139,6 +141,8 @@ pub struct RouteSpec {
     pub stream: Option<StreamSpec>,
     /// An OpenAI-compatible backend (`openai=on`), instead of `body` and `stream`.
     pub openai: Option<OpenAiSpec>,
+    /// A gRPC route's `grpc-message`, sent with every status but OK.
+    pub grpc_message: Option<String>,
 }
 
 /// An OpenAI-compatible backend's keys (`openai=on` and the keys that shape its tokens): see
@@ -213,8 +217,36 @@ impl RouteSpec {
             pool: None,
             stream: None,
             openai: None,
+            grpc_message: None,
         }
     }
+
+    /// Whether it is a gRPC route: its path is a method path ([`is_method_path`]).
+    pub fn is_grpc(&self) -> bool {
+        is_method_path(&self.path)
+    }
+}
+
+/// Whether `path` names gRPC methods: `/SERVICE/METHOD` or `/SERVICE/*`, the service
+/// package-qualified (`pkg.Svc`: dotted names, each starting with a letter or `_`), the method a
+/// name. Such a route answers gRPC calls only, in gRPC's terms.
+pub fn is_method_path(path: &PathMatch) -> bool {
+    let name = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let (text, prefix) = match path {
+        PathMatch::Exact(p) => (p.as_str(), false),
+        PathMatch::Prefix(p) => (p.as_str(), true),
+    };
+    let Some((service, method)) = text.strip_prefix('/').and_then(|t| t.split_once('/')) else {
+        return false;
+    };
+    let method_ok = match prefix {
+        true => method.is_empty(),
+        false => name(method),
+    };
+    service.contains('.') && service.split('.').all(name) && method_ok
 }
 
 /// The keys a route takes after its path, in both forms.
@@ -239,10 +271,12 @@ enum Key {
     Tokens,
     Prefill,
     Context,
+    GrpcStatus,
+    GrpcMessage,
 }
 
 impl Key {
-    const ALL: [Key; 19] = [
+    const ALL: [Key; 21] = [
         Key::Status,
         Key::Body,
         Key::Size,
@@ -262,6 +296,8 @@ impl Key {
         Key::Tokens,
         Key::Prefill,
         Key::Context,
+        Key::GrpcStatus,
+        Key::GrpcMessage,
     ];
 
     /// The keys that shape a stream's events (they need `stream=`; `first=` and `gap=` shape an
@@ -304,12 +340,14 @@ impl Key {
             Key::Tokens => "tokens",
             Key::Prefill => "prefill",
             Key::Context => "context",
+            Key::GrpcStatus => "grpc-status",
+            Key::GrpcMessage => "grpc-message",
         }
     }
 }
 
 /// The known keys, for the unknown-key error.
-const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, pool, capacity, queue, queue-timeout, shed";
+const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, grpc-status, grpc-message, pool, capacity, queue, queue-timeout, shed";
 
 /// A route being filled in key by key: checks repeats and exclusions, then the key's parser.
 struct Builder<'a> {
@@ -382,6 +420,10 @@ impl<'a> Builder<'a> {
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
         (self.route.stream, self.route.openai) = self.stream_spec()?;
+        self.check_grpc()?;
+        if self.route.is_grpc() && !self.seen.contains(&Key::GrpcStatus) {
+            self.route.status = Code::Ok as u16;
+        }
         let name = self.route.name.clone();
         self.route.pool = match self.pool(&name)? {
             PoolChange::Keep => None,
@@ -399,6 +441,44 @@ impl<'a> Builder<'a> {
             (Some(name), false) => Ok(PoolChange::Named(name)),
             (None, true) => Ok(PoolChange::Own(std::mem::take(&mut self.pool_keys).finish(name)?)),
             (None, false) => Ok(PoolChange::Keep),
+        }
+    }
+
+    /// A gRPC route's keys say what gRPC can: no HTTP `status=`, no stream or openai backend,
+    /// no `content-type` or `grpc-*` field in `header=`; the gRPC keys need a method path.
+    fn check_grpc(&self) -> Result<(), String> {
+        let route = &self.route;
+        let given = |key: Key| self.seen.contains(&key);
+        if !route.is_grpc() {
+            return match [Key::GrpcStatus, Key::GrpcMessage]
+                .into_iter()
+                .find(|k| given(*k))
+            {
+                Some(key) => Err(format!(
+                    "{} needs a gRPC method path, like /pkg.Service/Method or /pkg.Service/*",
+                    key.name()
+                )),
+                None => Ok(()),
+            };
+        }
+        if given(Key::Status) {
+            return Err(format!("status can't be given on a gRPC route ({}): its outcome is grpc-status=, like grpc-status=UNAVAILABLE:5%", route.path));
+        }
+        if route.stream.is_some() || route.openai.is_some() {
+            return Err(
+                "stream= and openai=on can't be given on a gRPC route: it answers unary calls"
+                    .into(),
+            );
+        }
+        let reserved = |name: &str| {
+            name.eq_ignore_ascii_case("content-type")
+                || name
+                    .get(..5)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("grpc-"))
+        };
+        match route.headers.iter().find(|(name, _)| reserved(name)) {
+            Some((name, _)) => Err(format!("header {name:?} can't be given on a gRPC route: statico sends content-type and the grpc-* fields (grpc-status=, grpc-message=)")),
+            None => Ok(()),
         }
     }
 
@@ -493,6 +573,8 @@ impl<'a> Builder<'a> {
         let route = &mut self.route;
         match key {
             Key::Status => (route.status, route.status_mix) = parse_status(value)?,
+            Key::GrpcStatus => (route.status, route.status_mix) = parse_grpc_status(value)?,
+            Key::GrpcMessage => route.grpc_message = Some(value.to_owned()),
             Key::Body => route.body = parse_body(value, self.base_dir)?,
             Key::Size => route.body = BodySpec::Size(parse_size(value)?),
             Key::Header => route.headers.push(parse_header(value)?),
@@ -640,8 +722,9 @@ pub enum PoolChange {
 /// the route's own: `header` keys all its headers, `fault` all its faults.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoutePatch {
-    /// `status`: the base status and the mix.
+    /// `status` (or a gRPC route's `grpc-status`): the base status and the mix.
     pub status: Option<(u16, Vec<(u16, f64)>)>,
+    pub grpc_message: Option<String>,
     /// `body` or `size`.
     pub body: Option<BodySpec>,
     pub headers: Option<Vec<(String, String)>>,
@@ -673,13 +756,14 @@ impl RoutePatch {
         let pool = builder.pool("")?;
         let (stream, openai) = builder.stream_spec()?;
         let given = |key: Key| builder.seen.contains(&key);
-        let status_given = given(Key::Status);
+        let status_given = given(Key::Status) || given(Key::GrpcStatus);
         let body_given = given(Key::Body) || given(Key::Size);
         let headers_given = given(Key::Header);
         let faults_given = given(Key::Fault);
         let route = builder.route;
         Ok(RoutePatch {
             status: status_given.then_some((route.status, route.status_mix)),
+            grpc_message: route.grpc_message,
             body: body_given.then_some(route.body),
             headers: headers_given.then_some(route.headers),
             delay: route.delay,
@@ -718,6 +802,9 @@ impl RoutePatch {
         }
         replace(&mut route.headers, &self.headers);
         replace(&mut route.faults, &self.faults);
+        if self.grpc_message.is_some() {
+            route.grpc_message = self.grpc_message.clone();
+        }
         if self.delay.is_some() {
             route.delay = self.delay.clone();
         }
@@ -778,6 +865,35 @@ fn parse_methods(value: &str) -> Result<Vec<String>, String> {
 /// percentage) and the mix of other statuses.
 fn parse_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
     const FORM: &str = "expected CODE or CODE:P%,..., like 404,503:10%";
+    let status = |code: &str| {
+        code.parse::<u16>()
+            .ok()
+            .filter(|c| (100..=999).contains(c))
+            .ok_or_else(|| format!("{value:?}: {code:?} is not a status in 100..=999; {FORM}"))
+    };
+    parse_mix(value, 200, status, FORM)
+}
+
+/// A gRPC route's `UNAVAILABLE:5%,RESOURCE_EXHAUSTED:1%` or `NOT_FOUND`: codes by name or number,
+/// the base OK unless an entry has no percentage.
+fn parse_grpc_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
+    const FORM: &str = "expected CODE or CODE:P%,... (names or numbers), like UNAVAILABLE:5%,RESOURCE_EXHAUSTED:1%";
+    let code = |code: &str| {
+        Code::parse(code)
+            .map(|c| c as u16)
+            .ok_or_else(|| format!("{value:?}: {code:?} is not a gRPC status (OK, CANCELLED, … UNAUTHENTICATED, or 0..=16); {FORM}"))
+    };
+    parse_mix(value, Code::Ok as u16, code, FORM)
+}
+
+/// A mix of codes as `status=` and `grpc-status=` write it: the base (`default` unless an entry has
+/// no percentage) and the others with their fractions.
+fn parse_mix(
+    value: &str,
+    default: u16,
+    parse_code: impl Fn(&str) -> Result<u16, String>,
+    form: &str,
+) -> Result<(u16, Vec<(u16, f64)>), String> {
     let mut base = None;
     let mut mix = Vec::new();
     for entry in value.split(',') {
@@ -785,14 +901,7 @@ fn parse_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
             Some((code, percent)) => (code, Some(percent)),
             None => (entry, None),
         };
-        let code = match code.parse::<u16>() {
-            Ok(code) if (100..=999).contains(&code) => code,
-            _ => {
-                return Err(format!(
-                    "{value:?}: {code:?} is not a status in 100..=999; {FORM}"
-                ))
-            }
-        };
+        let code = parse_code(code)?;
         match percent {
             Some(p) => mix.push((
                 code,
@@ -800,22 +909,22 @@ fn parse_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
             )),
             None if base.is_some() => {
                 return Err(format!(
-                    "{value:?}: more than one status without a percentage; {FORM}"
+                    "{value:?}: more than one status without a percentage; {form}"
                 ))
             }
             None => base = Some(code),
         }
     }
-    let base_code = base.unwrap_or(200);
+    let base_code = base.unwrap_or(default);
     let mut seen = vec![base_code];
     for &(code, _) in &mix {
         if seen.contains(&code) {
-            return Err(format!("{value:?}: status {code} is listed twice; {FORM}"));
+            return Err(format!("{value:?}: status {code} is listed twice; {form}"));
         }
         seen.push(code);
     }
     check_total(value, mix.iter().map(|&(_, f)| f))?;
-    Ok((base.unwrap_or(200), mix))
+    Ok((base_code, mix))
 }
 
 /// `reset:0.1%,close:0.5%,stall:0.01%,truncate:0.1%`; a fault without a percentage is 100%.
@@ -1139,6 +1248,33 @@ mod tests {
     }
 
     #[test]
+    fn a_grpc_route_is_one_on_a_method_path_and_takes_grpc_statuses() {
+        for yes in ["/pkg.Svc/Method", "/a.b.C/*", "/_x.Y/do_it"] {
+            assert!(spec(yes).is_grpc(), "{yes}");
+        }
+        for no in [
+            "/api/users",
+            "/v1.0/x",
+            "/pkg.Svc/a/b",
+            "/pkg.Svc*",
+            "*",
+            "/file.txt",
+        ] {
+            assert!(!spec(no).is_grpc(), "{no}");
+        }
+        let r = spec("/pkg.Svc/M grpc-status=UNAVAILABLE:5%,8:1% grpc-message=busy");
+        assert_eq!((r.status, r.status_mix), (0, vec![(14, 0.05), (8, 0.01)]));
+        assert_eq!(r.grpc_message.as_deref(), Some("busy"));
+        assert_eq!(spec("/pkg.Svc/M grpc-status=not_found").status, 5);
+        assert_eq!(spec("/pkg.Svc/M").status, 0);
+        assert!(spec_err("/pkg.Svc/M status=503").contains("grpc-status="));
+        assert!(spec_err("/pkg.Svc/M grpc-status=NOPE").contains("not a gRPC status"));
+        assert!(spec_err("/pkg.Svc/M header=Content-Type:x").contains("gRPC route"));
+        assert!(spec_err("/pkg.Svc/M header=grpc-status:0").contains("gRPC route"));
+        assert!(spec_err("/health grpc-status=OK").contains("method path"));
+    }
+
+    #[test]
     fn body_and_size_keys() {
         assert_eq!(spec("/ body=hello").body, BodySpec::Text(b"hello".to_vec()));
         assert_eq!(spec("/ body=a=b").body, BodySpec::Text(b"a=b".to_vec()));
@@ -1268,7 +1404,7 @@ mod tests {
     fn key_errors() {
         assert_eq!(
             spec_err("/ colour=red"),
-            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, pool, capacity, queue, queue-timeout, shed"
+            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, grpc-status, grpc-message, pool, capacity, queue, queue-timeout, shed"
         );
         assert!(spec_err("/ status").contains("\"status\" is not key=value"));
         assert_eq!(spec_err("/ status=200 status=404"), "status given twice");
