@@ -173,28 +173,9 @@ fn asked_status(asked: Option<&EchoStatus>) -> Result<(), CallStatus> {
 
 /// A status code by its number (`UNKNOWN` for one gRPC does not define).
 pub fn code(n: i32) -> Code {
-    const CODES: [Code; 17] = [
-        Code::Ok,
-        Code::Cancelled,
-        Code::Unknown,
-        Code::InvalidArgument,
-        Code::DeadlineExceeded,
-        Code::NotFound,
-        Code::AlreadyExists,
-        Code::PermissionDenied,
-        Code::ResourceExhausted,
-        Code::FailedPrecondition,
-        Code::Aborted,
-        Code::OutOfRange,
-        Code::Unimplemented,
-        Code::Internal,
-        Code::Unavailable,
-        Code::DataLoss,
-        Code::Unauthenticated,
-    ];
-    usize::try_from(n)
+    u16::try_from(n)
         .ok()
-        .and_then(|i| CODES.get(i).copied())
+        .and_then(Code::from_number)
         .unwrap_or(Code::Unknown)
 }
 
