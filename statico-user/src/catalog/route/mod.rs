@@ -532,6 +532,9 @@ impl Route {
         {
             anyhow::bail!("body, size, rate and body-delay can't be given with stream=: the events are the body");
         }
+        if spec.is_grpc() && !streams {
+            anyhow::bail!("its path names a gRPC method, and gRPC calls come over HTTP/2: add --http2 (or --grpc)");
+        }
         let answers = match spec.is_grpc() {
             true => Answers::grpc(spec, common, generated, shed)?,
             false => Answers::http(spec, base, streams, &body, shed)?,
@@ -1214,6 +1217,26 @@ fn resolve_pools(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_grpc_route_without_http2_is_refused_naming_the_flag() {
+        let table = super::Table {
+            routes: vec![super::spec::parse_spec("/pkg.Svc/M grpc-status=UNAVAILABLE").unwrap()],
+            ..super::Table::default()
+        };
+        let base = super::ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let common = |streams| super::Common::new(base.clone(), streams, 1, None);
+        let err = super::Routes::build(&table, &common(false), None).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("add --http2 (or --grpc)"),
+            "{err:#}"
+        );
+        assert!(super::Routes::build(&table, &common(true), None).is_ok());
+    }
+
     use super::*;
 
     /// The fields of the HTTP/1.1 and the stream answer `path` gets from `routes` and `phases`,
