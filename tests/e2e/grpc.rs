@@ -333,6 +333,10 @@ struct Outcome {
     /// Whether the status came in the head (trailers-only).
     trailers_only: bool,
     body: Vec<u8>,
+    /// When each piece of the body came, after the request was sent.
+    pieces: Vec<Duration>,
+    /// When the trailers (or the head of a trailers-only answer) came.
+    ended: Duration,
     /// The stream's error, when it did not end with trailers (a reset, a GOAWAY).
     broken: Option<String>,
 }
@@ -369,6 +373,7 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
         let (response, mut send) = client.send_request(request, false).unwrap();
         send.reserve_capacity(body.len());
         send.send_data(Bytes::from(body), true).unwrap();
+        let sent = Instant::now();
         let response = match tokio::time::timeout(Duration::from_secs(10), response)
             .await
             .expect("an answer")
@@ -380,6 +385,8 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
                     grpc_status: None,
                     trailers_only: false,
                     body: Vec::new(),
+                    pieces: Vec::new(),
+                    ended: sent.elapsed(),
                     broken: Some(e.to_string()),
                 }
             }
@@ -387,13 +394,14 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
         let http = response.status().as_u16();
         let head_status = response.headers().get("grpc-status").cloned();
         let mut stream = response.into_body();
-        let mut got = Vec::new();
+        let (mut got, mut pieces) = (Vec::new(), Vec::new());
         let mut broken = None;
         while let Some(chunk) = stream.data().await {
             match chunk {
                 Ok(chunk) => {
                     let _ = stream.flow_control().release_capacity(chunk.len());
                     got.extend_from_slice(&chunk);
+                    pieces.push(sent.elapsed());
                 }
                 Err(e) => {
                     broken = Some(e.to_string());
@@ -405,6 +413,7 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
             Some(_) => None,
             None => stream.trailers().await.ok().flatten(),
         };
+        let ended = sent.elapsed();
         let trailer_status = trailers.and_then(|t| t.get("grpc-status").cloned());
         Outcome {
             http,
@@ -413,6 +422,8 @@ fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> 
                 .or(trailer_status)
                 .map(|v| v.to_str().unwrap().to_string()),
             body: got,
+            pieces,
+            ended,
             broken,
         }
     })
@@ -860,4 +871,63 @@ fn a_phase_changes_a_grpc_routes_status_and_refuses_an_http_one() {
         "at=0s for=3600s /pkg.Svc/M status=503",
     ]);
     assert!(line.contains("grpc-status"), "{line}");
+}
+
+/// The early a time read after a send may look (the client reads its clock after the send
+/// returns, and may be descheduled between).
+const EARLY: Duration = Duration::from_millis(5);
+
+#[test]
+fn a_server_streaming_route_sends_its_reply_on_the_streams_times_then_ok_or_deadline_exceeded() {
+    let route = "/pkg.Svc/Feed events=5 first=100ms gap=50ms size=3";
+    let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
+    let ms = Duration::from_millis;
+    let o = call(&s, "/pkg.Svc/Feed", "application/grpc", framed(0, b""));
+    assert_eq!(
+        (o.http, o.grpc_status.as_deref()),
+        (200, Some("0")),
+        "{o:?}"
+    );
+    assert!(!o.trailers_only, "{o:?}");
+    let message = [0, 0, 0, 0, 5, 0x0a, 3];
+    assert_eq!(o.body.len(), 5 * 10, "five messages: {o:?}");
+    for m in o.body.chunks(10) {
+        assert_eq!(
+            m[..7],
+            message,
+            "a message whose field 1 holds 3 bytes: {o:?}"
+        );
+    }
+    assert_eq!(o.pieces.len(), 5, "one DATA frame per message: {o:?}");
+    for (k, at) in o.pieces.iter().enumerate() {
+        let due = ms(100 + 50 * k as u64);
+        assert!(
+            *at + EARLY >= due && *at < due + ms(40),
+            "message {k} at {at:?}, due {due:?}"
+        );
+    }
+    // A deadline between the second and third messages: two, then DEADLINE_EXCEEDED at it.
+    let fields = [
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "170m"),
+    ];
+    let o = call_with(&s, "/pkg.Svc/Feed", &fields, framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    assert_eq!((o.pieces.len(), o.body.len()), (2, 20), "{o:?}");
+    assert!(
+        o.ended + EARLY >= ms(170) && o.ended < ms(230),
+        "ended at {:?}",
+        o.ended
+    );
+    let truth =
+        statico_tests::figures::truth_when(&s, |t| t["routes"][0]["count"].as_u64() == Some(2));
+    let route = &truth["routes"][0];
+    for name in ["OK", "DEADLINE_EXCEEDED"] {
+        assert_eq!(
+            statico_tests::figures::outcome(route, name),
+            1,
+            "{name}: {route}"
+        );
+    }
+    assert_eq!(route["stream"]["events"], 7, "the messages sent: {route}");
 }

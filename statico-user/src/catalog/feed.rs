@@ -1,6 +1,7 @@
-//! A streamed route's events as bytes (`stream=sse|ndjson|chunks`): each event framed for its feed
-//! — a server-sent event with its `id:` and `data:` lines, a JSON line, or the payload as it is —
-//! and, on a persistent HTTP/1.1 connection, as one chunk of a chunked body.
+//! A streamed route's events as bytes (`stream=sse|ndjson|chunks`, or a server-streaming gRPC
+//! route's messages): each event framed for its feed — a server-sent event with its `id:` and
+//! `data:` lines, a JSON line, the payload as it is, or a length-prefixed gRPC message — and, on a
+//! persistent HTTP/1.1 connection, as one chunk of a chunked body.
 //!
 //! [`EventSource`] is a route's [`Render`]: the delivery machine asks it for each event when the
 //! event is due ([`super::model::events`] has the timing), so a stream is made one event at a time,
@@ -27,6 +28,9 @@ pub enum Feed {
     Ndjson,
     /// The payload as it is (`application/octet-stream`).
     Chunks,
+    /// A server-streaming gRPC route's messages (no `stream=`: `events=`, `first=` or `gap=` on a
+    /// gRPC route): each event the route's reply message, length-prefixed as gRPC frames it.
+    Grpc,
 }
 
 impl Feed {
@@ -44,6 +48,7 @@ impl Feed {
             Feed::Sse => "sse",
             Feed::Ndjson => "ndjson",
             Feed::Chunks => "chunks",
+            Feed::Grpc => "grpc",
         }
     }
 
@@ -53,6 +58,7 @@ impl Feed {
             Feed::Sse => "text/event-stream",
             Feed::Ndjson => "application/x-ndjson",
             Feed::Chunks => "application/octet-stream",
+            Feed::Grpc => "application/grpc",
         }
     }
 
@@ -80,9 +86,19 @@ impl Feed {
                 out.push(b'\n');
             }
             Feed::Chunks => payload(out),
+            Feed::Grpc => {
+                let prefix = out.len();
+                out.extend_from_slice(&[0; GRPC_PREFIX]);
+                payload(out);
+                let len = (out.len() - prefix - GRPC_PREFIX) as u32;
+                out[prefix + 1..prefix + GRPC_PREFIX].copy_from_slice(&len.to_be_bytes());
+            }
         }
     }
 }
+
+/// A gRPC message's prefix: its compressed flag (0) and its length.
+const GRPC_PREFIX: usize = 5;
 
 /// Appends `event` as one HTTP/1.1 chunk, and with `last` the chunked body's last chunk after it.
 pub fn chunk(event: &[u8], last: bool, out: &mut Vec<u8>) {
@@ -120,7 +136,8 @@ pub struct EventSource {
     payload: Payload,
 }
 
-/// An event's payload: text around the places of `{i}`, or filler bytes.
+/// An event's payload: text around the places of `{i}`, or the same bytes each time (filler, or a
+/// gRPC route's reply message).
 #[derive(Clone, Debug)]
 enum Payload {
     Text(Vec<String>),
@@ -128,10 +145,13 @@ enum Payload {
 }
 
 impl EventSource {
-    pub fn new(spec: &StreamSpec) -> EventSource {
+    /// The events `spec` describes; `reply` is what a gRPC route's messages carry
+    /// ([`EventSpec::Reply`]).
+    pub fn new(spec: &StreamSpec, reply: &Bytes) -> EventSource {
         let payload = match &spec.event {
             EventSpec::Text(text) => Payload::Text(text.split("{i}").map(str::to_owned).collect()),
             EventSpec::Size(n) => Payload::Filler(Bytes::from(vec![b'x'; *n as usize])),
+            EventSpec::Reply => Payload::Filler(reply.clone()),
         };
         EventSource {
             feed: spec.feed,
@@ -156,6 +176,7 @@ impl EventSource {
             events: self.events.sample(draw),
             from,
             seed: draw.next_u64(),
+            cut: None,
         }
     }
 
@@ -197,7 +218,7 @@ mod tests {
 
     fn source(route: &str) -> EventSource {
         let spec = super::super::route::spec::parse_spec(route).unwrap();
-        EventSource::new(spec.stream.as_ref().unwrap())
+        EventSource::new(spec.stream.as_ref().unwrap(), &Bytes::new())
     }
 
     fn events(s: &EventSource, range: std::ops::Range<u32>, chunked: bool) -> String {
@@ -219,13 +240,16 @@ mod tests {
             events(&s, 0..2, true),
             "13\r\nid: 0\ndata: tok-0\n\n\r\n13\r\nid: 1\ndata: tok-1\n\n\r\n0\r\n\r\n"
         );
-        let lines = EventSource::new(&StreamSpec {
-            feed: Feed::Sse,
-            events: Count::Fixed(1),
-            first: None,
-            gap: None,
-            event: EventSpec::Text("a\nb".into()),
-        });
+        let lines = EventSource::new(
+            &StreamSpec {
+                feed: Feed::Sse,
+                events: Count::Fixed(1),
+                first: None,
+                gap: None,
+                event: EventSpec::Text("a\nb".into()),
+            },
+            &Bytes::new(),
+        );
         assert_eq!(events(&lines, 7..8, false), "id: 7\ndata: a\ndata: b\n\n");
     }
 
@@ -247,5 +271,18 @@ mod tests {
         assert_eq!(s.wait(true, &mut rng), ms(100));
         assert_eq!(s.wait(false, &mut rng), ms(20));
         assert_eq!(events(&s, 0..2, false), "xxxxxxxx");
+    }
+
+    #[test]
+    fn a_grpc_routes_messages_are_its_reply_length_prefixed() {
+        let spec = super::super::route::spec::parse_spec("/pkg.Svc/M events=3 gap=1ms").unwrap();
+        let s = EventSource::new(
+            spec.stream.as_ref().unwrap(),
+            &Bytes::from_static(b"\x0a\x01z"),
+        );
+        let mut out = Vec::new();
+        s.event(0, false, false, &mut out);
+        s.event(1, false, true, &mut out);
+        assert_eq!(out, b"\0\0\0\0\x03\x0a\x01z\0\0\0\0\x03\x0a\x01z");
     }
 }

@@ -201,6 +201,7 @@ impl OpenAi {
             events: count,
             from: 0,
             seed: rng.next_u64(),
+            cut: None,
         };
         if tokens.ask.stream {
             let tail = Events::new(tokens.clone(), draw, false, fault, None).total_wait();

@@ -193,20 +193,19 @@ fn stream_answer(
 }
 
 /// A calibrated route's answer with `status` (see [`crate::catalog::route`]): `fields` in the
-/// head (but `content-type` and `grpc-*`, which are gRPC's), then `message` framed and OK in the
-/// trailers, or any other status trailers-only.
-pub fn route_answer(fields: HeaderMap, message: &[u8], status: &CallStatus) -> StreamAnswer {
-    let mut headers = head_fields();
-    for (name, value) in &fields {
-        let name_text = name.as_str();
-        if name != http::header::CONTENT_TYPE && !name_text.starts_with("grpc-") {
-            headers.append(name, value.clone());
-        }
-    }
+/// head (but `content-type` and `grpc-*`, which are gRPC's), then `message` framed (or, with none,
+/// a server-streaming route's messages, its events) and OK in the trailers, or any other status
+/// trailers-only.
+pub fn route_answer(
+    fields: HeaderMap,
+    message: Option<&[u8]>,
+    status: &CallStatus,
+) -> StreamAnswer {
+    let mut headers = route_head(fields);
     match status.code {
         Code::Ok => stream_answer(
             headers,
-            frame::framed(message),
+            message.map_or_else(Bytes::new, frame::framed),
             Hold::default(),
             Some(status.trailers()),
         ),
@@ -214,6 +213,40 @@ pub fn route_answer(fields: HeaderMap, message: &[u8], status: &CallStatus) -> S
             status.add_to(&mut headers);
             stream_answer(headers, Bytes::new(), Hold::default(), None)
         }
+    }
+}
+
+/// A server-streaming route's answer whose messages are cut short: `fields` in the head, the
+/// messages (its events), then `status` in the trailers.
+pub fn messages_cut(fields: HeaderMap, status: &CallStatus) -> StreamAnswer {
+    stream_answer(
+        route_head(fields),
+        Bytes::new(),
+        Hold::default(),
+        Some(status.trailers()),
+    )
+}
+
+/// A route's head: gRPC's fields, and the route's `fields` but `content-type` and `grpc-*`.
+fn route_head(fields: HeaderMap) -> HeaderMap {
+    let mut headers = head_fields();
+    for (name, value) in &fields {
+        let name_text = name.as_str();
+        if name != http::header::CONTENT_TYPE && !name_text.starts_with("grpc-") {
+            headers.append(name, value.clone());
+        }
+    }
+    headers
+}
+
+/// A gRPC route's reply message: `body=` as it is, `size=N` a message whose field 1 holds N bytes
+/// of `generated`, or an empty message.
+pub fn route_reply(body: &super::route::spec::BodySpec, generated: &Bytes) -> Bytes {
+    use super::route::spec::BodySpec;
+    match body {
+        BodySpec::Empty => Bytes::new(),
+        BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
+        BodySpec::Size(n) => bytes_message(&generated[..*n as usize]),
     }
 }
 

@@ -424,21 +424,24 @@ impl Delivery {
 /// pauses are possible.
 impl Delivery {
     /// A stream's next event when it is due and the driver has room for it, the fault if it
-    /// strikes here, or the end.
+    /// strikes here, or what follows the events (the trailers, or the end).
     fn event(&mut self, clock: &mut impl Clock, room: usize) -> Step {
         let Some(events) = self.events.as_mut() else {
             self.stage = Stage::Done;
             return Step::Done;
         };
-        let step = match events.next(clock.now(), room, PACE_TICK) {
-            Next::Event { bytes, last } => return Step::Event { bytes, end: last },
+        let (step, stage) = match events.next(clock.now(), room, PACE_TICK) {
+            Next::Event { bytes, last } => {
+                let end = last && !self.trailers;
+                return Step::Event { bytes, end };
+            }
             Next::Wait(at) => return Step::Wait(at),
-            Next::Fault(fault) => Step::Fault(fault),
-            Next::Done => Step::Done,
+            Next::Fault(fault) => (Some(Step::Fault(fault)), Stage::Done),
+            Next::Done => (None, self.after_body()),
         };
-        self.stage = Stage::Done;
+        self.stage = stage;
         self.finish_sequence(clock.now());
-        step
+        step.unwrap_or_else(|| self.next(clock, room))
     }
 
     /// Whether the answer is a sequence: a stream that keeps its pool's server (its ticket) from
@@ -695,6 +698,7 @@ mod tests {
             events,
             from: 0,
             seed,
+            cut: None,
         };
         let events = Events::new(Arc::new(Ticks { size }), draw, false, fault, None);
         Delivery::new(Hold::default(), 0, None, None, None).with_events(Some(Box::new(events)))
@@ -844,6 +848,7 @@ mod tests {
                 events: 3,
                 from: 0,
                 seed: 1,
+                cut: None,
             };
             let recorder = Recorder::new(self.truth.clone(), 0);
             let truth = Some((recorder.clone(), key, 1));

@@ -144,6 +144,10 @@ pub struct Events {
     last_due: Option<Instant>,
     /// The due event, made, while it waits for room.
     made: Option<Vec<u8>>,
+    /// See [`StreamDraw::cut`].
+    cut: Option<Duration>,
+    /// When the first event was asked for: the head's time.
+    began: Option<Instant>,
 }
 
 /// What one request's stream is, drawn when its route was chosen: how many events, from which
@@ -153,6 +157,9 @@ pub struct StreamDraw {
     pub events: u32,
     pub from: u32,
     pub seed: u64,
+    /// The stream ends this long after its head (a gRPC call's deadline): the events due later
+    /// are not sent, and its end waits for it.
+    pub cut: Option<Duration>,
 }
 
 /// An event the driver takes now, or when to ask again.
@@ -194,6 +201,8 @@ impl Events {
             due: None,
             last_due: None,
             made: None,
+            cut: stream.cut,
+            began: None,
         }
     }
 
@@ -220,6 +229,7 @@ impl Events {
         if self.next >= self.end {
             return Next::Done;
         }
+        let began = *self.began.get_or_insert(now);
         let (due, drawn) = match self.due {
             Some(due) => due,
             None => {
@@ -229,6 +239,13 @@ impl Events {
                 due
             }
         };
+        if let Some(end) = self.cut.map(|cut| began + cut).filter(|end| due >= *end) {
+            if now < end {
+                return Next::Wait(end);
+            }
+            self.end = self.next;
+            return Next::Done;
+        }
         if due > now {
             return Next::Wait(due);
         }

@@ -148,10 +148,13 @@ struct Route {
     grpc: Option<GrpcRoute>,
 }
 
-/// A gRPC route's own answer: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`.
+/// A gRPC route's own answers: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`.
 #[derive(Clone, Copy, Debug)]
 struct GrpcRoute {
+    /// Trailers-only, at the deadline.
     deadline_answer: u8,
+    /// A server-streaming route's: the messages due before the deadline, then the status.
+    deadline_stream: Option<u8>,
     /// Its outcome in the ground truth: the last.
     deadline_outcome: u8,
 }
@@ -298,22 +301,48 @@ impl Routes {
     }
 
     /// What a gRPC route's `choice` becomes for a call whose `grpc-timeout` is `deadline`: the
-    /// same if it is answered in time, else `DEADLINE_EXCEEDED` at the deadline (counted so).
-    pub fn within(&self, choice: RouteChoice, deadline: std::time::Duration) -> RouteChoice {
+    /// same if it is answered in time, else `DEADLINE_EXCEEDED` at the deadline (counted so) —
+    /// trailers-only, or after a server-streaming route's messages due before it.
+    pub fn within(&self, choice: RouteChoice, deadline: Duration) -> RouteChoice {
         let route = &self.routes[usize::from(choice.route)];
-        let Some(grpc) = route.grpc.filter(|_| choice.hold.delay >= deadline) else {
+        let Some(grpc) = route.grpc else {
             return choice;
         };
+        let truth = (choice.hold.truth).map(|t| TruthKey {
+            outcome: grpc.deadline_outcome,
+            ..t
+        });
+        if choice.hold.delay >= deadline {
+            return RouteChoice {
+                answer: grpc.deadline_answer,
+                hold: Hold {
+                    delay: deadline,
+                    truth,
+                    ..Hold::default()
+                },
+                stream: None,
+                ..choice
+            };
+        }
+        let (Some(cut_answer), Some(stream), Some(source)) =
+            (grpc.deadline_stream, choice.stream, &route.events)
+        else {
+            return choice;
+        };
+        let left = deadline - choice.hold.delay;
+        if Events::new(source.clone(), stream, false, None, None).total_wait() < left {
+            return choice;
+        }
         RouteChoice {
-            answer: grpc.deadline_answer,
+            answer: cut_answer,
             hold: Hold {
-                delay: deadline,
-                truth: (choice.hold.truth).map(|t| TruthKey {
-                    outcome: grpc.deadline_outcome,
-                    ..t
-                }),
-                ..Hold::default()
+                truth,
+                ..choice.hold
             },
+            stream: Some(StreamDraw {
+                cut: Some(left),
+                ..stream
+            }),
             ..choice
         }
     }
@@ -523,20 +552,20 @@ impl Route {
             BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
             BodySpec::Size(n) => generated.slice(..*n as usize),
         };
-        let events = spec.stream.as_ref().map(|s| Arc::new(EventSource::new(s)));
+        let reply = match spec.is_grpc() {
+            true => super::grpc::route_reply(&spec.body, generated),
+            false => Bytes::new(),
+        };
+        let events = (spec.stream.as_ref()).map(|s| Arc::new(EventSource::new(s, &reply)));
         if let (Some(_), PathMatch::Exact(_)) = (&spec.openai, &spec.path) {
             anyhow::bail!("openai=on needs a path ending in /* (like /v1/*): it answers PREFIX/chat/completions, PREFIX/completions and PREFIX/models");
         }
-        if events.is_some()
-            && (!body.is_empty() || spec.rate.is_some() || spec.body_delay.is_some())
-        {
-            anyhow::bail!("body, size, rate and body-delay can't be given with stream=: the events are the body");
-        }
+        check_stream(spec, &body)?;
         if spec.is_grpc() && !streams {
             anyhow::bail!("its path names a gRPC method, and gRPC calls come over HTTP/2: add --http2 (or --grpc)");
         }
         let answers = match spec.is_grpc() {
-            true => Answers::grpc(spec, common, generated, shed)?,
+            true => Answers::grpc(spec, common, &reply, shed)?,
             false => Answers::http(spec, base, streams, &body, shed)?,
         };
         Ok(Route {
@@ -719,6 +748,24 @@ impl Route {
     }
 }
 
+/// A stream fits its route: on a gRPC route its messages (no `stream=` feed), elsewhere a feed
+/// whose events are the body (no `body`, `size`, `rate` or `body-delay` beside it). A phase's keys
+/// are parsed without their route, so this is where a phase's stream meets it.
+fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
+    let Some(stream) = &spec.stream else {
+        return Ok(());
+    };
+    match (spec.is_grpc(), stream.feed) {
+        (true, Feed::Grpc) => Ok(()),
+        (true, _) => anyhow::bail!("stream= can't be given on a gRPC route: events=, first= and gap= make it server-streaming, each message its reply (size= or body=)"),
+        (false, Feed::Grpc) => anyhow::bail!("events=, first= or gap= without stream= make a gRPC route server-streaming, and this route is not on a gRPC method path: give stream=sse|ndjson|chunks with them"),
+        (false, _) if !body.is_empty() || spec.rate.is_some() || spec.body_delay.is_some() => {
+            anyhow::bail!("body, size, rate and body-delay can't be given with stream=: the events are the body")
+        }
+        (false, _) => Ok(()),
+    }
+}
+
 /// A route's answers: one per status of its mix, then a stream's `204`, a pool's shed answer
 /// and a gRPC route's `DEADLINE_EXCEEDED` (each with its index).
 struct Answers {
@@ -773,24 +820,20 @@ impl Answers {
         })
     }
 
-    /// A gRPC route's: one per `grpc-status` of its mix (its reply message and OK, or the status
-    /// trailers-only), a pool's shed status as its gRPC code, and `DEADLINE_EXCEEDED`.
+    /// A gRPC route's: one per `grpc-status` of its mix (its `reply` message, or a server-streaming
+    /// route's messages, and OK; or the status trailers-only), a pool's shed status as its gRPC
+    /// code, and `DEADLINE_EXCEEDED` (trailers-only; and a server-streaming route's after the
+    /// messages sent in time).
     fn grpc(
         spec: &RouteSpec,
         common: &Common,
-        generated: &Bytes,
+        reply: &Bytes,
         shed: Option<Shed>,
     ) -> Result<Answers> {
-        if spec.stream.is_some() || spec.openai.is_some() {
-            anyhow::bail!(
-                "stream= and openai=on can't be given on a gRPC route: it answers unary calls"
-            );
+        if spec.openai.is_some() {
+            anyhow::bail!("openai=on can't be given on a gRPC route: it answers gRPC calls");
         }
-        let message = match &spec.body {
-            BodySpec::Empty => Bytes::new(),
-            BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
-            BodySpec::Size(n) => super::grpc::bytes_message(&generated[..*n as usize]),
-        };
+        let message = (spec.stream.is_none()).then_some(reply);
         let code = |n: u16| {
             Code::from_number(n).with_context(|| {
                 format!("{n} is not a gRPC status: a gRPC route's outcome is grpc-status=")
@@ -806,14 +849,23 @@ impl Answers {
             _ => None,
         };
         codes.push(Code::DeadlineExceeded);
-        let all = (codes.into_iter())
-            .map(|code| Answer::grpc(code, spec, common, &message))
+        let mut all = (codes.into_iter())
+            .map(|code| Answer::grpc(code, spec, common, message))
             .collect::<Result<Vec<_>>>()?;
+        let deadline_answer = (all.len() - 1) as u8;
+        let deadline_stream = match &spec.stream {
+            Some(_) => {
+                all.push(Answer::grpc_stream_cut(spec, common)?);
+                Some((all.len() - 1) as u8)
+            }
+            None => None,
+        };
         // Its DEADLINE_EXCEEDED's outcome follows gone and a pool's shed (see `route_info`).
         let gone = (1 + spec.status_mix.len() + spec.faults.len()) as u8;
         Ok(Answers {
             grpc: Some(GrpcRoute {
-                deadline_answer: (all.len() - 1) as u8,
+                deadline_answer,
+                deadline_stream,
                 deadline_outcome: gone + 1 + u8::from(shed.is_some()),
             }),
             all,
@@ -853,16 +905,44 @@ impl Answer {
         })
     }
 
-    /// A gRPC route's answer with `code`: HTTP 200, the route's fields, then `message` and OK in
-    /// the trailers, or `code` (and the route's `grpc-message`) trailers-only. Its HTTP/1.1 head
-    /// is never sent (a gRPC call over HTTP/1.1 gets 415) but is made like every route's.
-    fn grpc(code: Code, spec: &RouteSpec, common: &Common, message: &Bytes) -> Result<Answer> {
-        let fields = with_own_fields(&common.base.headers, &spec.headers);
-        let fields = super::stream::header_map(fields.map(|(n, v)| (n.as_str(), v.as_str())));
+    /// A gRPC route's answer with `code`: HTTP 200, the route's fields, then `message` (or, with
+    /// none, a server-streaming route's messages) and OK in the trailers, or `code` (and the
+    /// route's `grpc-message`) trailers-only. Its HTTP/1.1 head is never sent (a gRPC call over
+    /// HTTP/1.1 gets 415) but is made like every route's.
+    fn grpc(
+        code: Code,
+        spec: &RouteSpec,
+        common: &Common,
+        message: Option<&Bytes>,
+    ) -> Result<Answer> {
         let status = match code {
             Code::Ok => CallStatus::OK,
             _ => CallStatus::new(code, spec.grpc_message.clone().unwrap_or_default()),
         };
+        let streamed = code == Code::Ok && message.is_none();
+        Answer::grpc_with(spec, common, streamed, |fields| {
+            super::grpc::route_answer(fields, message.map(|m| &m[..]), &status)
+        })
+    }
+
+    /// A server-streaming gRPC route's answer to a call whose deadline falls during its messages:
+    /// the messages due before it, then `DEADLINE_EXCEEDED` in the trailers at it.
+    fn grpc_stream_cut(spec: &RouteSpec, common: &Common) -> Result<Answer> {
+        Answer::grpc_with(spec, common, true, |fields| {
+            super::grpc::messages_cut(fields, &CallStatus::deadline_exceeded())
+        })
+    }
+
+    /// A gRPC route's answer as `stream` makes it from the route's fields (`streamed`: its
+    /// messages are the route's events).
+    fn grpc_with(
+        spec: &RouteSpec,
+        common: &Common,
+        streamed: bool,
+        stream: impl FnOnce(http::HeaderMap) -> StreamAnswer,
+    ) -> Result<Answer> {
+        let fields = with_own_fields(&common.base.headers, &spec.headers);
+        let fields = super::stream::header_map(fields.map(|(n, v)| (n.as_str(), v.as_str())));
         let head_spec = ResponseSpec {
             status: 200,
             headers: Vec::new(),
@@ -871,8 +951,8 @@ impl Answer {
         Ok(Answer {
             head: Response::head_for(&head_spec, 0)?,
             body: Bytes::new(),
-            stream: (common.streams).then(|| super::grpc::route_answer(fields, message, &status)),
-            streamed: false,
+            stream: (common.streams).then(|| stream(fields)),
+            streamed,
             asked: false,
         })
     }
@@ -1020,10 +1100,13 @@ fn path_of(target: &[u8]) -> &[u8] {
 /// A stream as the start-up lines show it: `, a stream of 50 sse events, first 0s, gap 20ms`.
 fn describe_stream(stream: &StreamSpec) -> String {
     let wait = |d: &Option<Dist>| d.as_ref().map_or("0s".to_string(), Dist::to_string);
+    let kind = match stream.feed {
+        Feed::Grpc => "gRPC messages".to_string(),
+        feed => format!("{} events", feed.name()),
+    };
     format!(
-        ", a stream of {} {} events, first {}, gap {}",
+        ", a stream of {} {kind}, first {}, gap {}",
         stream.events,
-        stream.feed.name(),
         wait(&stream.first),
         wait(&stream.gap)
     )
@@ -1307,6 +1390,85 @@ mod tests {
         assert_eq!(count(&head, "Content-Type: text/csv"), 1, "{head}");
         let types: Vec<_> = stream.get_all("content-type").iter().collect();
         assert_eq!(types, ["text/csv"]);
+    }
+
+    #[test]
+    fn a_server_streaming_grpc_route_sends_its_reply_per_event_then_ok_or_the_deadline_at_it() {
+        use crate::catalog::model::delivery::Step;
+        let table = Table {
+            routes: vec![
+                spec::parse_spec("/pkg.Svc/Feed events=4 first=10ms gap=20ms size=2").unwrap(),
+            ],
+            ..Table::default()
+        };
+        let base = ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+        let request = Request {
+            method: b"POST",
+            target: b"/pkg.Svc/Feed",
+            ..Request::default()
+        };
+        // The steps of a call, with their times in ms after the request.
+        let run = |deadline: Option<Duration>| {
+            let mut draw = generator(Some(1), 0);
+            let choice = routes.choose_call(&request, &mut draw).unwrap();
+            let choice = deadline.map_or(choice, |d| routes.within(choice, d));
+            let mut answer = routes.stream_answer(&choice, None);
+            let t0 = std::time::Instant::now();
+            let mut delivery = answer.delivery(None, false);
+            let (mut now, mut steps) = (t0, Vec::new());
+            loop {
+                match delivery.next(&mut now, usize::MAX) {
+                    Step::Wait(at) => now = at,
+                    Step::Done => return (answer, steps),
+                    Step::Record { .. } => {}
+                    step => steps.push(((now - t0).as_millis(), step)),
+                }
+            }
+        };
+        let message = b"\0\0\0\0\x04\x0a\x02ab".to_vec();
+        let event = |ms, end| {
+            (
+                ms,
+                Step::Event {
+                    bytes: message.clone(),
+                    end,
+                },
+            )
+        };
+        let (whole, steps) = run(None);
+        assert_eq!(whole.trailers.as_ref().unwrap()["grpc-status"], "0");
+        assert_eq!(
+            steps,
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                event(10, false),
+                event(30, false),
+                event(50, false),
+                event(70, false),
+                (70, Step::Trailers),
+            ]
+        );
+        assert_eq!(run(Some(Duration::from_millis(71))).1, steps, "in time");
+        let (cut, steps) = run(Some(Duration::from_millis(45)));
+        assert_eq!(cut.trailers.as_ref().unwrap()["grpc-status"], "4");
+        assert_eq!(
+            steps,
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                event(10, false),
+                event(30, false),
+                (45, Step::Trailers),
+            ]
+        );
+        let outcomes = route_info(&table.routes[0], None, None).outcomes;
+        assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED"]);
     }
 
     #[test]

@@ -181,6 +181,8 @@ pub enum EventSpec {
     Text(String),
     /// `event-size=SIZE` filler bytes.
     Size(u64),
+    /// A server-streaming gRPC route's reply message (`size=`, `body=`), each message the same.
+    Reply,
 }
 
 /// The events a stream sends when `events=` is not given.
@@ -419,7 +421,8 @@ impl<'a> Builder<'a> {
     /// The route, once every key is in: its pool named or its own (not both). `at` says where
     /// the route was written, for a `pool=NAME` no pool turns out to have.
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
-        (self.route.stream, self.route.openai) = self.stream_spec()?;
+        let grpc = self.route.is_grpc();
+        (self.route.stream, self.route.openai) = self.stream_spec(Some(grpc))?;
         self.check_grpc()?;
         if self.route.is_grpc() && !self.seen.contains(&Key::GrpcStatus) {
             self.route.status = Code::Ok as u16;
@@ -464,11 +467,8 @@ impl<'a> Builder<'a> {
         if given(Key::Status) {
             return Err(format!("status can't be given on a gRPC route ({}): its outcome is grpc-status=, like grpc-status=UNAVAILABLE:5%", route.path));
         }
-        if route.stream.is_some() || route.openai.is_some() {
-            return Err(
-                "stream= and openai=on can't be given on a gRPC route: it answers unary calls"
-                    .into(),
-            );
+        if route.openai.is_some() {
+            return Err("openai=on can't be given on a gRPC route: it answers gRPC calls".into());
         }
         let reserved = |name: &str| {
             name.eq_ignore_ascii_case("content-type")
@@ -482,9 +482,14 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The stream or the openai backend the keys describe, if `stream=` or `openai=on` was given;
-    /// their keys without them, or a key they replace beside them, are refused naming both.
-    fn stream_spec(&mut self) -> Result<(Option<StreamSpec>, Option<OpenAiSpec>), String> {
+    /// The stream or the openai backend the keys describe, if `stream=` or `openai=on` was given,
+    /// or on a gRPC route (`grpc`: whether the route is one; `None` for a phase's keys, whose route
+    /// is not known here) `events=`, `first=` or `gap=`, which make it server-streaming; their keys
+    /// without them, or a key they replace beside them, are refused naming both.
+    fn stream_spec(
+        &mut self,
+        grpc: Option<bool>,
+    ) -> Result<(Option<StreamSpec>, Option<OpenAiSpec>), String> {
         let given = |key: &Key| self.seen.contains(key);
         if self.stream.openai {
             return self.openai_spec().map(|spec| (None, Some(spec)));
@@ -495,14 +500,18 @@ impl<'a> Builder<'a> {
                 key.name()
             ));
         }
-        let Some(feed) = self.stream.feed else {
-            return match Key::OF_STREAM.iter().find(|k| given(k)) {
-                Some(key) => Err(format!(
-                    "{} needs stream=sse|ndjson|chunks (or openai=on): it shapes a stream's events",
+        let stream_key = Key::OF_STREAM.iter().find(|k| given(k)).copied();
+        let feed = match (self.stream.feed, grpc, stream_key) {
+            (Some(_), Some(true), _) => return Err("stream can't be given on a gRPC route: events=, first= and gap= make it server-streaming, each message its reply (size= or body=)".into()),
+            (Some(feed), _, _) => feed,
+            (None, _, None) => return Ok((None, None)),
+            (None, Some(false), Some(key)) | (None, _, Some(key @ (Key::Event | Key::EventSize))) => {
+                return Err(format!(
+                    "{} needs stream=sse|ndjson|chunks (or openai=on): it shapes a stream's events (a gRPC route's messages are its reply: size= or body=)",
                     key.name()
-                )),
-                None => Ok((None, None)),
-            };
+                ))
+            }
+            (None, _, Some(_)) => return self.grpc_stream_spec().map(|s| (Some(s), None)),
         };
         if let Some(key) = Key::OF_WHOLE_BODY.iter().find(|k| given(k)) {
             return Err(format!(
@@ -519,6 +528,28 @@ impl<'a> Builder<'a> {
             event: keys.event.unwrap_or(EventSpec::Text(DEFAULT_EVENT.into())),
         };
         Ok((Some(stream), None))
+    }
+
+    /// A server-streaming gRPC route's messages: its reply (`size=`, `body=`), sent whole on the
+    /// stream's times, so a paced body's keys are refused.
+    fn grpc_stream_spec(&mut self) -> Result<StreamSpec, String> {
+        if let Some(key) = [Key::Rate, Key::BodyDelay]
+            .iter()
+            .find(|k| self.seen.contains(k))
+        {
+            return Err(format!(
+                "{} can't be given with events=, first= or gap=: each message of a server-streaming gRPC route goes whole, on the stream's times",
+                key.name()
+            ));
+        }
+        let keys = std::mem::take(&mut self.stream);
+        Ok(StreamSpec {
+            feed: Feed::Grpc,
+            events: keys.events.unwrap_or(Count::Fixed(DEFAULT_EVENTS)),
+            first: keys.first,
+            gap: keys.gap,
+            event: EventSpec::Reply,
+        })
     }
 
     /// An openai route's keys: a body or a stream's own keys beside them are refused, naming
@@ -754,7 +785,7 @@ impl RoutePatch {
             builder.set(key, value)?;
         }
         let pool = builder.pool("")?;
-        let (stream, openai) = builder.stream_spec()?;
+        let (stream, openai) = builder.stream_spec(None)?;
         let given = |key: Key| builder.seen.contains(&key);
         let status_given = given(Key::Status) || given(Key::GrpcStatus);
         let body_given = given(Key::Body) || given(Key::Size);
@@ -789,11 +820,16 @@ impl RoutePatch {
             (route.status, route.status_mix) = (*status, mix.clone());
         }
         replace(&mut route.body, &self.body);
-        if self.body.is_some() {
+        // A gRPC route's reply is its messages' too: a body and a stream do not replace each other.
+        let grpc = base.is_grpc();
+        if self.body.is_some() && !grpc {
             (route.stream, route.openai) = (None, None);
         }
         if let Some(stream) = &self.stream {
-            (route.body, route.rate, route.body_delay) = (BodySpec::Empty, None, None);
+            if !grpc {
+                route.body = BodySpec::Empty;
+            }
+            (route.rate, route.body_delay) = (None, None);
             (route.stream, route.openai) = (Some(stream.clone()), None);
         }
         if let Some(openai) = &self.openai {
@@ -1272,6 +1308,21 @@ mod tests {
         assert!(spec_err("/pkg.Svc/M header=Content-Type:x").contains("gRPC route"));
         assert!(spec_err("/pkg.Svc/M header=grpc-status:0").contains("gRPC route"));
         assert!(spec_err("/health grpc-status=OK").contains("method path"));
+        let streaming = spec("/pkg.Svc/M events=3 gap=20ms size=8");
+        let stream = streaming.stream.as_ref().unwrap();
+        assert_eq!(
+            (stream.feed, &stream.event),
+            (Feed::Grpc, &EventSpec::Reply)
+        );
+        assert_eq!(
+            streaming.body,
+            BodySpec::Size(8),
+            "each message is the reply"
+        );
+        assert!(spec_err("/pkg.Svc/M stream=sse").contains("server-streaming"));
+        assert!(spec_err("/pkg.Svc/M event-size=3").contains("size= or body="));
+        assert!(spec_err("/pkg.Svc/M events=3 rate=1k").contains("goes whole"));
+        assert!(spec_err("/http events=3").contains("needs stream="));
     }
 
     #[test]
