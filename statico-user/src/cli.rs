@@ -67,8 +67,10 @@ pub struct Cli {
     /// events=N|uniform:LO:HI|lognormal:P50:P99  first=DIST  gap=DIST  event=TEXT ({i}: the index)
     /// | event-size=SIZE. An OpenAI-compatible backend on 'PREFIX/*': openai=on model=NAME (repeatable)
     /// tokens=N|DIST-of-counts first=DIST gap=DIST prefill=DUR (per prompt token) context=N. A gRPC
-    /// route on a method path '/pkg.Svc/Method' (or '/pkg.Svc/*') takes unary gRPC calls only:
-    /// grpc-status=UNAVAILABLE:5%,RESOURCE_EXHAUSTED:1% grpc-message=TEXT (not status=). DIST: 10ms · uniform:5ms:15ms · exp:10ms · normal:10ms:2ms ·
+    /// route on a method path '/pkg.Svc/Method' (or '/pkg.Svc/*') takes gRPC calls only:
+    /// grpc-status=UNAVAILABLE:5%,RESOURCE_EXHAUSTED:1% grpc-message=TEXT (not status=); events= first=
+    /// gap= make it server-streaming (each message its reply); health=SERVING|NOT_SERVING on
+    /// '/grpc.health.v1.Health/*' is what the health service reports. DIST: 10ms · uniform:5ms:15ms · exp:10ms · normal:10ms:2ms ·
     /// lognormal:P50:P99 · pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s ·
     /// inflight:BASE:PER (BASE + PER × this route's requests in flight, itself included)
     #[arg(long = "route", value_name = "SPEC", value_parser = parse_route)]

@@ -931,3 +931,39 @@ fn a_server_streaming_route_sends_its_reply_on_the_streams_times_then_ok_or_dead
     }
     assert_eq!(route["stream"]["events"], 7, "the messages sent: {route}");
 }
+
+#[test]
+fn a_health_route_takes_the_server_out_of_service_for_a_phase_and_a_watch_sees_it_come_back() {
+    let test =
+        "a_health_route_takes_the_server_out_of_service_for_a_phase_and_a_watch_sees_it_come_back";
+    let s = start(&[
+        "--route",
+        "/grpc.health.v1.Health/* health=SERVING",
+        "--phase",
+        "at=0s for=2s /grpc.health.v1.Health/* health=NOT_SERVING",
+    ]);
+    let started = Instant::now();
+    let probe = go_tool("grpc-health-probe", test);
+    if let Some(probe) = &probe {
+        let (ok, out, err) = run(probe, &[&format!("-addr={}", target(&s))]);
+        assert!(!ok && err.contains("NOT_SERVING"), "{out}\n{err}");
+    }
+    // A Watch gets NOT_SERVING, then SERVING when the phase ends, then its deadline.
+    let fields = [
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "3000m"),
+    ];
+    let o = call_with(&s, "/grpc.health.v1.Health/Watch", &fields, framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    let (not_serving, serving) = (framed(0, &[0x08, 2]), framed(0, &[0x08, 1]));
+    assert_eq!(o.body, [not_serving, serving].concat(), "{o:?}");
+    let change = started.elapsed() - o.ended + o.pieces[1];
+    assert!(
+        change >= Duration::from_millis(1800) && change < Duration::from_millis(2400),
+        "the change came {change:?} after the start"
+    );
+    if let Some(probe) = &probe {
+        let (ok, out, err) = run(probe, &[&format!("-addr={}", target(&s))]);
+        assert!(ok && err.contains("status: SERVING"), "{out}\n{err}");
+    }
+}

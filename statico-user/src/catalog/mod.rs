@@ -497,7 +497,9 @@ impl Local {
             Some(answer) => answer,
             None => match self.grpc.as_ref().filter(|_| grpc_call) {
                 Some(grpc) => {
-                    let mut answer = grpc.answer(request.uri().path(), request.headers());
+                    let health = grpc::HealthSource::new(self.live.clone());
+                    let path = request.uri().path();
+                    let mut answer = grpc.answer(path, request.headers(), health);
                     answer.set_date(&self.date);
                     return answer;
                 }
@@ -514,6 +516,10 @@ impl Local {
     /// `DEADLINE_EXCEEDED` for one held past the call's `grpc-timeout` (a malformed one is
     /// `INTERNAL`, as the built-in services answer it).
     fn call_answer<B>(&self, request: &http::Request<B>) -> Option<StreamAnswer> {
+        // The built-in `Watch` follows the health routes rather than being answered by one.
+        if self.grpc.is_some() && request.uri().path() == grpc::HEALTH_METHODS[1] {
+            return None;
+        }
         let routes = self.routes.as_ref().filter(|r| !r.matches_nothing())?;
         let chosen =
             routes.choose_call(&Request::from_http(request), &mut self.draw.borrow_mut())?;

@@ -8,7 +8,9 @@
 //! - Fortio's `fgrpc.PingServer/Ping`, as `fortio server` answers it: the message echoed with the
 //!   server's receive time in `ts`, after `delayNanos` (at most `--max-delay`);
 //! - `grpc.health.v1.Health` `Check` and `Watch`: `""`, every service below and Fortio's `ping`
-//!   are SERVING; another name is `NOT_FOUND` (`Check`) or `SERVICE_UNKNOWN` (`Watch`);
+//!   are SERVING, unless a route with `health=` on a health method's path gives another status
+//!   ([`HealthSource`], read at each check; a `Watch` reads it every [`WATCH_EVERY`] and sends each
+//!   change); another name is `NOT_FOUND` (`Check`) or `SERVICE_UNKNOWN` (`Watch`);
 //! - server reflection, `grpc.reflection.v1` and `v1alpha` (`ServerReflectionInfo`): the services,
 //!   and their files ([`descriptors`]) by name and by symbol;
 //! - grpc-go's interop `grpc.testing.TestService` ([`testing`]), its metadata echoed: the value of
@@ -34,6 +36,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use prost::Message;
 
 use super::model::hold::Hold;
+use super::route::live::LiveRoutes;
 use super::stream::StreamAnswer;
 use messages::{
     ErrorResponse, FileDescriptorResponse, HealthCheckRequest, HealthCheckResponse,
@@ -50,6 +53,15 @@ pub const SERVICES: [&str; 5] = [
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
 ];
+
+/// The health service's methods, whose status a route with `health=` on their path gives.
+pub const HEALTH_METHODS: [&str; 2] = [
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+];
+
+/// How often a `Watch` reads the health routes for a change (a phase's, or the control API's).
+pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// The health service name `fortio server` marks SERVING (Fortio's default for its clients).
 const FORTIO_HEALTH: &str = "ping";
@@ -89,6 +101,26 @@ pub struct Call {
     echo_trailing: Option<HeaderValue>,
     /// `StreamingInputCall`: the payload bytes received so far.
     received: u64,
+    /// Where the health service reads the routes' `health=`.
+    health: HealthSource,
+    /// `Watch`: the service watched, and the status last sent.
+    watched: Option<(String, ServingStatus)>,
+}
+
+/// Where the health service reads the status the routes give it now
+/// ([`crate::catalog::route::Routes::health`]): the routes in force, read at each check.
+#[derive(Clone, Debug, Default)]
+pub struct HealthSource(Option<Arc<LiveRoutes>>);
+
+impl HealthSource {
+    pub fn new(routes: Option<Arc<LiveRoutes>>) -> HealthSource {
+        HealthSource(routes)
+    }
+
+    /// The status a route gives, if one does.
+    fn status(&self) -> Option<ServingStatus> {
+        self.0.as_ref()?.load().health()
+    }
 }
 
 /// One reply of a streaming call: sent `wait` after the one before.
@@ -239,11 +271,14 @@ fn route_head(fields: HeaderMap) -> HeaderMap {
     headers
 }
 
-/// A gRPC route's reply message: `body=` as it is, `size=N` a message whose field 1 holds N bytes
-/// of `generated`, or an empty message.
-pub fn route_reply(body: &super::route::spec::BodySpec, generated: &Bytes) -> Bytes {
+/// A gRPC route's reply message: a health check's answer with its `health=` status, `body=` as it
+/// is, `size=N` a message whose field 1 holds N bytes of `generated`, or an empty message.
+pub fn route_reply(spec: &super::route::spec::RouteSpec, generated: &Bytes) -> Bytes {
     use super::route::spec::BodySpec;
-    match body {
+    if let Some(status) = spec.health {
+        return health(status).into();
+    }
+    match &spec.body {
         BodySpec::Empty => Bytes::new(),
         BodySpec::Text(b) | BodySpec::File(_, b) => Bytes::from(b.clone()),
         BodySpec::Size(n) => bytes_message(&generated[..*n as usize]),
@@ -279,8 +314,9 @@ impl Grpc {
 
     /// The answer to a gRPC call on `path` with these header `fields`: a built-in method's, made
     /// once its request is read (the answer carries its [`Call`]), else `UNIMPLEMENTED`; a
-    /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it).
-    pub fn answer(&self, path: &str, fields: &HeaderMap) -> StreamAnswer {
+    /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it). The health service's
+    /// status is the one `health` reads, SERVING if none.
+    pub fn answer(&self, path: &str, fields: &HeaderMap, health: HealthSource) -> StreamAnswer {
         let grpc_timeout = fields.get("grpc-timeout").map(HeaderValue::as_bytes);
         let deadline = match grpc_timeout.map(timeout).transpose() {
             Ok(deadline) => deadline,
@@ -295,6 +331,8 @@ impl Grpc {
                     echo_initial: fields.get(ECHO_INITIAL).cloned(),
                     echo_trailing: fields.get(ECHO_TRAILING).cloned(),
                     received: 0,
+                    health,
+                    watched: None,
                 })),
                 ..stream_answer(head_fields(), Bytes::new(), Hold::default(), None)
             },
@@ -305,7 +343,7 @@ impl Grpc {
         }
     }
 
-    /// Whether the health service reports `service` (SERVING).
+    /// Whether the health service knows `service`.
     fn serves(&self, service: &str) -> bool {
         service.is_empty() || service == FORTIO_HEALTH || SERVICES.contains(&service)
     }
@@ -409,9 +447,9 @@ impl Call {
             }
             Method::Check => {
                 let ask = decoded::<HealthCheckRequest>(request)?;
-                match self.grpc.serves(&ask.service) {
-                    true => Ok((health(ServingStatus::Serving), Duration::ZERO)),
-                    false => Err(CallStatus::new(
+                match self.status_of(&ask.service) {
+                    Some(status) => Ok((health(status), Duration::ZERO)),
+                    None => Err(CallStatus::new(
                         Code::NotFound,
                         format!("unknown service {:?}", ask.service),
                     )),
@@ -439,10 +477,10 @@ impl Call {
         Ok(match self.method {
             Method::Watch => {
                 let ask = decoded::<HealthCheckRequest>(request)?;
-                at_once(health(match self.grpc.serves(&ask.service) {
-                    true => ServingStatus::Serving,
-                    false => ServingStatus::ServiceUnknown,
-                }))
+                let status =
+                    (self.status_of(&ask.service)).unwrap_or(ServingStatus::ServiceUnknown);
+                self.watched = Some((ask.service, status));
+                at_once(health(status))
             }
             Method::Reflection => at_once(self.reflect(decoded(request)?).encode_to_vec()),
             Method::StreamingInputCall => {
@@ -467,6 +505,23 @@ impl Call {
                 ))
             }
         })
+    }
+
+    /// The health status of a known `service`: the routes' (`health=`), else SERVING.
+    fn status_of(&self, service: &str) -> Option<ServingStatus> {
+        (self.grpc.serves(service)).then(|| self.health.status().unwrap_or(ServingStatus::Serving))
+    }
+
+    /// A `Watch`'s next message: the status of the service watched, if it changed since the one
+    /// sent last (read every [`WATCH_EVERY`]).
+    pub fn watch(&mut self) -> Option<TimedReply> {
+        let (service, sent) = self.watched.as_ref()?;
+        let now = self.status_of(service)?;
+        if now == *sent {
+            return None;
+        }
+        self.watched = self.watched.take().map(|(service, _)| (service, now));
+        Some(TimedReply::now(&health(now)))
     }
 
     /// A streaming call's replies once the client's side has ended (`StreamingInputCall`'s one).
@@ -614,6 +669,8 @@ mod tests {
             echo_trailing: None,
             received: 0,
             grpc: Grpc::new(Duration::from_secs(1)),
+            health: HealthSource::default(),
+            watched: None,
         }
     }
 
@@ -673,10 +730,18 @@ mod tests {
             fields.insert("grpc-timeout", HeaderValue::from_static(t));
             fields
         };
-        let malformed = grpc.answer("/fgrpc.PingServer/Ping", &timed("soon"));
+        let malformed = grpc.answer(
+            "/fgrpc.PingServer/Ping",
+            &timed("soon"),
+            HealthSource::default(),
+        );
         assert_eq!(grpc_status(&malformed), "13");
         let held = |timeout: &'static str| {
-            let a = grpc.answer("/fgrpc.PingServer/Ping", &timed(timeout));
+            let a = grpc.answer(
+                "/fgrpc.PingServer/Ping",
+                &timed(timeout),
+                HealthSource::default(),
+            );
             let ping = PingMessage {
                 delay_nanos: 300_000_000,
                 ..PingMessage::default()
@@ -721,6 +786,57 @@ mod tests {
     }
 
     #[test]
+    fn a_health_route_sets_the_status_and_a_watch_sees_it_change() {
+        use crate::catalog::route::{spec, table::Table, Common, Routes};
+        let table = |routes: &[&str]| Table {
+            routes: routes
+                .iter()
+                .map(|r| spec::parse_spec(r).unwrap())
+                .collect(),
+            ..Table::default()
+        };
+        let base = crate::catalog::response::ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let common = Common::new(base, true, 1, None);
+        let out = table(&["/grpc.health.v1.Health/* health=NOT_SERVING"]);
+        let live = Arc::new(LiveRoutes::new(Routes::build(&out, &common, None).unwrap()));
+        let mut watch = Call {
+            health: HealthSource::new(Some(live.clone())),
+            ..call(Method::Watch)
+        };
+        let status = |reply: &TimedReply| {
+            let mut m = frame::Messages::default();
+            m.push(&reply.framed());
+            HealthCheckResponse::decode(m.take().unwrap().unwrap())
+                .unwrap()
+                .status
+        };
+        let ask = HealthCheckRequest { service: "".into() }.encode_to_vec();
+        let first = watch.replies(&ask).unwrap();
+        assert_eq!(status(&first[0]), ServingStatus::NotServing as i32);
+        assert_eq!(watch.watch(), None, "no change, no message");
+        let back = table(&["/pkg.Svc/M"]);
+        live.replace(|now| Routes::build(&back, &common, Some(now)))
+            .unwrap();
+        let change = watch.watch().expect("the change is sent");
+        assert_eq!(status(&change), ServingStatus::Serving as i32);
+        assert_eq!(watch.watch(), None);
+        let unknown = Call {
+            health: HealthSource::new(Some(live)),
+            ..call(Method::Check)
+        };
+        let a = unknown.unary_answer(Ok(vec![b"\x0a\x04nope"[..].into()]), SystemTime::now());
+        assert_eq!(
+            grpc_status(&a),
+            "5",
+            "an unknown service is still NOT_FOUND"
+        );
+    }
+
+    #[test]
     fn a_unary_call_without_one_message_is_internal_and_a_bad_body_keeps_its_status() {
         let ping = call(Method::Ping);
         assert_eq!(
@@ -743,7 +859,11 @@ mod tests {
 
     #[test]
     fn unknown_methods_are_unimplemented_trailers_only() {
-        let a = Grpc::new(Duration::ZERO).answer("/pkg.Svc/Nope", &HeaderMap::new());
+        let a = Grpc::new(Duration::ZERO).answer(
+            "/pkg.Svc/Nope",
+            &HeaderMap::new(),
+            HealthSource::default(),
+        );
         assert_eq!(grpc_status(&a), "12");
         assert!(a.grpc.is_none() && a.trailers.is_none() && a.body.is_empty());
     }

@@ -30,7 +30,9 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
 use super::feed::{EventSource, Feed};
+use super::grpc::messages::ServingStatus;
 use super::grpc::status::{CallStatus, Code};
+use super::grpc::HEALTH_METHODS;
 use super::openai::OpenAi;
 use super::request::Request;
 use super::response::{with_defaults, with_own_fields, Framing, Response, ResponseSpec, DATE_LEN};
@@ -146,6 +148,8 @@ struct Route {
     openai: Option<Arc<Asking>>,
     /// A gRPC route's ([`spec::is_method_path`]): it takes gRPC calls only.
     grpc: Option<GrpcRoute>,
+    /// A gRPC route's `health=`.
+    health: Option<ServingStatus>,
 }
 
 /// A gRPC route's own answers: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`.
@@ -403,6 +407,20 @@ impl Routes {
         self.matched == 0
     }
 
+    /// The status the health routes give the built-in health service now: that of the first gRPC
+    /// route with `health=` on a health method's path (its phase's version while one is open).
+    pub fn health(&self) -> Option<ServingStatus> {
+        let on_health = |r: &Route| {
+            r.grpc.is_some()
+                && r.health.is_some()
+                && HEALTH_METHODS
+                    .iter()
+                    .any(|m| r.matches(b"POST", m.as_bytes()))
+        };
+        let i = self.routes[..self.matched].iter().position(on_health)?;
+        self.routes[self.in_phase(i)].health
+    }
+
     /// The first route `request` matches, and what it draws for it (a gRPC route takes only gRPC
     /// calls, [`Routes::choose_call`]).
     pub fn choose(&self, request: &Request<'_>, draw: &mut Draw) -> Option<RouteChoice> {
@@ -553,7 +571,7 @@ impl Route {
             BodySpec::Size(n) => generated.slice(..*n as usize),
         };
         let reply = match spec.is_grpc() {
-            true => super::grpc::route_reply(&spec.body, generated),
+            true => super::grpc::route_reply(spec, generated),
             false => Bytes::new(),
         };
         let events = (spec.stream.as_ref()).map(|s| Arc::new(EventSource::new(s, &reply)));
@@ -592,6 +610,7 @@ impl Route {
             done_answer: answers.done,
             openai: None,
             grpc: answers.grpc,
+            health: spec.health,
         }
         .with_openai(spec, base, shed.is_some()))
     }

@@ -35,6 +35,7 @@ use toml::{Spanned, Value};
 
 use super::pool_spec::{PoolKeys, PoolSpec};
 use crate::catalog::feed::Feed;
+use crate::catalog::grpc::messages::ServingStatus;
 use crate::catalog::grpc::status::Code;
 use crate::catalog::model::dist::Dist;
 use crate::catalog::model::events::Count;
@@ -143,6 +144,10 @@ pub struct RouteSpec {
     pub openai: Option<OpenAiSpec>,
     /// A gRPC route's `grpc-message`, sent with every status but OK.
     pub grpc_message: Option<String>,
+    /// `health=`: a gRPC route whose reply is a health check's answer with this status; on a
+    /// health method's path (`/grpc.health.v1.Health/Check`, `…/Watch`, `…/*`) the built-in
+    /// `Watch` reports it too.
+    pub health: Option<ServingStatus>,
 }
 
 /// An OpenAI-compatible backend's keys (`openai=on` and the keys that shape its tokens): see
@@ -220,6 +225,7 @@ impl RouteSpec {
             stream: None,
             openai: None,
             grpc_message: None,
+            health: None,
         }
     }
 
@@ -275,10 +281,11 @@ enum Key {
     Context,
     GrpcStatus,
     GrpcMessage,
+    Health,
 }
 
 impl Key {
-    const ALL: [Key; 21] = [
+    const ALL: [Key; 22] = [
         Key::Status,
         Key::Body,
         Key::Size,
@@ -300,6 +307,7 @@ impl Key {
         Key::Context,
         Key::GrpcStatus,
         Key::GrpcMessage,
+        Key::Health,
     ];
 
     /// The keys that shape a stream's events (they need `stream=`; `first=` and `gap=` shape an
@@ -344,12 +352,13 @@ impl Key {
             Key::Context => "context",
             Key::GrpcStatus => "grpc-status",
             Key::GrpcMessage => "grpc-message",
+            Key::Health => "health",
         }
     }
 }
 
 /// The known keys, for the unknown-key error.
-const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, grpc-status, grpc-message, pool, capacity, queue, queue-timeout, shed";
+const KEY_LIST: &str = "status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, grpc-status, grpc-message, health, pool, capacity, queue, queue-timeout, shed";
 
 /// A route being filled in key by key: checks repeats and exclusions, then the key's parser.
 struct Builder<'a> {
@@ -453,7 +462,7 @@ impl<'a> Builder<'a> {
         let route = &self.route;
         let given = |key: Key| self.seen.contains(&key);
         if !route.is_grpc() {
-            return match [Key::GrpcStatus, Key::GrpcMessage]
+            return match [Key::GrpcStatus, Key::GrpcMessage, Key::Health]
                 .into_iter()
                 .find(|k| given(*k))
             {
@@ -469,6 +478,12 @@ impl<'a> Builder<'a> {
         }
         if route.openai.is_some() {
             return Err("openai=on can't be given on a gRPC route: it answers gRPC calls".into());
+        }
+        if let Some(key) = [Key::Body, Key::Size, Key::Events, Key::First, Key::Gap]
+            .into_iter()
+            .find(|k| given(*k) && given(Key::Health))
+        {
+            return Err(format!("{} can't be given with health=: the reply is a health check's answer with that status", key.name()));
         }
         let reserved = |name: &str| {
             name.eq_ignore_ascii_case("content-type")
@@ -606,6 +621,7 @@ impl<'a> Builder<'a> {
             Key::Status => (route.status, route.status_mix) = parse_status(value)?,
             Key::GrpcStatus => (route.status, route.status_mix) = parse_grpc_status(value)?,
             Key::GrpcMessage => route.grpc_message = Some(value.to_owned()),
+            Key::Health => route.health = Some(parse_health(value)?),
             Key::Body => route.body = parse_body(value, self.base_dir)?,
             Key::Size => route.body = BodySpec::Size(parse_size(value)?),
             Key::Header => route.headers.push(parse_header(value)?),
@@ -637,6 +653,23 @@ struct StreamKeys {
     tokens: Option<Count>,
     prefill: Option<Duration>,
     context: Option<u64>,
+}
+
+/// `health=`: a health check's status, by name (`SERVING`, `NOT_SERVING`, `UNKNOWN`,
+/// `SERVICE_UNKNOWN`, any case) or number.
+fn parse_health(value: &str) -> Result<ServingStatus, String> {
+    let named = match value.to_ascii_uppercase().as_str() {
+        "UNKNOWN" | "0" => ServingStatus::Unknown,
+        "SERVING" | "1" => ServingStatus::Serving,
+        "NOT_SERVING" | "2" => ServingStatus::NotServing,
+        "SERVICE_UNKNOWN" | "3" => ServingStatus::ServiceUnknown,
+        _ => {
+            return Err(format!(
+                "{value:?}: expected SERVING, NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN"
+            ))
+        }
+    };
+    Ok(named)
 }
 
 /// `openai=on|off`.
@@ -756,6 +789,8 @@ pub struct RoutePatch {
     /// `status` (or a gRPC route's `grpc-status`): the base status and the mix.
     pub status: Option<(u16, Vec<(u16, f64)>)>,
     pub grpc_message: Option<String>,
+    /// `health=`, which replaces the route's body (and a body the route's health).
+    pub health: Option<ServingStatus>,
     /// `body` or `size`.
     pub body: Option<BodySpec>,
     pub headers: Option<Vec<(String, String)>>,
@@ -795,6 +830,7 @@ impl RoutePatch {
         Ok(RoutePatch {
             status: status_given.then_some((route.status, route.status_mix)),
             grpc_message: route.grpc_message,
+            health: route.health,
             body: body_given.then_some(route.body),
             headers: headers_given.then_some(route.headers),
             delay: route.delay,
@@ -820,6 +856,12 @@ impl RoutePatch {
             (route.status, route.status_mix) = (*status, mix.clone());
         }
         replace(&mut route.body, &self.body);
+        if self.body.is_some() {
+            route.health = None;
+        }
+        if self.health.is_some() {
+            (route.health, route.body) = (self.health, BodySpec::Empty);
+        }
         // A gRPC route's reply is its messages' too: a body and a stream do not replace each other.
         let grpc = base.is_grpc();
         if self.body.is_some() && !grpc {
@@ -1090,6 +1132,11 @@ pub(super) struct TomlRoute {
     tokens: Option<Spanned<Value>>,
     prefill: Option<Spanned<Value>>,
     context: Option<Spanned<Value>>,
+    #[serde(rename = "grpc-status")]
+    grpc_status: Option<Spanned<Value>>,
+    #[serde(rename = "grpc-message")]
+    grpc_message: Option<Spanned<Value>>,
+    health: Option<Spanned<Value>>,
     pool: Option<Spanned<Value>>,
     capacity: Option<Spanned<Value>>,
     queue: Option<Spanned<Value>>,
@@ -1150,6 +1197,9 @@ pub(super) fn toml_route(
         (Key::Tokens, &route.tokens),
         (Key::Prefill, &route.prefill),
         (Key::Context, &route.context),
+        (Key::GrpcStatus, &route.grpc_status),
+        (Key::GrpcMessage, &route.grpc_message),
+        (Key::Health, &route.health),
     ];
     for (key, value) in keyed {
         let Some(value) = value else { continue };
@@ -1455,7 +1505,7 @@ mod tests {
     fn key_errors() {
         assert_eq!(
             spec_err("/ colour=red"),
-            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, grpc-status, grpc-message, pool, capacity, queue, queue-timeout, shed"
+            "unknown key \"colour\"; expected one of status, body, size, header, delay, body-delay, fault, rate, stream, events, first, gap, event, event-size, openai, model, tokens, prefill, context, grpc-status, grpc-message, health, pool, capacity, queue, queue-timeout, shed"
         );
         assert!(spec_err("/ status").contains("\"status\" is not key=value"));
         assert_eq!(spec_err("/ status=200 status=404"), "status given twice");

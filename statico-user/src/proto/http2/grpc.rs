@@ -5,7 +5,8 @@
 //!
 //! A message is at most 4 MiB (not `--max-body-size`). A unary call's body may pause
 //! `--header-timeout` between its frames; a streaming call's stream, open and quiet between
-//! messages, is ended after `--idle-timeout`.
+//! messages, is ended after `--idle-timeout`; a `Watch` reads the health routes every
+//! [`WATCH_EVERY`] and sends a change as it comes.
 
 use std::future::poll_fn;
 use std::time::{Instant, SystemTime};
@@ -17,7 +18,7 @@ use super::stream::{deliver, Ended};
 use super::H2Settings;
 use crate::catalog::grpc::frame::Messages;
 use crate::catalog::grpc::status::{CallStatus, Code};
-use crate::catalog::grpc::{Call, TimedReply};
+use crate::catalog::grpc::{Call, TimedReply, WATCH_EVERY};
 use crate::catalog::StreamAnswer;
 use crate::observe::meter::WorkerCounters;
 use statico_common::Counter;
@@ -146,23 +147,50 @@ async fn streamed(
     };
     let status = status.unwrap_or_else(|refused| refused);
     let status = match status.code == Code::Ok && call.stays_open() {
-        true => {
-            let (wait, at_deadline) = waits.next();
-            let left = poll_fn(|cx| send.poll_reset(cx));
-            match crate::kernel::timer::timeout(wait, left).await {
-                Ok(_) => return Ended::Done,
-                Err(_) if at_deadline => CallStatus::deadline_exceeded(),
-                Err(_) => {
-                    counters.add(Counter::Timeouts, 1);
-                    send.send_reset(h2::Reason::CANCEL);
-                    return Ended::Done;
-                }
-            }
-        }
+        true => match watch(call, &mut send, &waits, settings, counters).await {
+            Some(status) => status,
+            None => return Ended::Done,
+        },
         false => status,
     };
     let _ = send.send_trailers(call.trailers(&status));
     Ended::Done
+}
+
+/// A `Watch` once its first status is sent: every [`WATCH_EVERY`] the health routes are read and
+/// a change is sent, until the client leaves (`None`), the call's deadline (`DEADLINE_EXCEEDED`),
+/// or `--idle-timeout` with nothing sent (the stream is reset, counted as a timeout: `None`).
+async fn watch(
+    call: &mut Call,
+    send: &mut h2::SendStream<Bytes>,
+    waits: &Waits,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) -> Option<CallStatus> {
+    let mut quiet_since = Instant::now();
+    loop {
+        let (limit, at_deadline) =
+            waits.next_within(waits.idle.saturating_sub(quiet_since.elapsed()));
+        let wait = limit.min(WATCH_EVERY);
+        let left = poll_fn(|cx| send.poll_reset(cx));
+        match crate::kernel::timer::timeout(wait, left).await {
+            Ok(_) => return None,
+            Err(_) if wait < limit => {
+                if let Some(change) = call.watch() {
+                    if !send_all(vec![change], send, settings, counters).await {
+                        return None;
+                    }
+                    quiet_since = Instant::now();
+                }
+            }
+            Err(_) if at_deadline => return Some(CallStatus::deadline_exceeded()),
+            Err(_) => {
+                counters.add(Counter::Timeouts, 1);
+                send.send_reset(h2::Reason::CANCEL);
+                return None;
+            }
+        }
+    }
 }
 
 /// How long a streaming call waits for its client: `--idle-timeout`, or less when the call's
@@ -175,12 +203,18 @@ struct Waits {
 impl Waits {
     /// The next wait, and whether it ends at the deadline.
     fn next(&self) -> (std::time::Duration, bool) {
+        self.next_within(self.idle)
+    }
+
+    /// The next wait when `idle` is left before `--idle-timeout`, and whether it ends at the
+    /// deadline.
+    fn next_within(&self, idle: std::time::Duration) -> (std::time::Duration, bool) {
         let left = self
             .deadline
             .map(|at| at.saturating_duration_since(Instant::now()));
         match left {
-            Some(left) if left <= self.idle => (left, true),
-            _ => (self.idle, false),
+            Some(left) if left <= idle => (left, true),
+            _ => (idle, false),
         }
     }
 }
