@@ -967,3 +967,56 @@ fn a_health_route_takes_the_server_out_of_service_for_a_phase_and_a_watch_sees_i
         assert!(ok && err.contains("status: SERVING"), "{out}\n{err}");
     }
 }
+
+#[test]
+fn the_built_in_methods_calls_are_in_the_ground_truth_by_method_and_status() {
+    let s = start(&["--metrics", "127.0.0.1:0"]);
+    let ping = "/fgrpc.PingServer/Ping";
+    for _ in 0..3 {
+        let o = call(&s, ping, "application/grpc", ping_with_delay(0));
+        assert_eq!(o.grpc_status.as_deref(), Some("0"), "{o:?}");
+    }
+    let late = [
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "50m"),
+    ];
+    let o = call_with(&s, ping, &late, ping_with_delay(200));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    // HealthCheckRequest{service: "no.Such"}.
+    let mut unknown = vec![0x0a, 7];
+    unknown.extend_from_slice(b"no.Such");
+    let check = "/grpc.health.v1.Health/Check";
+    let o = call(&s, check, "application/grpc", framed(0, &unknown));
+    assert_eq!(o.grpc_status.as_deref(), Some("5"), "{o:?}");
+    let o = call_with(&s, "/grpc.health.v1.Health/Watch", &late, framed(0, b""));
+    assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let routes = t["routes"].as_array().into_iter().flatten();
+        routes
+            .map(|r| r["count"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+            == 6
+    });
+    let method = |path: &str| {
+        let routes = truth["routes"].as_array().unwrap();
+        routes.iter().find(|r| r["route"] == path).cloned().unwrap()
+    };
+    let outcome = statico_tests::figures::outcome;
+    let pinged = method(ping);
+    assert_eq!(outcome(&pinged, "OK"), 3, "{pinged}");
+    assert_eq!(outcome(&pinged, "DEADLINE_EXCEEDED"), 1, "{pinged}");
+    assert_eq!(outcome(&method(check), "NOT_FOUND"), 1, "{truth}");
+    let watched = method("/grpc.health.v1.Health/Watch");
+    assert_eq!(outcome(&watched, "DEADLINE_EXCEEDED"), 1, "{watched}");
+    let metrics = s.scrape("/metrics");
+    let not_found = metrics.lines().find(|l| {
+        l.starts_with("statico_route_requests_total{")
+            && l.contains(r#"route="/grpc.health.v1.Health/Check""#)
+            && l.contains(r#"outcome="NOT_FOUND""#)
+    });
+    let line = not_found.unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        line.contains(r#"grpc_status="5""#) && line.ends_with(" 1"),
+        "{line}"
+    );
+}

@@ -207,7 +207,12 @@ impl Catalog {
             plan.workers * (1 + usize::from(plan.quic)),
             plan.pausable.then(|| Pauses::new(plan.pauses.clone())),
         );
-        let routes = match plan.table.routes.is_empty() && !plan.live {
+        let common = route::Common {
+            builtins: plan.grpc.is_some(),
+            ..common
+        };
+        // With `--grpc` the table is kept, if empty, for the built-in methods' truth.
+        let routes = match plan.table.routes.is_empty() && !plan.live && plan.grpc.is_none() {
             true => {
                 route::check_pools_alone(&plan.table.pools)?;
                 None
@@ -498,8 +503,10 @@ impl Local {
             None => match self.grpc.as_ref().filter(|_| grpc_call) {
                 Some(grpc) => {
                     let health = grpc::HealthSource::new(self.live.clone());
+                    let truth = (self.routes.as_ref().zip(self.recorder.as_ref()))
+                        .and_then(|(routes, recorder)| routes.builtin_truth(recorder));
                     let path = request.uri().path();
-                    let mut answer = grpc.answer(path, request.headers(), health);
+                    let mut answer = grpc.answer(path, request.headers(), health, truth);
                     answer.set_date(&self.date);
                     return answer;
                 }

@@ -77,6 +77,9 @@ pub struct RouteInfo {
     /// An OpenAI-compatible backend's (`openai=on`): the model it names first, the `model_name`
     /// of its vLLM metrics. Its tokens are counted.
     pub model: Option<String>,
+    /// A gRPC route's or built-in method's: each outcome's `grpc-status` number, for those that are
+    /// statuses (the `grpc_status` label); empty for another route.
+    pub grpc_status: Vec<Option<u16>>,
 }
 
 /// A pool's figures at one moment, as the ground truth and the metrics show them (an entry of the
@@ -718,16 +721,20 @@ impl GroundTruth {
         encode(families, out);
     }
 
-    /// `statico_route_requests_total{route,outcome}`.
+    /// `statico_route_requests_total{route,outcome}`, and `grpc_status` (the code's number) for a
+    /// gRPC route's statuses.
     fn requests_family(&self, merged: &[Tally]) -> Family {
         let mut family = Family::counter(
             "statico_route_requests_total",
             "Requests a route matched, by outcome (a status code or a fault).",
         );
         for (route, tally) in self.routes.iter().zip(merged) {
-            for (outcome, n) in route.info.outcomes.iter().zip(&tally.outcomes) {
+            for (i, (outcome, n)) in route.info.outcomes.iter().zip(&tally.outcomes).enumerate() {
                 let mut labels = route.labels.clone();
                 labels.push(label("outcome", outcome));
+                if let Some(Some(code)) = route.info.grpc_status.get(i) {
+                    labels.push(label("grpc_status", &code.to_string()));
+                }
                 family.sample(labels, *n as f64);
             }
         }
@@ -1233,6 +1240,7 @@ mod tests {
             streamed: false,
             pool: None,
             model: None,
+            grpc_status: Vec::new(),
         }
     }
 

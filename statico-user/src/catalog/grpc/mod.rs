@@ -35,7 +35,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use prost::Message;
 
-use super::model::hold::Hold;
+use super::model::hold::{Hold, Recorder, TruthKey};
 use super::route::live::LiveRoutes;
 use super::stream::StreamAnswer;
 use messages::{
@@ -53,6 +53,45 @@ pub const SERVICES: [&str; 5] = [
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
 ];
+
+/// Every built-in method's path: the ground truth counts their calls per path, in this order,
+/// after the routes ([`BuiltinTruth`]).
+pub const METHOD_PATHS: [&str; 10] = [
+    "/fgrpc.PingServer/Ping",
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    "/grpc.testing.TestService/EmptyCall",
+    "/grpc.testing.TestService/UnaryCall",
+    "/grpc.testing.TestService/StreamingInputCall",
+    "/grpc.testing.TestService/StreamingOutputCall",
+    "/grpc.testing.TestService/FullDuplexCall",
+];
+
+/// The outcomes of a built-in method in the ground truth: each gRPC status, its index its code's
+/// number, then `gone` (the client left before its status).
+pub fn method_outcomes() -> Vec<String> {
+    (Code::ALL.iter().map(|c| c.name().to_owned()))
+        .chain(["gone".to_owned()])
+        .collect()
+}
+
+/// Where a built-in method's calls record their ground truth: the recorder of the thread that
+/// answers, and where the built-in methods start in the routes table's truth.
+#[derive(Clone, Debug)]
+pub struct BuiltinTruth {
+    pub recorder: Recorder,
+    pub first: u16,
+    pub generation: u32,
+}
+
+/// A call's ground truth: where it goes, and the key of its method (its outcome set when known).
+#[derive(Clone, Debug)]
+struct CallTruth {
+    recorder: Recorder,
+    key: TruthKey,
+}
 
 /// The health service's methods, whose status a route with `health=` on their path gives.
 pub const HEALTH_METHODS: [&str; 2] = [
@@ -105,6 +144,32 @@ pub struct Call {
     health: HealthSource,
     /// `Watch`: the service watched, and the status last sent.
     watched: Option<(String, ServingStatus)>,
+    /// Where its outcome is recorded (a call of a served method, with `--grpc`).
+    truth: Option<CallTruth>,
+}
+
+impl CallTruth {
+    /// The truth of a call on `path`, if it is a built-in method's.
+    fn of(truth: BuiltinTruth, path: &str) -> Option<CallTruth> {
+        let method = METHOD_PATHS.iter().position(|p| *p == path)?;
+        Some(CallTruth {
+            key: TruthKey {
+                route: truth.first + method as u16,
+                outcome: 0,
+                generation: truth.generation,
+            },
+            recorder: truth.recorder,
+        })
+    }
+
+    /// The key with the outcome of `status` (`None`: the client left).
+    fn key(&self, status: Option<&CallStatus>) -> TruthKey {
+        let gone = Code::ALL.len() as u8;
+        TruthKey {
+            outcome: status.map_or(gone, |s| s.code as u8),
+            ..self.key
+        }
+    }
 }
 
 /// Where the health service reads the status the routes give it now
@@ -316,7 +381,14 @@ impl Grpc {
     /// once its request is read (the answer carries its [`Call`]), else `UNIMPLEMENTED`; a
     /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it). The health service's
     /// status is the one `health` reads, SERVING if none.
-    pub fn answer(&self, path: &str, fields: &HeaderMap, health: HealthSource) -> StreamAnswer {
+    /// `truth`: where the call's outcome is recorded, under its method's path.
+    pub fn answer(
+        &self,
+        path: &str,
+        fields: &HeaderMap,
+        health: HealthSource,
+        truth: Option<BuiltinTruth>,
+    ) -> StreamAnswer {
         let grpc_timeout = fields.get("grpc-timeout").map(HeaderValue::as_bytes);
         let deadline = match grpc_timeout.map(timeout).transpose() {
             Ok(deadline) => deadline,
@@ -333,6 +405,7 @@ impl Grpc {
                     received: 0,
                     health,
                     watched: None,
+                    truth: truth.and_then(|t| CallTruth::of(t, path)),
                 })),
                 ..stream_answer(head_fields(), Bytes::new(), Hold::default(), None)
             },
@@ -402,6 +475,30 @@ impl Call {
         messages: Result<Vec<Bytes>, CallStatus>,
         now: SystemTime,
     ) -> StreamAnswer {
+        let (mut answer, status) = self.unary_reply(messages, now);
+        if let Some(truth) = &self.truth {
+            answer.hold.truth = Some(truth.key(Some(&status)));
+            answer.recorder = Some(truth.recorder.clone());
+        }
+        answer
+    }
+
+    /// A streaming call ended `held` after its request began, with `status` (`None`: its client
+    /// left, or it was reset): its outcome recorded.
+    pub fn record_end(&self, status: Option<&CallStatus>, held: Duration) {
+        if let Some(truth) = &self.truth {
+            truth
+                .recorder
+                .record(truth.key(status), Duration::ZERO, held);
+        }
+    }
+
+    /// [`Call::unary_answer`]'s answer, and its status.
+    fn unary_reply(
+        &self,
+        messages: Result<Vec<Bytes>, CallStatus>,
+        now: SystemTime,
+    ) -> (StreamAnswer, CallStatus) {
         let reply = messages.and_then(|m| match m.as_slice() {
             [one] => self.reply(one, now),
             _ => Err(CallStatus::new(
@@ -412,24 +509,29 @@ impl Call {
         match reply {
             Ok((_, delay)) if self.deadline.is_some_and(|d| delay >= d) => {
                 let deadline = self.deadline.unwrap_or_default();
-                StreamAnswer {
+                let status = CallStatus::deadline_exceeded();
+                let answer = StreamAnswer {
                     hold: Hold {
                         delay: deadline,
                         ..Hold::default()
                     },
-                    ..self.trailers_only(&CallStatus::deadline_exceeded())
-                }
+                    ..self.trailers_only(&status)
+                };
+                (answer, status)
             }
-            Ok((message, delay)) => stream_answer(
-                self.head(),
-                frame::framed(&message),
-                Hold {
-                    delay,
-                    ..Hold::default()
-                },
-                Some(self.trailers(&CallStatus::OK)),
-            ),
-            Err(status) => self.trailers_only(&status),
+            Ok((message, delay)) => {
+                let answer = stream_answer(
+                    self.head(),
+                    frame::framed(&message),
+                    Hold {
+                        delay,
+                        ..Hold::default()
+                    },
+                    Some(self.trailers(&CallStatus::OK)),
+                );
+                (answer, CallStatus::OK)
+            }
+            Err(status) => (self.trailers_only(&status), status),
         }
     }
 
@@ -671,6 +773,7 @@ mod tests {
             grpc: Grpc::new(Duration::from_secs(1)),
             health: HealthSource::default(),
             watched: None,
+            truth: None,
         }
     }
 
@@ -734,6 +837,7 @@ mod tests {
             "/fgrpc.PingServer/Ping",
             &timed("soon"),
             HealthSource::default(),
+            None,
         );
         assert_eq!(grpc_status(&malformed), "13");
         let held = |timeout: &'static str| {
@@ -741,6 +845,7 @@ mod tests {
                 "/fgrpc.PingServer/Ping",
                 &timed(timeout),
                 HealthSource::default(),
+                None,
             );
             let ping = PingMessage {
                 delay_nanos: 300_000_000,
@@ -863,6 +968,7 @@ mod tests {
             "/pkg.Svc/Nope",
             &HeaderMap::new(),
             HealthSource::default(),
+            None,
         );
         assert_eq!(grpc_status(&a), "12");
         assert!(a.grpc.is_none() && a.trailers.is_none() && a.body.is_empty());

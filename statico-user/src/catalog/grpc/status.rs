@@ -29,7 +29,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, by number.
-    const ALL: [Code; 17] = [
+    pub const ALL: [Code; 17] = [
         Code::Ok,
         Code::Cancelled,
         Code::Unknown,

@@ -809,6 +809,7 @@ mod tests {
                 streamed: false,
                 pool: Some(0),
                 model: None,
+                grpc_status: Vec::new(),
             };
             Pooled {
                 loads: Arc::new(Loads::new(

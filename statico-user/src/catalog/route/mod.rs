@@ -71,6 +71,9 @@ pub struct Common {
     pub orphans: OrphanClock,
     /// Where tickets take their ids.
     pub tickets: TicketIds,
+    /// `--grpc`: the ground truth counts the built-in services' calls too, per method, after the
+    /// routes ([`Routes::builtin_truth`]).
+    pub builtins: bool,
 }
 
 impl Common {
@@ -90,6 +93,7 @@ impl Common {
             pauses,
             orphans: OrphanClock::default(),
             tickets: TicketIds::default(),
+            builtins: false,
         }
     }
 }
@@ -114,6 +118,8 @@ pub struct Routes {
     began: std::time::Instant,
     /// The table as written (`GET /routes`).
     table: Arc<Table>,
+    /// With `--grpc`: where the built-in methods' truth starts, after the routes'.
+    builtins: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
@@ -240,9 +246,14 @@ impl Routes {
             routes[i].phases = windows.clone();
         }
         let generation = previous.map_or(1, |p| p.generation.wrapping_add(1));
-        let info = (phased.specs.iter().zip(&pool_of).enumerate())
+        let mut info: Vec<RouteInfo> = (phased.specs.iter().zip(&pool_of).enumerate())
             .map(|(i, (s, p))| route_info(s, *p, phased.phase_name(i)))
             .collect();
+        let builtins = (common.builtins).then(|| {
+            let first = info.len() as u16;
+            info.extend(super::grpc::METHOD_PATHS.map(builtin_info));
+            first
+        });
         let loads = (phased.specs.iter().zip(&routes).zip(&pool_of))
             .map(|((spec, route), pool)| route_load(spec, route, *pool))
             .collect();
@@ -274,6 +285,17 @@ impl Routes {
             generation,
             began: std::time::Instant::now(),
             table: Arc::new(table.clone()),
+            builtins,
+        })
+    }
+
+    /// Where a built-in gRPC service's call on this table records its truth, through `recorder`
+    /// (with `--grpc`).
+    pub fn builtin_truth(&self, recorder: &Recorder) -> Option<super::grpc::BuiltinTruth> {
+        Some(super::grpc::BuiltinTruth {
+            recorder: recorder.clone(),
+            first: self.builtins?,
+            generation: self.generation,
         })
     }
 
@@ -1213,6 +1235,10 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
     RouteInfo {
         name: spec.name.clone(),
         phase,
+        grpc_status: match spec.is_grpc() {
+            true => grpc_statuses(&outcomes),
+            false => Vec::new(),
+        },
         outcomes,
         pooled,
         streamed: spec.stream.is_some() || spec.openai.is_some(),
@@ -1228,6 +1254,36 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
             .as_ref()
             .map(|d| (d.quantile(0.001), d.quantile(0.9999))),
     }
+}
+
+/// A built-in gRPC method as the truth knows it: named by its path, its outcomes every gRPC status
+/// (by number) and `gone`.
+fn builtin_info(path: &str) -> RouteInfo {
+    let outcomes = super::grpc::method_outcomes();
+    RouteInfo {
+        name: path.to_owned(),
+        phase: None,
+        grpc_status: grpc_statuses(&outcomes),
+        outcomes,
+        expected: None,
+        pooled: false,
+        streamed: false,
+        pool: None,
+        model: None,
+    }
+}
+
+/// Each of a gRPC route's (or built-in method's) outcomes as a `grpc-status` number, for those that
+/// are statuses (not a fault, `gone` or `shed`).
+fn grpc_statuses(outcomes: &[String]) -> Vec<Option<u16>> {
+    (outcomes.iter())
+        .map(|name| {
+            Code::ALL
+                .iter()
+                .find(|c| c.name() == name)
+                .map(|c| *c as u16)
+        })
+        .collect()
 }
 
 /// How the ground truth and the start-up lines name `status`: a gRPC route's by its code's name

@@ -42,7 +42,9 @@ pub(super) async fn answered(
         counters.add(Counter::Requests, 1);
         return streamed(&mut call, body, respond, date, settings, counters).await;
     }
+    let began = Instant::now();
     let Some(messages) = read(&mut body, &mut respond, settings, counters).await else {
+        call.record_end(None, began.elapsed());
         return Ended::Done;
     };
     counters.add(Counter::Requests, 1);
@@ -95,22 +97,38 @@ async fn read(
 /// last replies and the trailers when the client's side ends (or the status of a message refused,
 /// or one that asks for a status, in the trailers at once); `Watch` keeps the stream
 /// open after that until the client leaves, or `--idle-timeout` (then it is reset, counted as a
-/// timeout, and a watching client watches again).
+/// timeout, and a watching client watches again). Its outcome is recorded: its status, or `gone`
+/// for a call that ended without one.
 async fn streamed(
+    call: &mut Call,
+    body: h2::RecvStream,
+    respond: h2::server::SendResponse<Bytes>,
+    date: Option<http::HeaderValue>,
+    settings: H2Settings,
+    counters: &WorkerCounters,
+) -> Ended {
+    let began = Instant::now();
+    let status = stream_call(call, body, respond, date, settings, counters).await;
+    call.record_end(status.as_ref(), began.elapsed());
+    Ended::Done
+}
+
+/// [`streamed`]'s call: its status once its trailers are sent, `None` if it ended without them.
+async fn stream_call(
     call: &mut Call,
     mut body: h2::RecvStream,
     mut respond: h2::server::SendResponse<Bytes>,
     date: Option<http::HeaderValue>,
     settings: H2Settings,
     counters: &WorkerCounters,
-) -> Ended {
+) -> Option<CallStatus> {
     let mut head = http::Response::new(());
     *head.headers_mut() = call.head();
     if let Some(date) = date {
         head.headers_mut().insert(http::header::DATE, date);
     }
     let Ok(mut send) = respond.send_response(head, false) else {
-        return Ended::Done;
+        return None;
     };
     counters.add(Counter::Responses, 1);
     let waits = Waits {
@@ -125,16 +143,16 @@ async fn streamed(
             Ok(None) => match messages.end() {
                 Ok(()) => match send_all(call.ended(), &mut send, settings, counters).await {
                     true => break Ok(CallStatus::OK),
-                    false => return Ended::Done,
+                    false => return None,
                 },
                 Err(status) => break Err(status),
             },
-            Ok(Some(Err(_))) => return Ended::Done,
+            Ok(Some(Err(_))) => return None,
             Err(_) if at_deadline => break Err(CallStatus::deadline_exceeded()),
             Err(_) => {
                 counters.add(Counter::Timeouts, 1);
                 send.send_reset(h2::Reason::CANCEL);
-                return Ended::Done;
+                return None;
             }
         };
         let _ = body.flow_control().release_capacity(data.len());
@@ -142,19 +160,19 @@ async fn streamed(
         match reply_each(call, &mut messages, &mut send, settings, counters).await {
             Some(Ok(())) => {}
             Some(Err(status)) => break Err(status),
-            None => return Ended::Done,
+            None => return None,
         }
     };
     let status = status.unwrap_or_else(|refused| refused);
     let status = match status.code == Code::Ok && call.stays_open() {
         true => match watch(call, &mut send, &waits, settings, counters).await {
             Some(status) => status,
-            None => return Ended::Done,
+            None => return None,
         },
         false => status,
     };
-    let _ = send.send_trailers(call.trailers(&status));
-    Ended::Done
+    send.send_trailers(call.trailers(&status)).ok()?;
+    Some(status)
 }
 
 /// A `Watch` once its first status is sent: every [`WATCH_EVERY`] the health routes are read and
