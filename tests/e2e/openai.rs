@@ -2004,15 +2004,10 @@ fn the_openai_sdk_streams_answers_whole_and_raises_its_typed_errors() {
     assert_eq!(r["not_found"]["param"], "model", "{r}");
 }
 
-/// aiperf's venv, as `cargo xtask setup` makes it: `$STATICO_AIPERF_VENV`, else
-/// `~/.cache/statico/aiperf` (the path `xtask/src/setup.rs` installs into).
-fn aiperf_venv() -> std::path::PathBuf {
-    std::env::var_os("STATICO_AIPERF_VENV")
-        .map(Into::into)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            std::path::Path::new(&home).join(".cache/statico/aiperf")
-        })
+/// aiperf's venv: `$STATICO_AIPERF_VENV`, which `cargo xtask test` sets to the one `cargo xtask
+/// setup` makes.
+fn aiperf_venv() -> Option<std::path::PathBuf> {
+    std::env::var_os("STATICO_AIPERF_VENV").map(Into::into)
 }
 
 /// A figure of aiperf's summary (`profile_export_aiperf.json`), e.g. `time_to_first_token` `p50`, in
@@ -2025,15 +2020,15 @@ fn aiperf_figure(summary: &Value, metric: &str, stat: &str) -> f64 {
 
 #[test]
 fn aiperf_measures_the_ttft_and_itl_the_server_drew() {
-    let venv = aiperf_venv();
-    let (aiperf, python) = (venv.join("bin/aiperf"), venv.join("bin/python"));
-    if !aiperf.is_file() {
+    let Some(venv) = aiperf_venv().filter(|v| v.join("bin/aiperf").is_file()) else {
         println!(
-            "SKIPPED: aiperf_measures_… needs aiperf 0.13 in {} (cargo xtask setup)",
-            venv.display()
+            "SKIPPED: aiperf_measures_… needs aiperf 0.13 in $STATICO_AIPERF_VENV ({:?}; cargo xtask \
+             setup makes it, cargo xtask test sets it)",
+            aiperf_venv()
         );
         return;
-    }
+    };
+    let (aiperf, python) = (venv.join("bin/aiperf"), venv.join("bin/python"));
     let _quiet = quiet();
     // Without tokens=, each request gets exactly the max_tokens aiperf asks for (10): so its
     // per-request ITL (the mean of 9 gaps) averages to the mean of all the gaps drawn. A first token
