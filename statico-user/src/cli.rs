@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser};
 
+use crate::catalog::model::units::parse_size;
 use crate::catalog::response::ResponseSpec;
 use crate::catalog::site::walk::{Dotfiles, Symlinks};
 use crate::kernel::steering::SteeringKind;
@@ -419,7 +420,6 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
     Ok((name.to_string(), value.trim().to_string()))
 }
 
-/// Bytes, with an optional binary suffix: `4096`, `16k`, `16KiB`, `1m`, `1g`.
 /// `--routes FILE`: the routes it holds, read and checked while parsing the flags.
 #[derive(Clone, Debug)]
 pub struct RoutesFile {
@@ -469,28 +469,6 @@ fn parse_routes_file(s: &str) -> Result<RoutesFile, String> {
     let path = PathBuf::from(s);
     let table = crate::catalog::route::table::Table::of_file(&path)?;
     Ok(RoutesFile { path, table })
-}
-
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, suffix) = t.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("{s:?} is not a size; use bytes, optionally with k, m or g (16k, 1m)")
-    })?;
-    let unit: u64 = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "{s:?} has an unknown unit; use k, m or g (16k, 1m)"
-            ))
-        }
-    };
-    n.checked_mul(unit)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// `GLOB=VALUE`: split at the first `=` (a glob has none; a Cache-Control value may).
@@ -772,10 +750,12 @@ mod tests {
 
     #[test]
     fn sizes_take_binary_suffixes() {
-        assert_eq!(parse_size("16k"), Ok(16384));
-        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
-        assert_eq!(parse_size("7"), Ok(7));
-        assert!(parse_size("k").is_err());
+        let body_size = |size: &str| parse(&["--max-body-size", size]).map(|c| c.max_body_size);
+        assert_eq!(body_size("16k").unwrap(), 16384);
+        assert_eq!(body_size("1MiB").unwrap(), 1 << 20);
+        assert_eq!(body_size("7").unwrap(), 7);
+        let e = body_size("k").unwrap_err().to_string();
+        assert!(e.contains("\"k\" is not a number"), "{e}");
     }
 
     #[test]

@@ -29,6 +29,20 @@ use crate::side::{Door, Reply, Service, SideHead, SideRequest};
 /// The largest `PUT /routes` body.
 pub const MAX_BODY: u64 = 1 << 20;
 
+/// What answers one request of the API (its path and method screened).
+type Handler = fn(&SideRequest, &Catalog) -> Reply;
+
+/// The control API: every path and method it takes, and what answers each (given the request and
+/// the catalog). A path's methods are its `Allow` field; any other path is a 404 that lists these.
+const API: [(&str, &str, Handler); 6] = [
+    ("/routes", "GET", |_, c| get_routes(c)),
+    ("/routes", "PUT", |r, c| put_routes(&r.body, c)),
+    ("/pause", "POST", |r, c| pause(&r.head.query, c)),
+    ("/resume", "POST", |_, c| resume(c)),
+    ("/ground-truth", "GET", |_, c| ground_truth(c, false)),
+    ("/ground-truth/reset", "POST", |_, c| ground_truth(c, true)),
+];
+
 /// The control API's listener and who may use it.
 pub struct Admin {
     door: Door,
@@ -122,17 +136,42 @@ impl Service for Api<'_> {
         if !authorized(head, self.token) {
             return Some(unauthorized());
         }
-        match allowed(&head.path) {
-            None => Some(Reply::text(404, "the control API has /routes, /pause, /resume, /ground-truth and /ground-truth/reset\n")),
-            Some(allow) if !allow.split(", ").any(|m| m == head.method) => {
-                Some(Reply::not_allowed(&head.path, allow))
-            }
-            Some(_) => None,
+        let methods: Vec<&str> = (API.iter())
+            .filter(|(path, ..)| *path == head.path)
+            .map(|(_, method, _)| *method)
+            .collect();
+        if methods.is_empty() {
+            return Some(Reply::text(
+                404,
+                &format!("the control API has {}\n", paths()),
+            ));
         }
+        if !methods.contains(&head.method.as_str()) {
+            return Some(Reply::not_allowed(&head.path, &methods.join(", ")));
+        }
+        None
     }
 
     fn answer(&self, request: SideRequest) -> Reply {
-        route(&request, self.catalog)
+        let head = &request.head;
+        match API
+            .iter()
+            .find(|(path, method, _)| *path == head.path && *method == head.method)
+        {
+            Some((.., handler)) => handler(&request, self.catalog),
+            None => Reply::text(404, &format!("{}: not in the control API\n", head.path)),
+        }
+    }
+}
+
+/// The API's paths, each once, in a sentence: `/a, /b and /c`.
+fn paths() -> String {
+    let mut paths: Vec<&str> = API.iter().map(|(path, ..)| *path).collect();
+    paths.dedup();
+    match paths.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 
@@ -167,33 +206,6 @@ fn same_token(given: &[u8], token: &[u8]) -> bool {
         same &= given.get(i).copied().unwrap_or(0).ct_eq(t);
     }
     bool::from(same)
-}
-
-/// What a request asks for, answered (its path and method were screened).
-fn route(request: &SideRequest, catalog: &Catalog) -> Reply {
-    let head = &request.head;
-    match (head.path.as_str(), head.method.as_str()) {
-        ("/routes", "GET") => get_routes(catalog),
-        ("/routes", "PUT") => put_routes(&request.body, catalog),
-        ("/pause", "POST") => pause(&head.query, catalog),
-        ("/resume", "POST") => {
-            catalog.pauses().inspect(|p| p.resume());
-            eprintln!("statico: admin: resumed");
-            Reply::json("{\"resumed\":true}".into())
-        }
-        ("/ground-truth", "GET") => ground_truth(catalog, false),
-        ("/ground-truth/reset", "POST") => ground_truth(catalog, true),
-        (path, _) => Reply::text(404, &format!("{path}: not in the control API\n")),
-    }
-}
-
-fn allowed(path: &str) -> Option<&'static str> {
-    match path {
-        "/routes" => Some("GET, PUT"),
-        "/pause" | "/resume" | "/ground-truth/reset" => Some("POST"),
-        "/ground-truth" => Some("GET"),
-        _ => None,
-    }
 }
 
 fn get_routes(catalog: &Catalog) -> Reply {
@@ -237,6 +249,13 @@ fn pause(query: &str, catalog: &Catalog) -> Reply {
         humantime::format_duration(length)
     );
     Reply::json(format!("{{\"paused_ms\":{}}}", length.as_millis()))
+}
+
+/// `POST /resume`.
+fn resume(catalog: &Catalog) -> Reply {
+    catalog.pauses().inspect(|p| p.resume());
+    eprintln!("statico: admin: resumed");
+    Reply::json("{\"resumed\":true}".into())
 }
 
 fn ground_truth(catalog: &Catalog, reset: bool) -> Reply {
@@ -294,6 +313,52 @@ mod tests {
             assert_eq!(pause(query, &catalog).status, 400, "{query}");
         }
         assert_eq!(pause("for=1s", &catalog).status, 200);
+    }
+
+    #[test]
+    fn a_path_or_method_the_api_has_not_is_refused_naming_what_it_has() {
+        let catalog = Catalog::build(&crate::catalog::CatalogPlan::of_response(
+            crate::catalog::response::ResponseSpec {
+                status: 200,
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+        ))
+        .unwrap();
+        let api = Api {
+            token: None,
+            catalog: &catalog,
+        };
+        let screened = |method: &str, path: &str| {
+            api.screen(&SideHead {
+                method: method.into(),
+                path: path.into(),
+                ..head(None)
+            })
+        };
+        let other = screened("GET", "/nothing").expect("a 404");
+        assert_eq!(
+            (other.status, other.body.as_str()),
+            (
+                404,
+                "the control API has /routes, /pause, /resume, /ground-truth and /ground-truth/reset\n"
+            )
+        );
+        for (method, path, allow) in [
+            ("POST", "/routes", "GET, PUT"),
+            ("GET", "/pause", "POST"),
+            ("PUT", "/ground-truth", "GET"),
+        ] {
+            let r = screened(method, path).expect("a 405");
+            assert_eq!(
+                (r.status, r.fields[0].1.as_str()),
+                (405, allow),
+                "{method} {path}"
+            );
+        }
+        for (path, method, _) in API {
+            assert!(screened(method, path).is_none(), "{method} {path}");
+        }
     }
 
     #[test]

@@ -6,29 +6,11 @@
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
+use statico_tests::wire::{h2_connect, runtime};
 use statico_tests::{get, run_client, Reader, Server};
 
 fn start(extra: &[&str]) -> Server {
     Server::start(&[&["--http2"], extra].concat())
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// An HTTP/2 client (the `h2` crate) connected by prior knowledge, its connection driven by a task.
-async fn h2_connect(
-    addr: std::net::SocketAddr,
-) -> (
-    h2::client::SendRequest<bytes::Bytes>,
-    tokio::task::JoinHandle<Result<(), h2::Error>>,
-) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-    (client, tokio::spawn(conn))
 }
 
 #[test]

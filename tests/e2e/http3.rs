@@ -14,6 +14,9 @@ use statico_tests::{rss_kib, run_client, run_to_exit, Server};
 
 type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
+/// One request's stream on a client connection.
+pub(crate) type RequestStream = h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
 /// A fresh directory for this test's files.
 pub(crate) fn scratch(name: &str) -> PathBuf {
     statico_tests::scratch_dir("h3", name)
@@ -26,12 +29,7 @@ pub(crate) fn start(dir: &Path, extra: &[&str]) -> Server {
     Server::start(&[&tls[..], extra].concat())
 }
 
-pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+pub(crate) use statico_tests::wire::runtime;
 
 /// A QUIC client endpoint that trusts `dir/cert.pem` and offers `alpn`.
 pub(crate) fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
@@ -118,6 +116,25 @@ async fn try_request(
         body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
     }
     Ok((response, body))
+}
+
+/// Each piece of the body of `stream`'s answer (its head read) with when it came since `sent`, the
+/// whole body within [`statico_tests::WAIT`].
+pub(crate) async fn timed_pieces(
+    stream: &mut RequestStream,
+    sent: Instant,
+) -> Vec<(String, Duration)> {
+    let mut pieces = Vec::new();
+    let read = async {
+        while let Some(mut piece) = stream.recv_data().await.expect("body") {
+            let bytes = piece.copy_to_bytes(piece.remaining());
+            pieces.push((String::from_utf8_lossy(&bytes).into(), sent.elapsed()));
+        }
+    };
+    tokio::time::timeout(statico_tests::WAIT, read)
+        .await
+        .expect("the body ends");
+    pieces
 }
 
 fn header(r: &http::Response<()>, name: &str) -> Option<String> {

@@ -10,14 +10,18 @@
 //! against what the clients counted, a stream route put with `PUT /routes`, and the one-line
 //! start-up errors of a bad stream route.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use statico_tests::figures::{self, num, outcome, truth, truth_when};
-use statico_tests::{get, refused_in_one_line, rss_kib, run_client, Response, Server, WAIT};
+use statico_tests::figures::{self, admin_truth, entry, num, outcome, truth, truth_when};
+use statico_tests::wire::{
+    admin, assert_field, assert_no_field, curl_split, h2_body, h2_connect, runtime, End, H2Body,
+    Streamed, Wire,
+};
+use statico_tests::{get, refused_in_one_line, rss_kib, run_client, Server, WAIT};
 
 /// statico with `--route SPEC` for each of `routes`, then `extra`.
 fn start(routes: &[&str], extra: &[&str]) -> Server {
@@ -43,208 +47,6 @@ fn sse(i: usize, data: &str) -> String {
 /// The default SSE events `ids`, as text.
 fn sse_events(ids: Range<usize>) -> Vec<String> {
     ids.map(|i| sse(i, &payload(i))).collect()
-}
-
-/// The values of every field `name` in a response head (its status line first), in order.
-pub(crate) fn fields(head: &str, name: &str) -> Vec<String> {
-    head.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_string())
-        })
-        .collect()
-}
-
-/// Asserts the head carries exactly one field `name`, with `value`.
-pub(crate) fn assert_field(head: &str, name: &str, value: &str) {
-    assert_eq!(fields(head, name), [value], "{name} in\n{head}");
-}
-
-/// Asserts the head carries no field `name`.
-pub(crate) fn assert_no_field(head: &str, name: &str) {
-    assert!(fields(head, name).is_empty(), "{name} in\n{head}");
-}
-
-/// How an HTTP/1.1 body read off the wire ended.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum End {
-    /// The terminating zero-length chunk came.
-    Last,
-    /// The server closed the connection (EOF) first.
-    Closed,
-    /// A read failed.
-    Failed(ErrorKind),
-}
-
-/// A chunked answer: its head, each chunk's bytes with when it was whole (since the request), and
-/// how it ended.
-pub(crate) struct Streamed {
-    pub(crate) head: Response,
-    pub(crate) chunks: Vec<(Vec<u8>, Duration)>,
-    pub(crate) end: End,
-}
-
-impl Streamed {
-    pub(crate) fn texts(&self) -> Vec<String> {
-        (self.chunks.iter())
-            .map(|(c, _)| String::from_utf8_lossy(c).into_owned())
-            .collect()
-    }
-
-    /// From the first chunk to the last.
-    fn spread(&self) -> Duration {
-        match (self.chunks.first(), self.chunks.last()) {
-            (Some(first), Some(last)) => last.1 - first.1,
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-/// An HTTP/1.x connection read by hand: heads, chunks as they arrive, bodies by length or to the close.
-pub(crate) struct Wire {
-    pub(crate) stream: TcpStream,
-    buf: Vec<u8>,
-    pub(crate) sent: Instant,
-}
-
-impl Wire {
-    pub(crate) fn open(s: &Server) -> Wire {
-        Wire {
-            stream: s.connect(),
-            buf: Vec::new(),
-            sent: Instant::now(),
-        }
-    }
-
-    /// Sends `bytes`; times are counted from here.
-    pub(crate) fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("send to statico");
-        self.sent = Instant::now();
-    }
-
-    /// Reads once more: how many bytes came (0 at EOF), or how the read failed.
-    fn fill(&mut self) -> Result<usize, ErrorKind> {
-        let mut chunk = [0u8; 65536];
-        loop {
-            match self.stream.read(&mut chunk) {
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.kind()),
-            }
-        }
-    }
-
-    /// The next response head (its body left unread).
-    pub(crate) fn head(&mut self) -> Response {
-        let end = loop {
-            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let got = self.fill();
-            assert!(
-                matches!(got, Ok(n) if n > 0),
-                "no response head ({got:?}); got {:?}",
-                String::from_utf8_lossy(&self.buf)
-            );
-        };
-        let head = String::from_utf8(self.buf.drain(..end).collect()).expect("ASCII head");
-        let status = head
-            .get(9..12)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("not a status line: {head:?}"));
-        Response {
-            status,
-            head,
-            body: Vec::new(),
-        }
-    }
-
-    /// The next chunk of a chunked body and when it was whole; `Ok(None)` for the terminating one
-    /// (trailers none), `Err` if the body ended without it.
-    pub(crate) fn chunk(&mut self) -> Result<Option<(Vec<u8>, Duration)>, End> {
-        loop {
-            if let Some(line) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let text = String::from_utf8_lossy(&self.buf[..line]).into_owned();
-                let hex = text.split(';').next().unwrap().trim();
-                let size = usize::from_str_radix(hex, 16)
-                    .unwrap_or_else(|_| panic!("not a chunk size line: {text:?}"));
-                let whole = line + 2 + size + 2;
-                if self.buf.len() >= whole {
-                    let at = self.sent.elapsed();
-                    let bytes: Vec<u8> = self.buf.drain(..whole).collect();
-                    assert_eq!(&bytes[whole - 2..], b"\r\n", "a chunk not ended by CRLF");
-                    let data = bytes[line + 2..line + 2 + size].to_vec();
-                    return Ok((size > 0).then_some((data, at)));
-                }
-            }
-            match self.fill() {
-                Ok(0) => return Err(End::Closed),
-                Ok(_) => {}
-                Err(kind) => return Err(End::Failed(kind)),
-            }
-        }
-    }
-
-    /// A response with a chunked body, every chunk read to the terminating one or the end.
-    pub(crate) fn streamed(&mut self) -> Streamed {
-        let head = self.head();
-        assert_field(&head.head, "transfer-encoding", "chunked");
-        let mut chunks = Vec::new();
-        let end = loop {
-            match self.chunk() {
-                Ok(Some(chunk)) => chunks.push(chunk),
-                Ok(None) => break End::Last,
-                Err(end) => break end,
-            }
-        };
-        Streamed { head, chunks, end }
-    }
-
-    /// A response whose body has a Content-Length (none: empty).
-    pub(crate) fn whole(&mut self) -> Response {
-        let r = self.head();
-        self.body_of(r)
-    }
-
-    /// The body of `r`, whose head was read, by its Content-Length (none: empty).
-    pub(crate) fn body_of(&mut self, mut r: Response) -> Response {
-        assert_no_field(&r.head, "transfer-encoding");
-        let len: usize = r.header("content-length").map_or(0, |v| v.parse().unwrap());
-        while self.buf.len() < len {
-            assert!(
-                matches!(self.fill(), Ok(n) if n > 0),
-                "closed inside a body"
-            );
-        }
-        r.body = self.buf.drain(..len).collect();
-        r
-    }
-
-    /// Everything until the server closes, and how the connection ended.
-    pub(crate) fn until_closed(&mut self) -> (Vec<u8>, End) {
-        let end = loop {
-            match self.fill() {
-                Ok(0) => break End::Closed,
-                Ok(_) => {}
-                Err(kind) => break End::Failed(kind),
-            }
-        };
-        (std::mem::take(&mut self.buf), end)
-    }
-
-    /// True if nothing arrives within `d` and the connection is still open.
-    pub(crate) fn quiet_for(&mut self, d: Duration) -> bool {
-        self.stream.set_read_timeout(Some(d)).unwrap();
-        let got = self.fill();
-        self.stream.set_read_timeout(Some(WAIT)).unwrap();
-        matches!(got, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)) && self.buf.is_empty()
-    }
 }
 
 /// One GET for `path` on a fresh connection, read as a stream.
@@ -275,14 +77,6 @@ fn parse_sse(text: &str) -> Vec<(String, String)> {
             (id, data.join("\n"))
         })
         .collect()
-}
-
-/// curl's output split into its (lower-cased) head and its body.
-pub(crate) fn curl_split(out: &str) -> (String, &str) {
-    let (head, body) = out
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no head in curl's output: {out:?}"));
-    (head.to_ascii_lowercase(), body)
 }
 
 // ---- HTTP/1.1 and HTTP/1.0 ----
@@ -392,68 +186,41 @@ fn http1_1_connection_close_still_gets_chunks_so_a_truncation_shows() {
 
 // ---- HTTP/2 ----
 
-/// What an HTTP/2 stream gave: the head if one came, each non-empty DATA frame with when it came, and
-/// the error it ended with.
+/// What an HTTP/2 stream gave: the head if one came, and its body (with no head, none but the error
+/// the stream ended with).
 struct H2Frames {
     head: Option<http::response::Parts>,
-    frames: Vec<(bytes::Bytes, Duration)>,
-    error: Option<h2::Error>,
-}
-
-impl H2Frames {
-    fn texts(&self) -> Vec<String> {
-        (self.frames.iter())
-            .map(|(f, _)| String::from_utf8_lossy(f).into_owned())
-            .collect()
-    }
+    body: H2Body,
 }
 
 /// One GET for `path` over a fresh prior-knowledge HTTP/2 connection to `s`, read frame by frame.
 fn h2_frames(s: &Server, path: &str) -> H2Frames {
     let addr = s.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+    runtime().block_on(async move {
+        let (client, _) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let req = http::Request::get(format!("http://t{path}"))
             .body(())
             .unwrap();
         let sent = Instant::now();
         let (resp, _) = client.send_request(req, true).unwrap();
-        let mut out = H2Frames {
-            head: None,
-            frames: Vec::new(),
-            error: None,
-        };
-        let resp = match tokio::time::timeout(WAIT, resp).await.expect("an answer") {
-            Ok(resp) => resp,
-            Err(e) => {
-                out.error = Some(e);
-                return out;
+        match tokio::time::timeout(WAIT, resp).await.expect("an answer") {
+            Ok(resp) => {
+                let (head, mut body) = resp.into_parts();
+                let body = h2_body(&mut body, sent).await;
+                H2Frames {
+                    head: Some(head),
+                    body,
+                }
             }
-        };
-        let (head, mut body) = resp.into_parts();
-        out.head = Some(head);
-        while let Some(frame) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
-            match frame {
-                Ok(frame) => {
-                    let _ = body.flow_control().release_capacity(frame.len());
-                    if !frame.is_empty() {
-                        out.frames.push((frame, sent.elapsed()));
-                    }
-                }
-                Err(e) => {
-                    out.error = Some(e);
-                    break;
-                }
+            Err(e) => {
+                let body = H2Body {
+                    frames: Vec::new(),
+                    error: Some(e),
+                };
+                H2Frames { head: None, body }
             }
         }
-        out
     })
 }
 
@@ -477,14 +244,14 @@ fn curl_n_over_http2_gets_the_five_events() {
 fn http2_each_event_is_its_own_data_frame_spread_over_time() {
     let s = start(&["/sse stream=sse events=5 gap=50ms"], &["--http2"]);
     let out = h2_frames(&s, "/sse");
-    assert!(out.error.is_none(), "{:?}", out.error);
+    assert!(out.body.error.is_none(), "{:?}", out.body.error);
     let head = out.head.as_ref().expect("a head");
     assert_eq!(head.status, 200);
     assert_eq!(head.headers["content-type"], "text/event-stream");
     assert_eq!(head.headers["cache-control"], "no-cache");
     assert!(head.headers.get("content-length").is_none(), "{head:?}");
-    assert_eq!(out.texts(), sse_events(0..5));
-    let spread = out.frames[4].1 - out.frames[0].1;
+    assert_eq!(out.body.texts(), sse_events(0..5));
+    let spread = out.body.frames[4].1 - out.body.frames[0].1;
     assert!(
         spread >= ms(150) && spread < ms(5000),
         "first to last frame {spread:?}"
@@ -502,11 +269,11 @@ fn http2_truncate_fault_resets_the_stream_after_whole_events() {
         let out = h2_frames(&s, "/t");
         let head = out.head.as_ref().expect("a head before the truncation");
         assert_eq!(head.status, 200);
-        let err = out.error.as_ref().expect("the stream is reset");
+        let err = out.body.error.as_ref().expect("the stream is reset");
         assert!(err.is_reset(), "{err}");
-        let n = out.frames.len();
+        let n = out.body.frames.len();
         assert!(n < 20, "all 20 events, then a reset");
-        assert_eq!(out.texts(), sse_events(0..n));
+        assert_eq!(out.body.texts(), sse_events(0..n));
         most = most.max(n);
     }
     assert!(most > 0, "eight truncated streams, none with an event");
@@ -522,14 +289,9 @@ fn http2_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
         &["--http2", "--metrics", "127.0.0.1:0"],
     );
     let addr = s.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let short = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+        let (client, _) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let get = |path: &str| {
             http::Request::get(format!("http://t{path}"))
@@ -601,14 +363,9 @@ fn an_http2_client_that_never_reads_holds_the_events_back_in_bounded_memory() {
     );
     let before = rss_kib(s.pid());
     let addr = s.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let got = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+        let (client, _) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let req = http::Request::get("http://t/big").body(()).unwrap();
         let (resp, _) = client.send_request(req, true).unwrap();
@@ -633,14 +390,9 @@ fn an_http2_client_that_never_reads_holds_the_events_back_in_bounded_memory() {
 fn http2_fifty_concurrent_streams_on_one_connection_interleave() {
     let s = start(&["/sse stream=sse events=6 gap=100ms"], &["--http2"]);
     let addr = s.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let took = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+        let (client, _) = h2_connect(addr).await;
         let started = Instant::now();
         let mut streams = tokio::task::JoinSet::new();
         for _ in 0..50 {
@@ -650,15 +402,9 @@ fn http2_fifty_concurrent_streams_on_one_connection_interleave() {
                 let req = http::Request::get("http://t/sse").body(()).unwrap();
                 let (resp, _) = client.send_request(req, true).unwrap();
                 let mut body = resp.await.expect("a head").into_body();
-                let mut frames = Vec::new();
-                while let Some(frame) = body.data().await {
-                    let frame = frame.expect("the stream");
-                    let _ = body.flow_control().release_capacity(frame.len());
-                    if !frame.is_empty() {
-                        frames.push(String::from_utf8_lossy(&frame).into_owned());
-                    }
-                }
-                frames
+                let out = h2_body(&mut body, started).await;
+                assert!(out.error.is_none(), "{:?}", out.error);
+                out.texts()
             });
         }
         let all = async {
@@ -688,7 +434,7 @@ mod http3 {
     use bytes::Buf;
 
     use super::{ms, payload, sse_events, truth_once_long_is_left};
-    use crate::http3::{connect, runtime, scratch, start};
+    use crate::http3::{connect, runtime, scratch, start, timed_pieces};
 
     #[test]
     fn http3_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
@@ -751,16 +497,7 @@ mod http3 {
             let mut stream = send.send_request(req).await.expect("send");
             stream.finish().await.expect("finish");
             let head = stream.recv_response().await.expect("a head");
-            let mut pieces: Vec<(String, Duration)> = Vec::new();
-            let read = async {
-                while let Some(mut piece) = stream.recv_data().await.expect("body") {
-                    let bytes = piece.copy_to_bytes(piece.remaining());
-                    pieces.push((String::from_utf8_lossy(&bytes).into(), sent.elapsed()));
-                }
-            };
-            tokio::time::timeout(statico_tests::WAIT, read)
-                .await
-                .expect("the stream ends");
+            let pieces = timed_pieces(&mut stream, sent).await;
             conn.close(0u32.into(), b"done");
             tokio::time::sleep(Duration::from_millis(50)).await;
             (head, pieces)
@@ -1047,13 +784,6 @@ fn close_reset_and_stall_faults_end_a_stream_after_whole_events() {
 
 // ---- Clients that leave or never read ----
 
-/// The ground truth's entry for route `name`.
-fn entry<'a>(truth: &'a Value, name: &str) -> &'a Value {
-    (truth["routes"].as_array())
-        .and_then(|rs| rs.iter().find(|r| r["route"] == name))
-        .unwrap_or_else(|| panic!("no route {name} in {truth}"))
-}
-
 /// What the interface between the stream's authors says of a client that leaves mid-stream.
 const GONE: &str = "a client that leaves mid-stream is counted in outcome `gone`";
 
@@ -1280,16 +1010,9 @@ fn ground_truth_counts_the_events_clients_received_and_the_drawn_times() {
     assert_eq!(num(late, &["count"]), received, "{late}");
     assert!(num(late, &["p50"]) < 20_000.0, "{late}");
     // The control API's document says the same.
-    let admin = format!("http://{}/ground-truth", s.admin_addr());
-    let text = ureq::get(&admin)
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    let from_admin: Value = serde_json::from_str(&text).unwrap();
+    let from_admin = admin_truth(&s);
     let events = num(&entry(&from_admin, "/sse")["stream"], &["events"]);
-    assert_eq!(events, received, "{text}");
+    assert_eq!(events, received, "{from_admin}");
     assert_eq!(
         num(&entry(&truth(&s), "/sse")["stream"], &["events"]),
         received
@@ -1336,22 +1059,6 @@ fn the_head_leaves_after_delay_and_the_first_event_after_first() {
         first >= ms(245) && first < ms(4000),
         "first event after {first:?} (delay 150 ms, first 100 ms)"
     );
-}
-
-/// One request to the `--admin` control API: the answer.
-pub(crate) fn admin(s: &Server, method: &str, path: &str, body: &str) -> Response {
-    let mut w = Wire {
-        stream: TcpStream::connect(s.admin_addr()).expect("connect to --admin"),
-        buf: Vec::new(),
-        sent: Instant::now(),
-    };
-    w.stream.set_read_timeout(Some(WAIT)).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    w.send(&[head.as_bytes(), body.as_bytes()].concat());
-    w.whole()
 }
 
 #[test]

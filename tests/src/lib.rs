@@ -1,5 +1,6 @@
 //! Harness for statico's end-to-end tests: starts the real `statico` binary on a free loopback port,
-//! talks to it over real sockets, and stops it with a real SIGTERM.
+//! talks to it over real sockets, and stops it with a real SIGTERM; [`wire`] reads its answers frame
+//! by frame, as a client that relies on their framing does.
 //!
 //! The binary is `$STATICO_BIN` if set (what `cargo xtask test` does, with the release build), else
 //! `target/release/statico` or `target/debug/statico`, built on first use if neither exists.
@@ -12,6 +13,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
+
+pub mod wire;
 
 /// How long any single wait in a test may take before the test fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -617,6 +620,18 @@ pub mod figures {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
 
+    /// `/ground-truth` on `--admin`: the control API's copy of [`truth`], parsed.
+    pub fn admin_truth(s: &Server) -> Value {
+        let url = format!("http://{}/ground-truth", s.admin_addr());
+        let text = ureq::get(&url)
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
     /// Polls the ground truth until `ready` holds (the truth of an answer is recorded as it is sent,
     /// so a client can read its answer a moment before the truth counts it), for up to 3 s; returns
     /// the last.
@@ -629,6 +644,13 @@ pub mod figures {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The ground truth's entry for route `name`.
+    pub fn entry<'a>(truth: &'a Value, name: &str) -> &'a Value {
+        (truth["routes"].as_array())
+            .and_then(|rs| rs.iter().find(|r| r["route"] == name))
+            .unwrap_or_else(|| panic!("no route {name} in {truth}"))
     }
 
     /// The number at `path` (keys) inside `v`.

@@ -310,6 +310,8 @@ fn suites() -> Result<()> {
     // the tokio runtime; then the same end-to-end suite again with the io_uring runtime.
     std::env::set_var("STATICO_BIN", "target/release/statico");
     std::env::set_var("STATICO_TEST_RUNTIME", "tokio");
+    // The aiperf setup installed, for the OpenAI preset's test that drives it.
+    std::env::set_var("STATICO_AIPERF_VENV", setup::aiperf_venv()?);
     // A failing test prints its message, not a backtrace of 60 frames after it (run that test alone
     // with RUST_BACKTRACE=1 for one): the summary at the end of the output names what failed and why.
     std::env::set_var("RUST_BACKTRACE", "0");

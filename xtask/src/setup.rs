@@ -129,7 +129,8 @@ const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.*";
 const OPENAI_SDK: &str = "openai==3.*";
 /// The aiperf release series the preset's tests compare their TTFT and ITL with.
 const AIPERF_SERIES: &str = "0.13";
-/// aiperf's venv, under the home directory (the tests look there too, or at `$STATICO_AIPERF_VENV`).
+/// aiperf's venv, under the home directory (`cargo xtask test` gives it to the tests as
+/// `$STATICO_AIPERF_VENV`).
 const AIPERF_VENV: &str = ".cache/statico/aiperf";
 /// FastAPI and uvicorn (with uvloop and httptools, as `uvicorn[standard]` installs them) for the
 /// OpenAI mock `bench --openai` runs as its peer.
@@ -199,11 +200,16 @@ fn ensure_openai_sdk() -> Result<()> {
     cmd("pip3", &["install", "--break-system-packages", OPENAI_SDK])
 }
 
+/// Where aiperf's venv is: [`AIPERF_VENV`] under the home directory.
+pub fn aiperf_venv() -> Result<PathBuf> {
+    let home = std::env::var_os("HOME").context("no HOME for aiperf's venv")?;
+    Ok(Path::new(&home).join(AIPERF_VENV))
+}
+
 /// aiperf [`AIPERF_SERIES`] in a venv at [`AIPERF_VENV`] under the home directory, made with
 /// `python3`.
 fn ensure_aiperf() -> Result<()> {
-    let home = std::env::var_os("HOME").context("no HOME for aiperf's venv")?;
-    let venv = Path::new(&home).join(AIPERF_VENV);
+    let venv = aiperf_venv()?;
     let version = Command::new(venv.join("bin/aiperf"))
         .arg("--version")
         .output();

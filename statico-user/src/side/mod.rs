@@ -117,7 +117,7 @@ impl Reply {
     }
 
     /// 405 for `path`, which takes the methods `allow`.
-    pub fn not_allowed(path: &str, allow: &'static str) -> Reply {
+    pub fn not_allowed(path: &str, allow: &str) -> Reply {
         Reply {
             fields: vec![("Allow", allow.into())],
             ..Reply::text(405, &format!("{path} takes {allow}\n"))

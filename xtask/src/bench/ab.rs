@@ -176,16 +176,7 @@ pub fn run(root: &Path, dir: &Path, against: &Path, run: &RunInfo) -> Result<Str
     }
     let lua = dir.join("pipeline.lua");
     std::fs::write(&lua, PIPELINE_LUA)?;
-    eprintln!(
-        "bench: A = {} ({}), B = {}; servers on CPU {}, clients on CPU {}; {} round(s) of {} s",
-        bins.a.display(),
-        bins.a_from,
-        bins.b.display(),
-        run.server_cpus,
-        run.client_cpus,
-        run.rounds,
-        run.duration
-    );
+    eprintln!("bench: {}", setup(&bins, run));
     let mut pairs = Vec::new();
     for sc in &SCENARIOS {
         for runtime in RUNTIMES {
@@ -307,15 +298,12 @@ fn round(s: &ServerUnderTest, sc: &AbScenario, run: &RunInfo, lua: &Path) -> Res
     }
 }
 
-/// The report: the binaries, how the run was made, one line per scenario and runtime, and how to
-/// read it.
-pub fn render(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "A/B of two statico binaries: server CPU per request (utime+stime from /proc over the round / requests)\n\
-         A = {} ({})\nB = {} (--against)\n\
-         one server worker on CPU {}, client (one thread) on CPU {}, {} round(s) of {} s, A then B in each round; medians (min-max)\n",
+/// Which binaries are A and B, and how the run is made: where the servers and the client run, and
+/// the rounds.
+fn setup(bins: &Binaries, run: &RunInfo) -> String {
+    format!(
+        "A = {} ({})\nB = {} (--against)\n\
+         one server worker on CPU {}, client (one thread) on CPU {}, {} round(s) of {} s, A then B in each round",
         bins.a.display(),
         bins.a_from,
         bins.b.display(),
@@ -323,6 +311,18 @@ pub fn render(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> String {
         run.client_cpus,
         run.rounds,
         run.duration
+    )
+}
+
+/// The report: the binaries, how the run was made, one line per scenario and runtime, and how to
+/// read it.
+pub fn render(bins: &Binaries, pairs: &[Pair], run: &RunInfo) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "A/B of two statico binaries: server CPU per request (utime+stime from /proc over the round / requests)\n\
+         {}; medians (min-max)\n",
+        setup(bins, run)
     );
     let _ = writeln!(
         s,

@@ -60,6 +60,15 @@ pub struct StreamTruth {
     pub late: Quantiles,
 }
 
+impl StreamTruth {
+    /// As results.json gives it: the events and the lateness's count, p50 and p99.
+    pub fn to_json(self) -> Value {
+        let late = self.late;
+        json!({ "events": self.events,
+                "late_us": { "count": late.count, "p50": late.p50_us, "p99": late.p99_us } })
+    }
+}
+
 /// One route of `/ground-truth.json`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteTruth {

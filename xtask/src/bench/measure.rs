@@ -1,6 +1,7 @@
 //! The bottom layer of every benchmark mode: what a load looks like (scenarios), how a round is
 //! driven and measured (wrk, h2load, oha for HTTP/3 and at a fixed rate; the server's CPU over the
-//! round's window), rounds taken in turn, medians with their min–max, and RSS with idle connections.
+//! round's window, and its wait for a CPU), rounds taken in turn and written as JSON, medians with
+//! their min–max, and RSS with idle connections.
 //! It knows nothing of which servers run; the tools themselves and /proc are read by `crate::tools`.
 
 use std::io::{Read, Write};
@@ -14,7 +15,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::tools::net::Stream;
 use crate::tools::oha::{self, OhaRun};
-use crate::tools::procfs::{clock_ticks_per_second, cpu_ticks, status_kib, user_system_ticks};
+use crate::tools::procfs::{
+    clock_ticks_per_second, cpu_ticks, run_queue_ns, status_kib, user_system_ticks,
+};
 use crate::tools::{h2load, pinned};
 
 /// The body every server answers with.
@@ -111,6 +114,26 @@ pub fn rounds_json(rounds: &[Round]) -> serde_json::Map<String, serde_json::Valu
     }
 }
 
+/// [`rounds_json`] for rounds of streams: each round without the request latencies (`p50_ms`,
+/// `p99_ms`), which the route's length makes, and with its own figures `extra` (a JSON object a
+/// round) added.
+pub fn stream_rounds_json(
+    rounds: &[Round],
+    extra: impl IntoIterator<Item = serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut map = rounds_json(rounds);
+    if let Some(serde_json::Value::Array(list)) = map.get_mut("rounds") {
+        for (doc, extra) in list.iter_mut().zip(extra) {
+            if let (serde_json::Value::Object(o), serde_json::Value::Object(extra)) = (doc, extra) {
+                o.remove("p50_ms");
+                o.remove("p99_ms");
+                o.extend(extra);
+            }
+        }
+    }
+    map
+}
+
 /// A median with the range it came from.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Stat {
@@ -182,6 +205,18 @@ pub fn server_cpu<T>(pid: u32, work: impl FnOnce() -> Result<T>) -> Result<(T, C
         system_us: us(after.1.saturating_sub(before.1)),
     };
     Ok((out, cpu))
+}
+
+/// Runs `work` and returns what it returned with the CPU time process `pid` used meanwhile and how
+/// long (ms) it waited for a CPU meanwhile (its run-queue time: other work there).
+pub fn server_cpu_and_wait<T>(
+    pid: u32,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<(T, CpuUsed, f64)> {
+    let queued = run_queue_ns(pid)?;
+    let (out, cpu) = server_cpu(pid, work)?;
+    let waited = run_queue_ns(pid)?.saturating_sub(queued);
+    Ok((out, cpu, waited as f64 / 1e6))
 }
 
 /// The wrk command for a scenario against `url`, pinned to `client_cpus`.
@@ -433,6 +468,26 @@ pub fn raised(work: impl FnOnce()) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_of_streams_has_its_own_figures_in_place_of_request_latencies() {
+        let round = Round {
+            rps: 100.0,
+            requests: 200,
+            ..Round::default()
+        };
+        let map = stream_rounds_json(&[round], [serde_json::json!({ "streams": 4 })]);
+        let doc = &map["rounds"][0];
+        assert_eq!(
+            (&doc["requests"], &doc["streams"]),
+            (&200.into(), &4.into())
+        );
+        assert!(
+            doc.get("p50_ms").is_none() && doc.get("p99_ms").is_none(),
+            "{doc}"
+        );
+        assert_eq!(map["median"]["rps"], 100.0);
+    }
 
     #[test]
     fn stat_is_the_median_with_its_range() {

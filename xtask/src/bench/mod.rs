@@ -17,8 +17,8 @@
 //!       ├─ servers  (nginx, caddy, fortio, go-httpbin, peers,   │ not on each other
 //!       │            the FastAPI mock, the TLS certificate;    │
 //!       │            statico's suite flags)                    ─┘
-//!       └─ measure  (scenarios, a round of wrk/h2load/oha and the server's CPU over it, RSS with
-//!                    idle connections, Stat, interleave)
+//!       └─ measure  (scenarios, a round of wrk/h2load/oha and the server's CPU (and CPU wait) over
+//!                    it, rounds as JSON, RSS with idle connections, Stat, interleave)
 //!
 //! all on `crate::tools` (h2load, oha, statico and the server guard, /proc, ports and GET, timed SSE
 //! streams asked with a POST, TLS clients, line charts), which `soak` uses too; bench and soak import nothing of each other.

@@ -26,13 +26,13 @@ use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
 use super::accuracy::StreamTruth;
-use super::measure::{self, server_cpu, Round, Stat};
+use super::measure::{self, server_cpu_and_wait, Round, Stat};
 use super::ratio::{verdicts, Report};
 use super::report::{bar_chart, RunInfo};
 use super::servers::{start_fastapi_mock, FASTAPI_MOCK};
 use super::stream::stream_truth;
 use crate::tools::net::{free_port, wait_port};
-use crate::tools::procfs::{machine, run_queue_ns};
+use crate::tools::procfs::machine;
 use crate::tools::server::{start_statico, statico_bin, ServerUnderTest};
 use crate::tools::sse_load::{self, Ask, Seen};
 
@@ -234,9 +234,7 @@ fn ask(s: &ServerUnderTest, run: &RunInfo, conns: usize, per_conn: usize) -> Ask
 /// One round against `s`: every connection's streams to their end, the server's CPU meanwhile.
 fn round(s: &ServerUnderTest, run: &RunInfo) -> Result<TokenRound> {
     let ask = ask(s, run, STREAMS as usize, run.duration.max(1) as usize);
-    let waited = run_queue_ns(s.pid())?;
-    let (seen, cpu) = server_cpu(s.pid(), || sse_load::run(&ask))?;
-    let waited = run_queue_ns(s.pid())?.saturating_sub(waited);
+    let (seen, cpu, waited_ms) = server_cpu_and_wait(s.pid(), || sse_load::run(&ask))?;
     if seen.events == 0 {
         bail!(
             "no token from {}: {}",
@@ -244,7 +242,7 @@ fn round(s: &ServerUnderTest, run: &RunInfo) -> Result<TokenRound> {
             seen.first_error.unwrap_or_default()
         );
     }
-    let r = token_round(&seen, cpu, waited as f64 / 1e6);
+    let r = token_round(&seen, cpu, waited_ms);
     eprintln!(
         "  {:<17} {:>7.0} tokens/s {:>7.3} µs/token ({:.0}% kernel)  TTFT p99 {:.2} ms  ITL p99 {:.2} ms  failed {}",
         s.name, r.round.rps, r.round.cpu_us_per_req, r.kernel_percent, r.ttft.p99_ms, r.itl.p99_ms, seen.failed
@@ -336,31 +334,20 @@ fn results(
     (servers.iter().zip(rows).zip(truths))
         .map(|((s, r), truth)| {
             let plain: Vec<Round> = r.iter().map(|x| x.round.clone()).collect();
-            let mut map = measure::rounds_json(&plain);
-            if let Some(Value::Array(list)) = map.get_mut("rounds") {
-                for (doc, x) in list.iter_mut().zip(r) {
-                    if let Value::Object(o) = doc {
-                        o.remove("p50_ms");
-                        o.remove("p99_ms");
-                        o.insert("streams".into(), x.streams.into());
-                        o.insert("tokens_per_stream".into(), x.tokens_per_stream.into());
-                        o.insert(
-                            "ttft_ms".into(),
-                            json!({ "p50": x.ttft.p50_ms, "p99": x.ttft.p99_ms }),
-                        );
-                        o.insert(
-                            "itl_ms".into(),
-                            json!({ "p50": x.itl.p50_ms, "p99": x.itl.p99_ms }),
-                        );
-                        o.insert("kernel_percent".into(), x.kernel_percent.into());
-                        o.insert("cpu_wait_ms".into(), x.cpu_wait_ms.into());
-                    }
-                }
-            }
-            let truth = truth.map(|t| {
-                json!({ "events": t.events,
-                "late_us": { "count": t.late.count, "p50": t.late.p50_us, "p99": t.late.p99_us } })
-            });
+            let map = measure::stream_rounds_json(
+                &plain,
+                r.iter().map(|x| {
+                    json!({
+                        "streams": x.streams,
+                        "tokens_per_stream": x.tokens_per_stream,
+                        "ttft_ms": { "p50": x.ttft.p50_ms, "p99": x.ttft.p99_ms },
+                        "itl_ms": { "p50": x.itl.p50_ms, "p99": x.itl.p99_ms },
+                        "kernel_percent": x.kernel_percent,
+                        "cpu_wait_ms": x.cpu_wait_ms,
+                    })
+                }),
+            );
+            let truth = truth.map(StreamTruth::to_json);
             let mut doc = json!({ "server": s.name, "command": s.command, "ground_truth": truth });
             if let Value::Object(o) = &mut doc {
                 o.extend(map);

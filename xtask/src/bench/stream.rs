@@ -35,14 +35,14 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::accuracy::{parse_truth, StreamTruth};
-use super::measure::{self, server_cpu, CpuUsed, Round};
+use super::measure::{self, server_cpu_and_wait, CpuUsed, Round};
 use super::ratio::{ratios_between, verdicts, Report};
 use super::report::{bar_chart, RunInfo};
 use super::servers::start_go_httpbin;
 use crate::setup::GO_HTTPBIN_VERSION;
 use crate::tools::h2load;
 use crate::tools::net::{free_port, http_get, wait_port};
-use crate::tools::procfs::{machine, run_queue_ns};
+use crate::tools::procfs::machine;
 use crate::tools::server::{start_statico, statico_bin, ServerUnderTest};
 
 /// Events per stream, and the gap between two events.
@@ -335,13 +335,11 @@ fn round(s: &ServerUnderTest, a: &Asked, load: &Load, run: &RunInfo) -> Result<S
         IDLE_SECS,
         &a.url,
     );
-    let waited = run_queue_ns(s.pid())?;
-    let (report, cpu) = server_cpu(s.pid(), || h2load::run(&mut cmd))?;
-    let waited = run_queue_ns(s.pid())?.saturating_sub(waited);
+    let (report, cpu, waited_ms) = server_cpu_and_wait(s.pid(), || h2load::run(&mut cmd))?;
     if report.succeeded == 0 || report.data_bytes == 0 {
         bail!("h2load got no stream from {}", a.url);
     }
-    let r = stream_round(&report, cpu, waited as f64 / 1e6, a.sample);
+    let r = stream_round(&report, cpu, waited_ms, a.sample);
     eprintln!(
         "  {:<17} {:>8.0} events/s {:>7.3} µs/event ({:.0}% kernel)  {:.1} events/answer  stream mean {:.0} ms",
         s.name, r.round.rps, r.round.cpu_us_per_req, r.kernel_percent, r.events_per_answer, r.stream_mean_ms
@@ -492,25 +490,20 @@ fn load_json(
         .collect();
     let results: Vec<Value> = (servers.iter().zip(asked).zip(rows).zip(truths))
         .map(|(((s, a), r), truth)| {
-            let mut map = measure::rounds_json(&plain(r));
-            if let Some(Value::Array(list)) = map.get_mut("rounds") {
-                for (doc, x) in list.iter_mut().zip(r) {
-                    if let Value::Object(o) = doc {
-                        o.remove("p50_ms");
-                        o.remove("p99_ms");
-                        o.insert("answers".into(), x.answers.into());
-                        o.insert("events_per_answer".into(), x.events_per_answer.into());
-                        o.insert("stream_mean_ms".into(), x.stream_mean_ms.into());
-                        o.insert("stream_max_ms".into(), x.stream_max_ms.into());
-                        o.insert("kernel_percent".into(), x.kernel_percent.into());
-                        o.insert("cpu_wait_ms".into(), x.cpu_wait_ms.into());
-                    }
-                }
-            }
-            let truth = truth.map(|t| {
-                json!({ "events": t.events,
-                "late_us": { "count": t.late.count, "p50": t.late.p50_us, "p99": t.late.p99_us } })
-            });
+            let map = measure::stream_rounds_json(
+                &plain(r),
+                r.iter().map(|x| {
+                    json!({
+                        "answers": x.answers,
+                        "events_per_answer": x.events_per_answer,
+                        "stream_mean_ms": x.stream_mean_ms,
+                        "stream_max_ms": x.stream_max_ms,
+                        "kernel_percent": x.kernel_percent,
+                        "cpu_wait_ms": x.cpu_wait_ms,
+                    })
+                }),
+            );
+            let truth = truth.map(StreamTruth::to_json);
             let mut doc = json!({ "server": s.name, "command": s.command, "url": a.url,
                 "sample": { "bytes": a.sample.bytes, "events": a.sample.events },
                 "ground_truth": truth });
