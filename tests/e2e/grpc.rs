@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use statico_tests::{run_client, Reader, Server};
+use statico_tests::{run_client, Reader, Server, EARLY};
 
 fn start(extra: &[&str]) -> Server {
     Server::start(&[&["--grpc"], extra].concat())
@@ -210,26 +210,8 @@ fn ghz_loads_the_ping_through_reflection_and_every_call_is_ok() {
         return;
     };
     let s = start(&[]);
-    let (ok, out, err) = run(
-        &ghz,
-        &[
-            "--insecure",
-            "--call",
-            "fgrpc.PingServer/Ping",
-            "-d",
-            r#"{"seq": 1, "payload": "x"}"#,
-            "-n",
-            "300",
-            "-c",
-            "5",
-            "--format",
-            "json",
-            &target(&s),
-        ],
-    );
-    assert!(ok, "{out}\n{err}");
-    let report: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let (ok, report, out) = ghz_ping(&ghz, &s, r#"{"seq": 1, "payload": "x"}"#, 300, 5);
+    assert!(ok, "{out}");
     assert_eq!(report["count"], 300, "{out}");
     assert_eq!(report["statusCodeDistribution"]["OK"], 300, "{out}");
 }
@@ -621,6 +603,35 @@ fn grpcurl_lists_the_services_over_tls_with_alpn_h2() {
 
 // ---- Calibrated gRPC routes ----
 
+/// `n` pings with `data` (JSON) over `c` connections by ghz (through reflection): whether it
+/// exited 0, its JSON report, and its output (stdout and stderr) for a failed check.
+fn ghz_ping(
+    ghz: &Path,
+    s: &Server,
+    data: &str,
+    n: u32,
+    c: u32,
+) -> (bool, serde_json::Value, String) {
+    let (n, c) = (n.to_string(), c.to_string());
+    let ping = "fgrpc.PingServer/Ping";
+    let args = [
+        "--insecure",
+        "--call",
+        ping,
+        "-d",
+        data,
+        "-n",
+        &n,
+        "-c",
+        &c,
+        "--format",
+        "json",
+    ];
+    let (ok, out, err) = run(ghz, &[&args[..], &[&target(s)]].concat());
+    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (ok, report, format!("{out}\n{err}"))
+}
+
 /// ghz's count of calls with `status` (its names: `OK`, `Unavailable`), 0 if none.
 fn ghz_count(report: &serde_json::Value, status: &str) -> u64 {
     report["statusCodeDistribution"][status]
@@ -638,25 +649,7 @@ fn ghz_sees_a_routes_status_mix_and_the_ground_truth_counts_exactly_what_it_saw(
     };
     let route = "/fgrpc.PingServer/Ping grpc-status=UNAVAILABLE:20%,RESOURCE_EXHAUSTED:10% grpc-message=busy";
     let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
-    let (_, out, err) = run(
-        &ghz,
-        &[
-            "--insecure",
-            "--call",
-            "fgrpc.PingServer/Ping",
-            "-d",
-            r#"{"seq": 1}"#,
-            "-n",
-            "1000",
-            "-c",
-            "10",
-            "--format",
-            "json",
-            &target(&s),
-        ],
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let (_, report, out) = ghz_ping(&ghz, &s, r#"{"seq": 1}"#, 1000, 10);
     assert_eq!(report["count"], 1000, "{out}");
     let seen = [
         ("OK", ghz_count(&report, "OK")),
@@ -779,25 +772,7 @@ fn a_pooled_grpc_routes_shed_is_resource_exhausted_and_a_deadline_is_counted() {
     };
     let route = "/fgrpc.PingServer/Ping delay=200ms capacity=1 queue=0 shed=429";
     let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
-    let (_, out, err) = run(
-        &ghz,
-        &[
-            "--insecure",
-            "--call",
-            "fgrpc.PingServer/Ping",
-            "-d",
-            "{}",
-            "-n",
-            "12",
-            "-c",
-            "4",
-            "--format",
-            "json",
-            &target(&s),
-        ],
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let (_, report, out) = ghz_ping(&ghz, &s, "{}", 12, 4);
     let (ok, shed) = (
         ghz_count(&report, "OK"),
         ghz_count(&report, "ResourceExhausted"),
@@ -872,10 +847,6 @@ fn a_phase_changes_a_grpc_routes_status_and_refuses_an_http_one() {
     ]);
     assert!(line.contains("grpc-status"), "{line}");
 }
-
-/// The early a time read after a send may look (the client reads its clock after the send
-/// returns, and may be descheduled between).
-const EARLY: Duration = Duration::from_millis(5);
 
 #[test]
 fn a_server_streaming_route_sends_its_reply_on_the_streams_times_then_ok_or_deadline_exceeded() {

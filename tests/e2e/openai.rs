@@ -32,7 +32,7 @@ use statico_tests::wire::{
     admin, assert_field, assert_no_field, curl_split, h2_body, h2_connect, runtime, End, H2Body,
     Streamed, Wire,
 };
-use statico_tests::{rss_kib, run_client, Response, Server, WAIT};
+use statico_tests::{rss_kib, run_client, Response, Server, EARLY, WAIT};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1360,11 +1360,6 @@ mod http3 {
 
 /// What the server may add to a token's due time: scheduling on two shared cores.
 const SLACK: Duration = Duration::from_millis(150);
-
-/// How early a time measured here may seem: the client reads its clock after its send returns, and
-/// on two busy cores it may be descheduled in between (the ground truth has the server's exact
-/// times; the timer rounds too).
-const EARLY: Duration = Duration::from_millis(5);
 
 /// Asserts token `k` came (since the request's last byte) at its due time, `ttft + k × gap`, or up
 /// to [`SLACK`] after it, never before (but for [`EARLY`]). Each token is due on the route's clock,

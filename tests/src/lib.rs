@@ -19,6 +19,11 @@ pub mod wire;
 /// How long any single wait in a test may take before the test fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// How early a time measured by a client may seem: it reads its clock after its send returns, and
+/// on two busy cores it may be descheduled in between (the ground truth has the server's exact
+/// times; the timer rounds too).
+pub const EARLY: Duration = Duration::from_millis(5);
+
 /// The runtime the suite runs against: `$STATICO_TEST_RUNTIME` (`tokio` or `io-uring`), default tokio.
 /// `cargo xtask test` runs the whole suite once per runtime.
 pub fn runtime() -> String {

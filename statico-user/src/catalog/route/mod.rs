@@ -1515,33 +1515,17 @@ mod tests {
                 },
             )
         };
+        let head = [(0, Step::Head { end: false }), (0, Step::Sent)];
         let (whole, steps) = run(None);
         assert_eq!(whole.trailers.as_ref().unwrap()["grpc-status"], "0");
-        assert_eq!(
-            steps,
-            [
-                (0, Step::Head { end: false }),
-                (0, Step::Sent),
-                event(10, false),
-                event(30, false),
-                event(50, false),
-                event(70, false),
-                (70, Step::Trailers),
-            ]
-        );
+        let events = [10, 30, 50, 70].map(|ms| event(ms, false));
+        let all = [&head[..], &events, &[(70, Step::Trailers)]].concat();
+        assert_eq!(steps, all);
         assert_eq!(run(Some(Duration::from_millis(71))).1, steps, "in time");
         let (cut, steps) = run(Some(Duration::from_millis(45)));
         assert_eq!(cut.trailers.as_ref().unwrap()["grpc-status"], "4");
-        assert_eq!(
-            steps,
-            [
-                (0, Step::Head { end: false }),
-                (0, Step::Sent),
-                event(10, false),
-                event(30, false),
-                (45, Step::Trailers),
-            ]
-        );
+        let cut_short = [&head[..], &events[..2], &[(45, Step::Trailers)]].concat();
+        assert_eq!(steps, cut_short, "two messages, then the deadline at it");
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
         assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED"]);
     }
