@@ -269,7 +269,7 @@ fn grpc_go_interop_client_passes_every_case_plain_and_over_tls() {
 }
 
 /// Python's `grpcio` (the C-core client), calling with raw messages: a ping, health, an unknown
-/// method, and a full-duplex stream.
+/// method, a full-duplex stream, and a server-streaming route (whole, and cut by its deadline).
 const PYTHON_CLIENT: &str = r#"
 import sys, grpc
 ch = grpc.insecure_channel(sys.argv[1])
@@ -288,20 +288,30 @@ for path, ask, code in [
 duplex = ch.stream_stream('/grpc.testing.TestService/FullDuplexCall')
 replies = list(duplex(iter([b'\x12\x02\x08\x03', b'\x12\x02\x08\x05']), timeout=5))
 assert [len(r) for r in replies] == [7, 9], replies
+feed = list(ch.unary_stream('/pkg.Svc/Feed')(b'', timeout=5))
+assert feed == [b'\x0a\x02' + feed[0][2:]] * 3 and len(feed[0]) == 4, feed
+try:
+    list(ch.unary_stream('/pkg.Svc/Feed')(b'', timeout=0.25))
+    raise SystemExit('/pkg.Svc/Feed: no deadline')
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e.code()
 print('ok')
 "#;
 
 #[test]
-fn python_grpcio_calls_ping_health_and_a_duplex_stream() {
+fn python_grpcio_calls_ping_health_a_duplex_stream_and_a_server_streaming_route() {
     let importable = std::process::Command::new("python3")
         .args(["-c", "import grpc"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !importable {
-        println!("SKIPPED: python_grpcio_calls_ping_health_and_a_duplex_stream needs grpcio (cargo xtask setup)");
+        println!("SKIPPED: python_grpcio_calls_ping_health_a_duplex_stream_and_a_server_streaming_route needs grpcio (cargo xtask setup)");
         return;
     }
-    let s = start(&[]);
+    let s = start(&[
+        "--route",
+        "/pkg.Svc/Feed events=3 first=100ms gap=100ms size=2",
+    ]);
     let (ok, out, err) = run_client("python3", &["-c", PYTHON_CLIENT, &target(&s)]);
     assert!(ok && out.trim() == "ok", "{out}\n{err}");
 }
