@@ -1138,6 +1138,24 @@ fn path_of(target: &[u8]) -> &[u8] {
     }
 }
 
+/// A gRPC route's reply as the start-up lines show it: `, health NOT_SERVING`, `, a message of 3
+/// bytes in field 1`, … and, server-streaming, `as a stream of 5 gRPC messages, first …, gap …`.
+fn describe_reply(spec: &RouteSpec) -> String {
+    let message = match (&spec.health, &spec.body) {
+        (Some(status), _) => format!(", health {}", spec::health_name(*status)),
+        (None, BodySpec::Empty) => ", an empty message".into(),
+        (None, BodySpec::Size(n)) => format!(", a message of {n} bytes in field 1"),
+        (None, BodySpec::Text(b)) => format!(", a message of {} bytes", b.len()),
+        (None, BodySpec::File(path, b)) => format!(", {} ({} bytes)", path.display(), b.len()),
+    };
+    let stream = spec
+        .stream
+        .as_ref()
+        .map(describe_stream)
+        .unwrap_or_default();
+    message + &stream
+}
+
 /// A stream as the start-up lines show it: `, a stream of 50 sse events, first 0s, gap 20ms`.
 fn describe_stream(stream: &StreamSpec) -> String {
     let wait = |d: &Option<Dist>| d.as_ref().map_or("0s".to_string(), Dist::to_string);
@@ -1187,6 +1205,7 @@ pub fn describe(spec: &RouteSpec) -> String {
     }
     match (&spec.body, &spec.stream) {
         _ if spec.openai.is_some() => s.push_str(&describe_openai(spec.openai.as_ref())),
+        _ if spec.is_grpc() => s.push_str(&describe_reply(spec)),
         (_, Some(stream)) => s.push_str(&describe_stream(stream)),
         (BodySpec::Empty, None) => s.push_str(", empty body"),
         (BodySpec::Text(b), None) => s.push_str(&format!(", {} bytes", b.len())),
@@ -1465,6 +1484,23 @@ mod tests {
         assert_eq!(count(&head, "Content-Type: text/csv"), 1, "{head}");
         let types: Vec<_> = stream.get_all("content-type").iter().collect();
         assert_eq!(types, ["text/csv"]);
+    }
+
+    #[test]
+    fn a_grpc_routes_start_up_line_names_its_message_its_health_and_its_stream() {
+        let line = |r: &str| describe(&spec::parse_spec(r).unwrap());
+        assert_eq!(
+            line("/pkg.Svc/M grpc-status=UNAVAILABLE:5%"),
+            "/pkg.Svc/M → OK, UNAVAILABLE 5%, an empty message"
+        );
+        assert_eq!(
+            line("/grpc.health.v1.Health/* health=not_serving"),
+            "/grpc.health.v1.Health/* → OK, health NOT_SERVING"
+        );
+        assert_eq!(
+            line("/pkg.Svc/Feed events=5 gap=20ms size=3"),
+            "/pkg.Svc/Feed → OK, a message of 3 bytes in field 1, a stream of 5 gRPC messages, first 0s, gap 20ms"
+        );
     }
 
     #[test]

@@ -655,21 +655,32 @@ struct StreamKeys {
     context: Option<u64>,
 }
 
+/// The health statuses `health=` takes, by name (any case) and number.
+const HEALTH_NAMES: [(&str, ServingStatus); 4] = [
+    ("UNKNOWN", ServingStatus::Unknown),
+    ("SERVING", ServingStatus::Serving),
+    ("NOT_SERVING", ServingStatus::NotServing),
+    ("SERVICE_UNKNOWN", ServingStatus::ServiceUnknown),
+];
+
 /// `health=`: a health check's status, by name (`SERVING`, `NOT_SERVING`, `UNKNOWN`,
 /// `SERVICE_UNKNOWN`, any case) or number.
 fn parse_health(value: &str) -> Result<ServingStatus, String> {
-    let named = match value.to_ascii_uppercase().as_str() {
-        "UNKNOWN" | "0" => ServingStatus::Unknown,
-        "SERVING" | "1" => ServingStatus::Serving,
-        "NOT_SERVING" | "2" => ServingStatus::NotServing,
-        "SERVICE_UNKNOWN" | "3" => ServingStatus::ServiceUnknown,
-        _ => {
-            return Err(format!(
-                "{value:?}: expected SERVING, NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN"
-            ))
-        }
-    };
-    Ok(named)
+    (HEALTH_NAMES.iter())
+        .find(|(name, status)| {
+            name.eq_ignore_ascii_case(value) || value == (*status as i32).to_string()
+        })
+        .map(|(_, status)| *status)
+        .ok_or_else(|| {
+            format!("{value:?}: expected SERVING, NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN")
+        })
+}
+
+/// A health status's name, as `health=` writes it.
+pub fn health_name(status: ServingStatus) -> &'static str {
+    (HEALTH_NAMES.iter())
+        .find(|(_, s)| *s == status)
+        .map_or("UNKNOWN", |(name, _)| name)
 }
 
 /// `openai=on|off`.
