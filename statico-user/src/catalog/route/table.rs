@@ -285,6 +285,11 @@ mod tests {
                 parse_spec,
             ),
             written("/health body=\"ok\"", parse_spec),
+            written(
+                "/pkg.Svc/* grpc-status=UNAVAILABLE:5% grpc-message=busy events=3 gap=1ms size=8",
+                parse_spec,
+            ),
+            written("/grpc.health.v1.Health/* health=NOT_SERVING", parse_spec),
         ];
         let pools = [written("db capacity=2 queue=5", parse_pool)];
         let phases = [written("at=1s for=2s /api/* status=503", |s| {
