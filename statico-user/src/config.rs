@@ -137,11 +137,13 @@ fn listen(cli: &Cli) -> crate::kernel::steering::SteeringPlan {
             receive_buffer: buffer_size(cli.receive_buffer_size),
             send_buffer: buffer_size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
-            // A body sent apart from its head must not wait for the head's acknowledgement.
+            // A body sent apart from its head, or a gRPC call's trailers apart from its reply, must
+            // not wait for the acknowledgement of what went before (a delayed ACK: 40 ms a call).
             nodelay: cli.tcp_nodelay
                 || cli.body_delay.is_some()
                 || cli.has_routes()
-                || cli.admin.is_some(),
+                || cli.admin.is_some()
+                || cli.grpc,
         },
         xdp: cli.xdp.clone(),
     }
