@@ -43,7 +43,7 @@ use super::ratio::{verdicts, Report};
 use super::report::RunInfo;
 use super::servers::{start_fortio_grpc, start_grpc_go};
 use crate::tools::net::{free_port, http_get, wait_port};
-use crate::tools::procfs::machine;
+use crate::tools::procfs::{machine, run_queue_ns};
 use crate::tools::server::{start_statico, statico_bin, ServerUnderTest};
 use crate::tools::{h2load, pinned};
 
@@ -128,6 +128,8 @@ struct CallRound {
     round: Round,
     /// ghz's calls cut off by the end of its `-z` (none under h2load).
     cut: u64,
+    /// ghz's other failed calls, per error message.
+    failures: Vec<(String, u64)>,
 }
 
 /// Runs the methods, then the calibration; writes `report.txt`, `results.json` and `chart.svg` into
@@ -349,7 +351,10 @@ fn h2load_round(s: &ServerUnderTest, m: &Method, body: &Path, run: &RunInfo) -> 
     let (report, cpu) = server_cpu(s.pid(), || h2load::run(&mut cmd))?;
     let round = h2load_calls(&report, cpu.total_us())
         .with_context(|| format!("h2load against {}", s.name))?;
-    Ok(CallRound { round, cut: 0 })
+    Ok(CallRound {
+        round,
+        ..CallRound::default()
+    })
 }
 
 /// An h2load round's calls: its 2xx answers, if each carried a reply message.
@@ -375,13 +380,13 @@ fn h2load_calls(report: &h2load::Report, cpu_us: f64) -> Result<Round> {
     })
 }
 
-/// ghz at `path`, pinned to the client CPUs, with its JSON report, no template data (the message is
-/// the same for every call), `proto` naming the method.
+/// ghz pinned to the client CPUs, with its JSON report, `proto` naming the method `call`, each call
+/// asking `json`.
 fn ghz(run: &RunInfo, proto: &Path, call: &str, json: &str) -> Result<Command> {
     let ghz =
         crate::setup::ghz_path().context("ghz is not installed (cargo xtask setup installs it)")?;
     let mut cmd = pinned(Some(run.client_cpus), ghz);
-    cmd.args(["--insecure", "--format", "json", "--disable-template-data"])
+    cmd.args(["--insecure", "--format", "json"])
         .arg("--proto")
         .arg(proto)
         .args(["--call", call, "-d", json])
@@ -413,6 +418,7 @@ fn ghz_round(s: &ServerUnderTest, m: &Method, proto: &Path, run: &RunInfo) -> Re
             ..Round::default()
         },
         cut,
+        failures: seen.failures(),
     })
 }
 
@@ -439,10 +445,23 @@ impl Ghz {
     /// The calls a `-z` run's end cut off: its connections closed under them.
     fn cut_off(&self) -> u64 {
         (self.errors.iter())
-            .filter(|(e, _)| e.contains("transport is closing"))
+            .filter(|(e, _)| is_cut_off(e))
             .map(|x| x.1)
             .sum()
     }
+
+    /// The errors but those of the calls cut off.
+    fn failures(&self) -> Vec<(String, u64)> {
+        (self.errors.iter())
+            .filter(|(e, _)| !is_cut_off(e))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Whether a ghz error is that of a call its `-z` run's end cut off.
+fn is_cut_off(error: &str) -> bool {
+    error.contains("transport is closing")
 }
 
 fn run_ghz(cmd: &mut Command) -> Result<Ghz> {
@@ -505,6 +524,11 @@ fn add_table(
         let _ = write!(report.text, " {} {failed}{cut};", s.name);
     }
     report.text.push('\n');
+    for (s, r) in servers.iter().zip(rows) {
+        for (error, n) in r.iter().flat_map(|x| &x.failures) {
+            let _ = writeln!(report.text, "    {}: {n} x {error}", s.name);
+        }
+    }
 }
 
 /// The targets, each method's h2load ratios against [`TARGET`], appended to the report; returned
@@ -530,7 +554,8 @@ fn results_json(group: &str, servers: &[ServerUnderTest], rows: &[Vec<CallRound>
         .map(|(s, r)| {
             let plain: Vec<Round> = r.iter().map(|x| x.round.clone()).collect();
             let mut doc = json!({ "scenario": group, "server": s.name, "command": s.command,
-                                  "cut_off": r.iter().map(|x| x.cut).collect::<Vec<_>>() });
+                                  "cut_off": r.iter().map(|x| x.cut).collect::<Vec<_>>(),
+                                  "failures": r.iter().map(|x| &x.failures).collect::<Vec<_>>() });
             if let Value::Object(o) = &mut doc {
                 o.extend(measure::rounds_json(&plain));
             }
@@ -562,9 +587,16 @@ fn calibrate(root: &Path, dir: &Path, run: &RunInfo) -> Result<Calibrated> {
     for runtime in ["io-uring", "tokio"] {
         let name = format!("statico-{runtime}");
         match calibrated_run(root, run, &proto, runtime, calls) {
-            Ok((seen, truth)) => {
-                text.push_str(&calibrated_rows(&name, &seen, &truth));
-                runs.push(calibrated_json(&name, &seen, &truth));
+            Ok(r) => {
+                text.push_str(&calibrated_rows(&name, &r.seen, &r.truth));
+                let _ = writeln!(
+                    text,
+                    "  {:<17} statico waited {:.0} ms for its CPU over the run",
+                    "", r.cpu_wait_ms
+                );
+                let mut doc = calibrated_json(&name, &r.seen, &r.truth);
+                doc["cpu_wait_ms"] = r.cpu_wait_ms.into();
+                runs.push(doc);
             }
             Err(e) => {
                 let _ = writeln!(text, "  {name:<17} not measured: {e:#}");
@@ -582,14 +614,22 @@ fn call_of(path: &str) -> &str {
     path.trim_start_matches('/')
 }
 
-/// statico on `runtime` with [`ROUTE`] under ghz; what ghz saw and the route's ground truth.
+/// One statico's calibrated run: what ghz saw, the route's ground truth, and how long statico
+/// waited for its CPU meanwhile (/proc schedstat).
+struct Run {
+    seen: Ghz,
+    truth: RouteTruth,
+    cpu_wait_ms: f64,
+}
+
+/// statico on `runtime` with [`ROUTE`] under ghz.
 fn calibrated_run(
     root: &Path,
     run: &RunInfo,
     proto: &Path,
     runtime: &str,
     calls: u64,
-) -> Result<(Ghz, RouteTruth)> {
+) -> Result<Run> {
     let metrics = free_port()?;
     let metrics_at = format!("127.0.0.1:{metrics}");
     let flags = [
@@ -614,12 +654,18 @@ fn calibrated_run(
     cmd.args(["-c", &conns, "--connections", &conns])
         .args(["--rps", &RATE.to_string(), "-n", &calls.to_string()])
         .arg(format!("127.0.0.1:{}", s.port));
+    let waited = run_queue_ns(s.pid())?;
     let seen = run_ghz(&mut cmd)?;
+    let waited = run_queue_ns(s.pid())?.saturating_sub(waited);
     let body = http_get(metrics, "/ground-truth.json")?;
     let truth = (parse_truth(&body)?.into_iter())
         .find(|t| t.route == ROUTE_PATH)
         .with_context(|| format!("no route {ROUTE_PATH} in {name}'s ground truth: {body}"))?;
-    Ok((seen, truth))
+    Ok(Run {
+        seen,
+        truth,
+        cpu_wait_ms: waited as f64 / 1e6,
+    })
 }
 
 /// ghz's status name (`Unavailable`, `ResourceExhausted`) as gRPC's code and the ground truth name
@@ -681,7 +727,7 @@ fn calibrated_rows(name: &str, seen: &Ghz, truth: &RouteTruth) -> String {
     let yes = |ok: bool| if ok { "yes" } else { "NO" };
     let n = seen.count;
     let mut out = format!(
-        "  {:<17} {:<12} {:>7} {:>9} {:>7} {:>7} {:>9} {:>12} {:>6}\n",
+        "  {:<17} {:<17} {:>7} {:>9} {:>7} {:>7} {:>9} {:>12} {:>6}\n",
         name,
         "status",
         "asked",
@@ -700,7 +746,7 @@ fn calibrated_rows(name: &str, seen: &Ghz, truth: &RouteTruth) -> String {
         let b = bound(asked, n);
         let _ = writeln!(
             out,
-            "  {:<17} {status:<12} {:>6.2}% {:>8.2}% {:>6.2}% {:>7} {ghz:>9} {truth_n:>12} {:>6}",
+            "  {:<17} {status:<17} {:>6.2}% {:>8.2}% {:>6.2}% {:>7} {ghz:>9} {truth_n:>12} {:>6}",
             "",
             asked * 100.0,
             share * 100.0,
@@ -711,7 +757,7 @@ fn calibrated_rows(name: &str, seen: &Ghz, truth: &RouteTruth) -> String {
     }
     let _ = writeln!(
         out,
-        "  {:<17} {:<12} {:>7} {:>9} {:>7} {:>9} {:>7}  F = the asked share below; within: |F - q| <= 3 se",
+        "  {:<17} {:<17} {:>7} {:>9} {:>7} {:>9} {:>7}  F = the asked share below; within: |F - q| <= 3 se",
         "", "latency ms", "count", "p50", "F", "p99", "F"
     );
     let rows = [
@@ -748,7 +794,7 @@ fn calibrated_rows(name: &str, seen: &Ghz, truth: &RouteTruth) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<17} {source:<12} {count:>7} {p50:>9.2} {:>7.3} {p99:>9.2} {:>7.4}  {verdict}",
+            "  {:<17} {source:<17} {count:>7} {p50:>9.2} {:>7.3} {p99:>9.2} {:>7.4}  {verdict}",
             "",
             asked_cdf(p50),
             asked_cdf(p99)
@@ -843,6 +889,7 @@ mod tests {
             (6163, 6113, 0)
         );
         assert_eq!(g.cut_off(), 50);
+        assert!(g.failures().is_empty());
         assert!((g.p50_ms - 3.75656).abs() < 1e-9 && (g.p99_ms - 21.0).abs() < 1e-9);
         assert!((g.total_s - 2.020542953).abs() < 1e-9);
         assert!(parse_ghz("{}").is_err());
