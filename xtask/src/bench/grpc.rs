@@ -7,16 +7,17 @@
 //! each pinned to the server CPUs (statico `-t 1`, the peers with `GOMAXPROCS=1`), the load pinned to
 //! the client CPUs. First h2load (`-t 1 -c 50 -m 10`, each call a POST of one framed message from a
 //! file, `content-type: application/grpc`, `te: trailers`), then ghz (`-c 50 --connections 50`: one
-//! call in flight per connection; the method from a `.proto` written beside the results); the servers
-//! take turns over the rounds; medians with min–max. Server CPU per call = the server's CPU time over
+//! call in flight per connection; the method from a `.proto` written into `target/bench/grpc`); the
+//! servers take turns over the rounds; medians with min–max. Server CPU per call = the server's CPU time over
 //! the round (/proc utime + stime) / the calls answered.
 //!
 //! h2load sees HTTP statuses, not gRPC's, so a call is counted only where it is known to succeed: each
 //! server is first asked once by curl with the same message, whose trailers must say
 //! `grpc-status: 0`; and in every h2load round the answers must carry a reply message each (data
 //! bytes ≥ [`FRAME`] per 2xx answer: a failed call is trailers-only). ghz counts gRPC statuses itself:
-//! its OK calls are counted; the calls its `-z` cuts off at the end (`Unavailable`, "transport is
-//! closing", about one per connection) are told apart from failures.
+//! its OK calls are counted; the calls its `-z` cuts off at the end (`Unavailable` "transport is
+//! closing", `Canceled` "the client connection is closing": about one per connection) are told apart
+//! from failures.
 //!
 //! Calibration: statico (each runtime) with `--route '`[`ROUTE`]`'` under ghz at a fixed rate
 //! ([`RATE`] calls/s). Judged: the share of each status against what was asked, and the p50 and
@@ -40,7 +41,7 @@ use serde_json::{json, Value};
 use super::accuracy::{parse_truth, Quantiles, RouteTruth};
 use super::measure::{self, server_cpu, Round};
 use super::ratio::{verdicts, Report};
-use super::report::RunInfo;
+use super::report::{work_dir, RunInfo};
 use super::servers::{start_fortio_grpc, start_grpc_go};
 use crate::tools::net::{free_port, http_get, wait_port};
 use crate::tools::procfs::{machine, run_queue_ns};
@@ -135,13 +136,14 @@ struct CallRound {
 /// Runs the methods, then the calibration; writes `report.txt`, `results.json` and `chart.svg` into
 /// `dir` and returns the report.
 pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
+    let work = work_dir(root, "grpc")?;
     let mut report = Report::against(METHODS[0].peer, heading(run));
     let mut results = Vec::new();
     let mut targets = Vec::new();
     let mut skipped = Vec::new();
     for m in &METHODS {
-        let files = write_files(dir, m)?;
-        let servers = start_servers(root, dir, run, m, &files, &mut skipped)?;
+        let files = write_files(&work, m)?;
+        let servers = start_servers(root, &work, run, m, &files, &mut skipped)?;
         report.set_peer(m.peer);
         let h2load_rows = rounds(m.h2load_group, &servers, run, |s| {
             h2load_round(s, m, &files.body, run)
@@ -169,7 +171,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
         targets.push((m, report.ratios(m.h2load_group).to_vec()));
     }
     let targets = write_targets(&mut report, &targets);
-    let calibrated = calibrate(root, dir, run)?;
+    let calibrated = calibrate(root, &work, run)?;
     report.text.push_str(&calibrated.text);
     for (name, reason) in &skipped {
         let _ = writeln!(report.text, "  not measured: {name}: {reason}");
@@ -228,7 +230,8 @@ fn ghz_title(m: &Method, run: &RunInfo) -> String {
     )
 }
 
-/// The files a method's clients read: h2load's request body (one framed message) and ghz's proto.
+/// The files a method's clients read, kept in `target/bench/grpc` with the peers' logs: h2load's
+/// request body (one framed message) and ghz's proto.
 struct Files {
     body: PathBuf,
     proto: PathBuf,
@@ -459,9 +462,10 @@ impl Ghz {
     }
 }
 
-/// Whether a ghz error is that of a call its `-z` run's end cut off.
+/// Whether a ghz error is that of a call its `-z` run's end cut off: the connection closed under
+/// it (`Unavailable`), or the call cancelled as the client closed (`Canceled`).
 fn is_cut_off(error: &str) -> bool {
-    error.contains("transport is closing")
+    error.contains("transport is closing") || error.contains("the client connection is closing")
 }
 
 fn run_ghz(cmd: &mut Command) -> Result<Ghz> {
@@ -570,11 +574,11 @@ struct Calibrated {
     json: Value,
 }
 
-/// The calibrated route on each runtime under ghz at [`RATE`]; a statico that fails is told in the
-/// text, the rest stands.
-fn calibrate(root: &Path, dir: &Path, run: &RunInfo) -> Result<Calibrated> {
+/// The calibrated route on each runtime under ghz at [`RATE`], its proto written into `work`; a
+/// statico that fails is told in the text, the rest stands.
+fn calibrate(root: &Path, work: &Path, run: &RunInfo) -> Result<Calibrated> {
     let calls = if run.quick { CALLS_QUICK } else { CALLS };
-    let proto = dir.join(ROUTE_PROTO.0);
+    let proto = work.join(ROUTE_PROTO.0);
     std::fs::write(&proto, ROUTE_PROTO.1)?;
     let mut text = format!(
         "\ncalibrated route: statico --grpc --seed 1 --route '{ROUTE}'\n  \
@@ -876,8 +880,9 @@ mod tests {
     /// ghz 0.93.0's report (`details` and `histogram` cut), `-z 2s` against statico.
     const GHZ: &str = r#"{"date":"2026-11-27T22:30:00Z","endReason":"timeout","count":6163,
         "total":2020542953,"average":12890555,"fastest":1000000,"slowest":40000000,"rps":3050.17,
-        "errorDistribution":{"rpc error: code = Unavailable desc = transport is closing":50},
-        "statusCodeDistribution":{"OK":6113,"Unavailable":50},
+        "errorDistribution":{"rpc error: code = Unavailable desc = transport is closing":49,
+        "rpc error: code = Canceled desc = grpc: the client connection is closing":1},
+        "statusCodeDistribution":{"OK":6113,"Unavailable":49,"Canceled":1},
         "latencyDistribution":[{"percentage":10,"latency":2920100},{"percentage":50,"latency":3756560},
         {"percentage":99,"latency":21000000}],"details":[]}"#;
 
