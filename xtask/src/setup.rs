@@ -250,7 +250,8 @@ fn ensure_grpcio() -> Result<()> {
 const GRPC_HEALTH_PROBE_VERSION: &str = "v0.4.62";
 /// grpcurl (the `--grpc` tests' reflection client), from the Go module proxy.
 const GRPCURL_VERSION: &str = "v1.9.4";
-/// ghz (the `--grpc` tests' load generator, through reflection), from the Go module proxy.
+/// ghz (the load generator of the `--grpc` tests, through reflection, and of `bench --grpc`), from the
+/// Go module proxy.
 const GHZ_VERSION: &str = "v0.93.0";
 
 /// grpc-go, whose interop client (`interop/client`) the `--grpc` tests run and whose interop server

@@ -142,32 +142,7 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
     let mut targets = Vec::new();
     let mut skipped = Vec::new();
     for m in &METHODS {
-        let files = write_files(&work, m)?;
-        let servers = start_servers(root, &work, run, m, &files, &mut skipped)?;
-        report.set_peer(m.peer);
-        let h2load_rows = rounds(m.h2load_group, &servers, run, |s| {
-            h2load_round(s, m, &files.body, run)
-        })?;
-        add_table(
-            &mut report,
-            m.h2load_group,
-            &h2load_title(m, run),
-            &servers,
-            &h2load_rows,
-        );
-        let ghz_rows = rounds(m.ghz_group, &servers, run, |s| {
-            ghz_round(s, m, &files.proto, run)
-        })?;
-        add_table(
-            &mut report,
-            m.ghz_group,
-            &ghz_title(m, run),
-            &servers,
-            &ghz_rows,
-        );
-        for (group, rows) in [(m.h2load_group, &h2load_rows), (m.ghz_group, &ghz_rows)] {
-            results.extend(results_json(group, &servers, rows));
-        }
+        results.extend(method(root, &work, run, m, &mut report, &mut skipped)?);
         targets.push((m, report.ratios(m.h2load_group).to_vec()));
     }
     let targets = write_targets(&mut report, &targets);
@@ -204,6 +179,34 @@ pub fn run(root: &Path, dir: &Path, run: &RunInfo) -> Result<String> {
     report.chart(&dir.join("chart.svg"), &title)?;
     eprintln!("bench: wrote {}", dir.display());
     Ok(report.text)
+}
+
+/// One method: its servers started, its h2load and ghz rounds, their tables added to `report`;
+/// its servers' results for results.json.
+fn method(
+    root: &Path,
+    work: &Path,
+    run: &RunInfo,
+    m: &Method,
+    report: &mut Report,
+    skipped: &mut Vec<(String, String)>,
+) -> Result<Vec<Value>> {
+    let files = write_files(work, m)?;
+    let servers = start_servers(root, work, run, m, &files, skipped)?;
+    report.set_peer(m.peer);
+    let h2load_rows = rounds(m.h2load_group, &servers, run, |s| {
+        h2load_round(s, m, &files.body, run)
+    })?;
+    let title = h2load_title(m, run);
+    add_table(report, m.h2load_group, &title, &servers, &h2load_rows);
+    let ghz_rows = rounds(m.ghz_group, &servers, run, |s| {
+        ghz_round(s, m, &files.proto, run)
+    })?;
+    add_table(report, m.ghz_group, &ghz_title(m, run), &servers, &ghz_rows);
+    let groups = [(m.h2load_group, &h2load_rows), (m.ghz_group, &ghz_rows)];
+    Ok((groups.into_iter())
+        .flat_map(|(group, rows)| results_json(group, &servers, rows))
+        .collect())
 }
 
 fn heading(run: &RunInfo) -> String {
