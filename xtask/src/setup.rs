@@ -21,12 +21,13 @@
 //! - h2spec, with `go install` (the HTTP/2 conformance suite of the `--http2` tests).
 //! - oha [`OHA_VERSION`] with its `http3` feature, with `cargo install` (the HTTP/3 load generator of
 //!   `bench --http3`: Debian's h2load is built without HTTP/3).
-//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`, and the
-//!   gRPC ping client of the `--grpc` tests).
+//! - Fortio [`FORTIO_VERSION`], with `go install` (the echo-server peer of `bench --routes`, the gRPC
+//!   ping peer of `bench --grpc`, and the gRPC ping client of the `--grpc` tests).
 //! - grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`] and ghz
 //!   [`GHZ_VERSION`], with `go install` (the health, reflection and load clients of the `--grpc`
-//!   tests); grpc-go's interop client, [`GRPC_GO_VERSION`], as `grpc-interop-client` (the
-//!   conformance client of the `--grpc` tests).
+//!   tests, ghz also the load generator of `bench --grpc`); grpc-go's interop client,
+//!   [`GRPC_GO_VERSION`], as `grpc-interop-client` (the conformance client of the `--grpc` tests), and
+//!   its interop server as `grpc-interop-server` (the EmptyCall peer of `bench --grpc`).
 //! - Python's grpcio [`GRPCIO`], with pip (a C-core gRPC client in the `--grpc` tests).
 //! - go-httpbin [`GO_HTTPBIN_VERSION`], with `go install` (its `/sse` is the peer of `bench --stream`).
 //! - FastAPI and uvicorn ([`FASTAPI_MOCK_PACKAGES`]), with pip (they serve the hand-written OpenAI
@@ -255,27 +256,31 @@ fn ensure_grpcio() -> Result<()> {
 const GRPC_HEALTH_PROBE_VERSION: &str = "v0.4.62";
 /// grpcurl (the `--grpc` tests' reflection client), from the Go module proxy.
 const GRPCURL_VERSION: &str = "v1.9.4";
-/// ghz (the `--grpc` tests' load generator, through reflection), from the Go module proxy.
+/// ghz (the load generator of the `--grpc` tests, through reflection, and of `bench --grpc`), from the
+/// Go module proxy.
 const GHZ_VERSION: &str = "v0.93.0";
 
-/// grpc-go, whose interop client (`interop/client`) the `--grpc` tests run.
+/// grpc-go, whose interop client (`interop/client`) the `--grpc` tests run and whose interop server
+/// (`interop/server`) is a peer of `bench --grpc`.
 const GRPC_GO_VERSION: &str = "v1.85.0";
-/// What grpc-go's interop client is installed as (`go install` would name it `client`).
+/// What grpc-go's interop client and server are installed as (`go install` would name them `client`
+/// and `server`).
 const INTEROP_CLIENT: &str = "grpc-interop-client";
+const INTEROP_SERVER: &str = "grpc-interop-server";
 
-/// grpc-go's interop client [`GRPC_GO_VERSION`], built into a scratch directory and moved next to
-/// the other Go tools as [`INTEROP_CLIENT`].
-fn ensure_interop_client() -> Result<()> {
-    if go_installed(INTEROP_CLIENT).is_some() {
+/// grpc-go's interop `part` (`client` or `server`) [`GRPC_GO_VERSION`], built into a scratch
+/// directory and moved next to the other Go tools as `name`.
+fn ensure_interop(part: &str, name: &str) -> Result<()> {
+    if go_installed(name).is_some() {
         return Ok(());
     }
     let home = std::env::var_os("HOME").context("HOME is not set")?;
     let bin = std::env::var_os("GOBIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(home).join("go/bin"));
-    let scratch = std::env::temp_dir().join("statico-interop-client");
+    let scratch = std::env::temp_dir().join(format!("statico-interop-{part}"));
     std::fs::create_dir_all(&scratch)?;
-    let package = format!("google.golang.org/grpc/interop/client@{GRPC_GO_VERSION}");
+    let package = format!("google.golang.org/grpc/interop/{part}@{GRPC_GO_VERSION}");
     eprintln!("$ GOBIN={} go install {package}", scratch.display());
     let status = Command::new("go")
         .args(["install", &package])
@@ -286,8 +291,18 @@ fn ensure_interop_client() -> Result<()> {
         bail!("`go install {package}` failed ({status})");
     }
     std::fs::create_dir_all(&bin)?;
-    std::fs::rename(scratch.join("client"), bin.join(INTEROP_CLIENT))?;
+    std::fs::rename(scratch.join(part), bin.join(name))?;
     Ok(())
+}
+
+/// Where grpc-go's interop server is installed, or PATH.
+pub fn interop_server_path() -> Option<PathBuf> {
+    go_installed(INTEROP_SERVER)
+}
+
+/// Where `go install` puts ghz, or PATH.
+pub fn ghz_path() -> Option<PathBuf> {
+    go_installed("ghz")
 }
 
 /// grpc-health-probe [`GRPC_HEALTH_PROBE_VERSION`], grpcurl [`GRPCURL_VERSION`], ghz
@@ -301,11 +316,22 @@ fn ensure_grpc_clients() -> Result<()> {
         "grpcurl",
         &format!("github.com/fullstorydev/grpcurl/cmd/grpcurl@{GRPCURL_VERSION}"),
     )?;
+    ensure_ghz()?;
+    ensure_interop("client", INTEROP_CLIENT)
+}
+
+/// ghz [`GHZ_VERSION`], from the Go module proxy.
+fn ensure_ghz() -> Result<()> {
     go_install(
         "ghz",
         &format!("github.com/bojand/ghz/cmd/ghz@{GHZ_VERSION}"),
-    )?;
-    ensure_interop_client()
+    )
+}
+
+/// What `bench --grpc` runs besides Fortio: ghz and grpc-go's interop server.
+fn ensure_grpc_bench() -> Result<()> {
+    ensure_ghz()?;
+    ensure_interop("server", INTEROP_SERVER)
 }
 
 /// Fortio [`FORTIO_VERSION`] (the peer of `bench --routes`), from the Go module proxy.
@@ -471,6 +497,7 @@ pub fn ensure(purposes: &[Purpose], report: bool) -> Result<()> {
     if purposes.contains(&Bench) {
         ensure_oha()?;
         ensure_fortio()?;
+        ensure_grpc_bench()?;
         ensure_go_httpbin()?;
         ensure_fastapi()?;
     }

@@ -6,17 +6,19 @@
 //! ```text
 //! mod (flags, dispatch)
 //!  └─ suite (default) · http2 · http3 · tls · site · profile · steering · routes · capacity
-//!       │  · pause_demo · stream · openai · new_conns · ab
+//!       │  · pause_demo · stream · openai · grpc · new_conns · ab
 //!       │                                 one file per mode; routes ─ accuracy (its ground-truth check,
 //!       │                                 whose ground-truth reader stream shares), openai ─ stream
-//!       │                                 (a stream route's ground truth),
+//!       │                                 (a stream route's ground truth), grpc ─ accuracy (the
+//!       │                                 ground-truth reader),
 //!       │                                 capacity ─ queueing (M/M/c, D/M/c, the queue simulated; pure)
 //!       ├─ ratio    (rate and CPU tables against a peer: nginx for tls and site, caddy for http3,
-//!       │            fortio for routes, go-httpbin for stream, the FastAPI mock for openai)
+//!       │            fortio for routes, go-httpbin for stream, the FastAPI mock for openai,
+//!       │            fortio and grpc-go for grpc)
 //!       ├─ report   (table, results.json, bar charts)          ─┐ both on measure,
-//!       ├─ servers  (nginx, caddy, fortio, go-httpbin, peers,   │ not on each other
-//!       │            the FastAPI mock, the TLS certificate;    │
-//!       │            statico's suite flags)                    ─┘
+//!       ├─ servers  (nginx, caddy, fortio, grpc-go, go-httpbin, │ not on each other
+//!       │            peers, the FastAPI mock, the TLS           │
+//!       │            certificate; statico's suite flags)       ─┘
 //!       └─ measure  (scenarios, a round of wrk/h2load/oha and the server's CPU (and CPU wait) over
 //!                    it, rounds as JSON, RSS with idle connections, Stat, interleave)
 //!
@@ -30,6 +32,7 @@
 mod ab;
 mod accuracy;
 mod capacity;
+mod grpc;
 mod http2;
 mod http3;
 mod measure;
@@ -121,13 +124,19 @@ pub struct BenchArgs {
     /// worker): server CPU per token, the client's time to first token and between tokens
     #[arg(long)]
     pub openai: bool,
+    /// Instead: gRPC unary calls, statico --grpc (both runtimes, one worker) against Fortio's ping
+    /// server (Ping) and grpc-go's interop server (EmptyCall), GOMAXPROCS=1: server CPU per call under
+    /// h2load (-c 50 -m 10) and ghz (-c 50, one call per connection); then a calibrated gRPC route
+    /// (5% UNAVAILABLE, lognormal delay) under ghz at a fixed rate against its ground truth
+    #[arg(long)]
+    pub grpc: bool,
     /// Instead: an A/B of two statico binaries — A the one measured otherwise (STATICO_BIN, else the
     /// release build), B this one (relative to the workspace root, or absolute) — on both runtimes,
     /// A and B in turn each round: server CPU per request and A/B per scenario (keep-alive c50,
     /// pipelined x16 c256, h2load -c 50 -m 10, a 1 ms held route and the same in a pool, at c50)
     #[arg(long, value_name = "STATICO_B", conflicts_with_all = [
         "steering", "http2", "http3", "tls", "site", "profile", "routes", "capacity", "pause_demo", "stream", "openai",
-        "new_conns", "redraw",
+        "grpc", "new_conns", "redraw",
     ])]
     pub against: Option<PathBuf>,
     /// Instead: what a new connection costs, statico (both runtimes) against nginx, one worker each:
@@ -187,6 +196,11 @@ pub fn run(root: &Path, mut args: BenchArgs) -> Result<()> {
     if args.openai {
         let run = run_info(&args, &server_cpus, &client_cpus, 0);
         println!("{}", openai::run(root, &out_dir(root, &args)?, &run)?);
+        return Ok(());
+    }
+    if args.grpc {
+        let run = run_info(&args, &server_cpus, &client_cpus, 0);
+        println!("{}", grpc::run(root, &out_dir(root, &args)?, &run)?);
         return Ok(());
     }
     let single = args.http2 || args.http3 || args.profile || args.tls || args.site;

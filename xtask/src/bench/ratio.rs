@@ -1,6 +1,7 @@
 //! A report of rates and server CPU per unit, each server against a peer in the same run (nginx for
-//! `bench --tls` and `bench --site`, Caddy for `bench --http3`, Fortio for `bench --routes`): the tables, and a chart of each
-//! statico's CPU relative to the peer's.
+//! `bench --tls` and `bench --site`, Caddy for `bench --http3`, Fortio for `bench --routes`, Fortio or
+//! grpc-go per method for `bench --grpc`): the tables, and a chart of each statico's CPU relative to
+//! the peer's.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -87,6 +88,11 @@ impl Report {
             peer,
             ratios: Vec::new(),
         }
+    }
+
+    /// Takes the next tables' ratios against `peer` (a run whose scenarios have peers of their own).
+    pub fn set_peer(&mut self, peer: &'static str) {
+        self.peer = peer;
     }
 
     /// The ratios of a scenario's table, (server, its CPU per unit / the peer's), if the peer ran.

@@ -1,9 +1,10 @@
 //! The servers a benchmark runs: statico (any flags), nginx from Debian (HTTP/1.1, h2c, TLS, a site,
 //! an echo of one body), Caddy from Debian (the HTTP/3 peer), Fortio's echo server (the peer of
-//! `--routes`), go-httpbin (the peer of `--stream`), the FastAPI OpenAI mock under uvicorn (the peer of
-//! `--openai`), the peers under `bench/peers/`, and the certificate the TLS and
-//! QUIC modes give them all. Each runs behind the guard [`ServerUnderTest`] (`crate::tools::server`),
-//! so no mode can leak a server.
+//! `--routes`) and its gRPC ping server with grpc-go's interop server (the peers of `--grpc`),
+//! go-httpbin (the peer of `--stream`), the FastAPI OpenAI mock under uvicorn (the peer of
+//! `--openai`), the peers under `bench/peers/`, and the certificate the TLS and QUIC modes give them
+//! all. Each runs behind the guard [`ServerUnderTest`] (`crate::tools::server`), so no mode can leak
+//! a server.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -339,26 +340,75 @@ fn caddyfile(cdir: &Path, port: u16, cert: &Cert) -> String {
 /// (`GOMAXPROCS=1`), pinned to `cpus`; what it answers is asked per request
 /// (`/echo?size=1024&delay=10ms&status=503:10`). Its files (log, data dir) under `dir/fortio`.
 pub fn start_fortio(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let port = free_port()?;
+    let listen = format!("127.0.0.1:{port}");
+    let serve = ["-http-port", &listen, "-grpc-port", "disabled"];
+    start_fortio_serving(dir, cpus, port, &serve, "gRPC")
+}
+
+/// Fortio's gRPC server as the peer of `bench --grpc`: its ping (`fgrpc.PingServer/Ping`) and
+/// health services on `port`, the rest as [`start_fortio`] has it (and its HTTP echo off).
+pub fn start_fortio_grpc(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let port = free_port()?;
+    let listen = format!("127.0.0.1:{port}");
+    let serve = ["-grpc-port", &listen, "-http-port", "disabled"];
+    start_fortio_serving(dir, cpus, port, &serve, "HTTP echo")
+}
+
+/// `fortio server` with the listeners `serve` (the one on `port` awaited), `off` besides the
+/// redirect, TCP/UDP echo and UI off, quiet, `GOMAXPROCS=1`, pinned to `cpus`; its files under
+/// `dir/fortio`.
+fn start_fortio_serving(
+    dir: &Path,
+    cpus: &str,
+    port: u16,
+    serve: &[&str],
+    off: &str,
+) -> Result<ServerUnderTest> {
     let fortio = crate::setup::fortio_path()
         .context("fortio is not installed (cargo xtask setup installs it)")?;
-    let port = free_port()?;
     let fdir = dir.join("fortio");
     std::fs::create_dir_all(&fdir)?;
-    let listen = format!("127.0.0.1:{port}");
-    let off = ["-grpc-port", "-redirect-port", "-tcp-port", "-udp-port"];
+    let unused = ["-redirect-port", "-tcp-port", "-udp-port"];
     let mut cmd = pinned(Some(cpus), &fortio);
-    cmd.args(["server", "-http-port", &listen, "-ui-path", "", "-quiet"])
-        .args(off.iter().flat_map(|flag| [*flag, "disabled"]))
+    cmd.arg("server")
+        .args(serve)
+        .args(["-ui-path", "", "-quiet"])
+        .args(unused.iter().flat_map(|flag| [*flag, "disabled"]))
         .env("GOMAXPROCS", "1")
         .current_dir(&fdir)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(fdir.join("fortio.log"))?);
     let command = format!(
-        "GOMAXPROCS=1 taskset -c {cpus} fortio server -http-port {listen} -ui-path '' -quiet (gRPC, redirect, TCP/UDP echo disabled)"
+        "GOMAXPROCS=1 taskset -c {cpus} fortio server {} -ui-path '' -quiet ({off}, redirect, TCP/UDP echo disabled)",
+        serve.join(" ")
     );
     ServerUnderTest::spawn("fortio", command, cmd, port).with_context(|| {
         let log = std::fs::read_to_string(fdir.join("fortio.log")).unwrap_or_default();
         format!("fortio did not start: {}", log.trim())
+    })
+}
+
+/// grpc-go's interop server (`grpc-interop-server`, `go install`ed by `cargo xtask setup`) as the
+/// EmptyCall peer of `bench --grpc`: plain text, one Go scheduler thread (`GOMAXPROCS=1`), pinned to
+/// `cpus`. It takes only a port (and so listens on every address). Its log under `dir/grpc-go`.
+pub fn start_grpc_go(dir: &Path, cpus: &str) -> Result<ServerUnderTest> {
+    let bin = crate::setup::interop_server_path().context(
+        "grpc-go's interop server is not installed (cargo xtask setup installs it as grpc-interop-server)",
+    )?;
+    let port = free_port()?;
+    let gdir = dir.join("grpc-go");
+    std::fs::create_dir_all(&gdir)?;
+    let flag = format!("-port={port}");
+    let mut cmd = pinned(Some(cpus), &bin);
+    cmd.arg(&flag)
+        .env("GOMAXPROCS", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(gdir.join("grpc-go.log"))?);
+    let command = format!("GOMAXPROCS=1 taskset -c {cpus} grpc-interop-server {flag}");
+    ServerUnderTest::spawn("grpc-go", command, cmd, port).with_context(|| {
+        let log = std::fs::read_to_string(gdir.join("grpc-go.log")).unwrap_or_default();
+        format!("grpc-go's interop server did not start: {}", log.trim())
     })
 }
 
