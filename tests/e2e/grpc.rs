@@ -863,6 +863,16 @@ fn a_phase_changes_a_grpc_routes_status_and_refuses_an_http_one() {
         "at=0s for=3600s /pkg.Svc/M status=503",
     ]);
     assert!(line.contains("grpc-status"), "{line}");
+    // A phase's gRPC keys on an HTTP route: its health, its messages.
+    for (keys, says) in [
+        ("health=NOT_SERVING", "health= needs a gRPC method path"),
+        ("events=3", "not on a gRPC method path"),
+    ] {
+        let phase = format!("at=0s for=3600s /x {keys}");
+        let line =
+            statico_tests::refused_in_one_line(&["--grpc", "--route", "/x", "--phase", &phase]);
+        assert!(line.contains(says), "{keys}: {line}");
+    }
 }
 
 #[test]

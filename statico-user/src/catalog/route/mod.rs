@@ -790,9 +790,13 @@ impl Route {
 }
 
 /// A stream fits its route: on a gRPC route its messages (no `stream=` feed), elsewhere a feed
-/// whose events are the body (no `body`, `size`, `rate` or `body-delay` beside it). A phase's keys
-/// are parsed without their route, so this is where a phase's stream meets it.
+/// whose events are the body (no `body`, `size`, `rate` or `body-delay` beside it); and `health=`
+/// is a gRPC route's. A phase's keys are parsed without their route, so this is where a phase's
+/// stream and health meet it.
 fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
+    if spec.health.is_some() && !spec.is_grpc() {
+        anyhow::bail!("health= needs a gRPC method path, like /grpc.health.v1.Health/*");
+    }
     let Some(stream) = &spec.stream else {
         return Ok(());
     };

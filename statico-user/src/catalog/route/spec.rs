@@ -14,6 +14,9 @@
 //! /health body=ok
 //! /download/* size=16m rate=1m fault=truncate:0.5%
 //! /events stream=sse events=uniform:20:50 first=200ms gap=lognormal:20ms:80ms
+//! /pkg.Svc/* grpc-status=UNAVAILABLE:5% delay=5ms
+//! /pkg.Svc/Feed events=10 gap=20ms size=64
+//! /grpc.health.v1.Health/* health=NOT_SERVING
 //! ```
 //!
 //! Because tokens are split at whitespace, a flag's `body=TEXT` and `header=Name:Value` cannot
