@@ -385,6 +385,7 @@ impl<'a> Worker<'a> {
         }
         self.cqes = cqes;
         self.run_h2();
+        self.bufs.refill();
     }
 
     /// Fires the sleeps that are due, then polls every HTTP/2 connection that was woken (a few rounds,
@@ -486,10 +487,12 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+        if res == -libc::ENOBUFS {
+            self.bufs.ran_out();
+        }
         if let Some(bid) = bid {
-            // The buffer goes back to the kernel whatever happened to the connection.
-            self.bufs.push(bid);
-            self.bufs.publish();
+            // The buffer goes back whatever happened to the connection (published by `reap`).
+            self.bufs.give_back(bid);
         }
         self.drive_if_live(slot, gen);
     }
