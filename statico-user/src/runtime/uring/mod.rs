@@ -7,7 +7,8 @@
 //! - one **multishot accept** on the worker's listener, into the ring's table of direct descriptors;
 //! - one **multishot receive** per connection from a **provided-buffer ring** ([`buffers`]): the kernel
 //!   picks a buffer only when bytes arrive, so an idle connection holds no receive buffer; each buffer
-//!   goes back to the ring as soon as the connection has taken its bytes. A connection's first receive
+//!   goes back as soon as the connection has taken its bytes, and is published again before the next
+//!   submission, the most recently used first (few buffers in turn stay warm). A connection's first receive
 //!   is a single shot instead: the listener defers accepts until the request has come, so it finds the
 //!   request at once, and a connection that one request ends (`Connection: close`, HTTP/1.0) then has
 //!   no receive left to tear down — its close is one `close`, without a `shutdown` before it. The receive is cancelled
