@@ -158,6 +158,44 @@ fn connection_close_is_honoured() {
 }
 
 #[test]
+fn one_request_connections_are_counted_and_traced_and_nothing_after_their_close_is_answered() {
+    // Each connection's request is there when it is accepted, so it is answered and closed in its
+    // first exchange (on tokio before any epoll registration, on io_uring by its single-shot
+    // receive): counted, traced with -v, and what was pipelined behind the close is dropped.
+    let s = Server::start(&["-t", "1", "-b", "ok", "-v"]);
+    let closing: [&[u8]; 2] = [
+        b"GET /close HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        b"GET /old HTTP/1.0\r\nHost: t\r\n\r\n",
+    ];
+    for (i, first) in closing.iter().cycle().take(20).enumerate() {
+        let mut r = Reader::new(s.connect());
+        r.send(&[*first, &get("/never-answered")[..]].concat());
+        let resp = r.response(false);
+        assert_eq!(
+            (resp.status, &resp.body[..]),
+            (200, &b"ok"[..]),
+            "client {i}"
+        );
+        assert!(
+            r.until_closed().is_empty(),
+            "client {i}: bytes after the close"
+        );
+    }
+    let stopped = s.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert_eq!(stopped.total("requests"), 20);
+    assert_eq!(stopped.total("conns_accepted"), 20);
+    assert_eq!(stopped.total("conns_closed"), 20);
+    assert_eq!(stopped.stdout.matches("GET /close HTTP/1.1").count(), 10);
+    assert_eq!(stopped.stdout.matches("GET /old HTTP/1.0").count(), 10);
+    assert!(
+        !stopped.stdout.contains("never-answered"),
+        "{}",
+        stopped.stdout
+    );
+}
+
+#[test]
 fn expect_100_continue_over_a_raw_socket() {
     let s = Server::start(&["-b", "done"]);
     let mut r = Reader::new(s.connect());

@@ -45,8 +45,9 @@ pub enum Nginx<'a> {
     Deferred,
     /// Cleartext HTTP/2 (prior knowledge), for `--http2`.
     H2c,
-    /// HTTPS with this certificate and key (PEM), TLS 1.2 and 1.3 (AES-128-GCM for 1.3), session cache
-    /// and tickets, and HTTP/2 by ALPN.
+    /// HTTPS with this certificate and key (PEM), TLS 1.2 and 1.3, session cache and tickets, and
+    /// HTTP/2 by ALPN; the suites statico's in its order ([`NGINX_TLS12_SUITES`], AES-128-GCM first on
+    /// both versions), so both servers agree on the same suite with a given client.
     Tls {
         cert: &'a Path,
         key: &'a Path,
@@ -89,7 +90,7 @@ pub fn start_nginx(dir: &Path, cpus: &str, mode: Nginx<'_>) -> Result<ServerUnde
         Nginx::H2c => ("nginx http2", "; http2"),
         Nginx::Tls { .. } => (
             "nginx https",
-            "; ssl http2; TLSv1.2 TLSv1.3 (AES-128-GCM); ssl_session_cache; tickets",
+            "; ssl http2; TLSv1.2 TLSv1.3 (AES-128-GCM first, server order); ssl_session_cache; tickets",
         ),
         Nginx::Site { .. } => (
             "nginx",
@@ -186,6 +187,12 @@ fn nginx_location(mode: Nginx<'_>) -> (String, String) {
     }
 }
 
+/// nginx's TLS 1.2 suites, statico's (`conn::tls::provider`) in the same order: OpenSSL clients list
+/// AES-256-GCM with SHA-384 first, which nginx would otherwise follow while statico takes AES-128-GCM.
+const NGINX_TLS12_SUITES: &str = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:\
+     ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:\
+     ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
 fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
     let d = ndir.display();
     let h2 = "  http2_max_requests 100000000;\n  http2_max_concurrent_streams 256;\n";
@@ -198,7 +205,7 @@ fn nginx_conf(ndir: &Path, port: u16, mode: Nginx<'_>) -> String {
         Nginx::Site { root } => return nginx_site_conf(&d.to_string(), port, root),
         Nginx::Tls { cert, key } => {
             tls = format!(
-                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.2 TLSv1.3;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
+                "{h2}  ssl_certificate {};\n  ssl_certificate_key {};\n  ssl_protocols TLSv1.2 TLSv1.3;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  ssl_ciphers {NGINX_TLS12_SUITES};\n  ssl_prefer_server_ciphers on;\n  ssl_session_cache shared:SSL:10m;\n  ssl_session_tickets on;\n",
                 cert.display(),
                 key.display()
             );

@@ -7,7 +7,8 @@
 //! - one **multishot accept** on the worker's listener, into the ring's table of direct descriptors;
 //! - one **multishot receive** per connection from a **provided-buffer ring** ([`buffers`]): the kernel
 //!   picks a buffer only when bytes arrive, so an idle connection holds no receive buffer; each buffer
-//!   goes back to the ring as soon as the connection has taken its bytes. A connection's first receive
+//!   goes back as soon as the connection has taken its bytes, and is published again before the next
+//!   submission, the most recently used first (few buffers in turn stay warm). A connection's first receive
 //!   is a single shot instead: the listener defers accepts until the request has come, so it finds the
 //!   request at once, and a connection that one request ends (`Connection: close`, HTTP/1.0) then has
 //!   no receive left to tear down — its close is one `close`, without a `shutdown` before it. The receive is cancelled
@@ -385,6 +386,7 @@ impl<'a> Worker<'a> {
         }
         self.cqes = cqes;
         self.run_h2();
+        self.bufs.refill();
     }
 
     /// Fires the sleeps that are due, then polls every HTTP/2 connection that was woken (a few rounds,
@@ -486,10 +488,12 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+        if res == -libc::ENOBUFS {
+            self.bufs.ran_out();
+        }
         if let Some(bid) = bid {
-            // The buffer goes back to the kernel whatever happened to the connection.
-            self.bufs.push(bid);
-            self.bufs.publish();
+            // The buffer goes back whatever happened to the connection (published by `reap`).
+            self.bufs.give_back(bid);
         }
         self.drive_if_live(slot, gen);
     }
