@@ -104,13 +104,18 @@ struct SocketWriter<'a, 'b> {
 
 impl Write for SocketWriter<'_, '_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(bytes)])
+    }
+
+    /// Every record the session has ready in one `writev` (rustls hands them over together).
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         loop {
             match self.io.poll_write_ready(self.cx) {
                 Poll::Pending => return Err(io::ErrorKind::WouldBlock.into()),
                 Poll::Ready(Err(e)) => return Err(e),
                 Poll::Ready(Ok(())) => {}
             }
-            match self.io.try_write(bytes) {
+            match self.io.try_write_vectored(bufs) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 r => return r,
             }
@@ -152,14 +157,28 @@ impl AsyncWrite for TlsStream<'_> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(data)])
+    }
+
+    /// The slices as one plaintext write (an HTTP/2 frame's head and payload in one record), its
+    /// records sent at once.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        slices: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let mut n = this.tls.writer().write(data)?;
-        if n == 0 && !data.is_empty() {
+        let mut n = this.tls.writer().write_vectored(slices)?;
+        if n == 0 && slices.iter().any(|s| !s.is_empty()) {
             ready!(this.flush_records(cx))?;
-            n = this.tls.writer().write(data)?;
+            n = this.tls.writer().write_vectored(slices)?;
         }
         let _ = this.flush_records(cx)?;
         Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -173,6 +173,18 @@ impl<'a, T> Rewind<'a, T> {
     pub fn output_moved(&self) -> OutputMoved {
         self.moved.clone()
     }
+
+    /// A write's result `r`, counted (and the moment noted if it took bytes).
+    fn wrote(&self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                self.moved.set(Instant::now());
+            }
+            self.counters.add(Counter::BytesOut, n as u64);
+            self.counters.add(Counter::Writes, 1);
+        }
+        r
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Rewind<'_, T> {
@@ -210,14 +222,22 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<'_, T> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        if let Poll::Ready(Ok(n)) = r {
-            if n > 0 {
-                self.moved.set(Instant::now());
-            }
-            self.counters.add(Counter::BytesOut, n as u64);
-            self.counters.add(Counter::Writes, 1);
-        }
-        r
+        self.wrote(r)
+    }
+
+    /// `h2` hands over what it has ready (frame heads and payloads) as slices: one write for them
+    /// all when the transport takes them so (a socket's `writev`).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        slices: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, slices);
+        self.wrote(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
