@@ -137,15 +137,14 @@ fn listen(cli: &Cli) -> crate::kernel::steering::SteeringPlan {
             receive_buffer: buffer_size(cli.receive_buffer_size),
             send_buffer: buffer_size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
-            // A body sent apart from its head, or an HTTP/2 reply apart from a frame before it (a
-            // PING's ACK, a gRPC call's trailers after its reply), must not wait for the
-            // acknowledgement of what went before (a delayed ACK: 40 ms).
+            // A body sent apart from its head, or a gRPC reply written after a frame before it (the
+            // ACK of the PING grpc-go clients send beside their calls), must not wait for the
+            // acknowledgement of what went before (a delayed ACK: 40 ms a call).
             nodelay: cli.tcp_nodelay
                 || cli.body_delay.is_some()
                 || cli.has_routes()
                 || cli.admin.is_some()
-                || cli.grpc
-                || cli.http2,
+                || cli.grpc,
         },
         xdp: cli.xdp.clone(),
     }
