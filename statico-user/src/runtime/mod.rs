@@ -7,6 +7,7 @@
 //! both loops need besides — how to treat a failed accept — live here, once; `start` chooses the
 //! runtime and starts the pinned worker threads.
 
+mod gather;
 mod start;
 #[cfg(target_os = "linux")]
 mod tls_stream;
