@@ -2,7 +2,7 @@
 //!
 //! `h2` writes a connection's frames as its streams' answers are made and flushes after each poll of
 //! the connection, which on a bare socket is a send per answer (and, with `TCP_NODELAY`, a segment
-//! per answer). [`Gather`] keeps what is written (up to [`GATHER_MAX`]) and sends it at a flush
+//! per answer). [`Gathered`] keeps what is written (up to [`GATHER_MAX`]) and sends it at a flush
 //! only after the connection's task has yielded once, so that every answer made in one turn of the
 //! worker leaves in one send — as io_uring's pipe sends them ([`crate::proto::http2::pipe`]). A write
 //! of a large payload goes straight through (after what was kept), not copied.
@@ -21,7 +21,7 @@ const PASS_THROUGH: usize = 16 * 1024;
 const KEEP: usize = 4 * 1024;
 
 /// A transport whose writes are gathered (see the module doc).
-pub struct Gather<T> {
+pub struct Gathered<T> {
     inner: T,
     out: Vec<u8>,
     /// How much of `out` the socket took.
@@ -30,9 +30,9 @@ pub struct Gather<T> {
     yielded: bool,
 }
 
-impl<T> Gather<T> {
-    pub fn new(inner: T) -> Gather<T> {
-        Gather {
+impl<T> Gathered<T> {
+    pub fn new(inner: T) -> Gathered<T> {
+        Gathered {
             inner,
             out: Vec::new(),
             sent: 0,
@@ -41,7 +41,7 @@ impl<T> Gather<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> Gather<T> {
+impl<T: AsyncWrite + Unpin> Gathered<T> {
     /// Sends the kept output; `Pending` while the socket is full.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.sent < self.out.len() {
@@ -60,7 +60,7 @@ impl<T: AsyncWrite + Unpin> Gather<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Gather<T> {
+impl<T: AsyncRead + Unpin> AsyncRead for Gathered<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -70,7 +70,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Gather<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Gather<T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn writes_are_kept_until_a_flush_after_one_yield_then_sent_whole() {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut g = Gather::new(Vec::new());
+        let mut g = Gathered::new(Vec::new());
         for piece in [&b"head"[..], b"body"] {
             assert!(matches!(
                 Pin::new(&mut g).poll_write(&mut cx, piece),

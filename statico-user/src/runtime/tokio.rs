@@ -619,7 +619,7 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     let counters = w.counters();
     let verbose = w.settings.policy.verbose;
     let moved = http2::output_moved_now();
-    let stream = super::gather::Gather::new(stream);
+    let stream = super::gather::Gathered::new(stream);
     http2::serve_switched(
         stream, read, upgrade, h2, &response, counters, verbose, drain, moved,
     )
