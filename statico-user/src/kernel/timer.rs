@@ -42,23 +42,36 @@ pub async fn sleep_until(deadline: Instant) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Elapsed;
 
-/// `f`, unless `d` passes first: tokio's timeout, or on a thread with its own loop, its deadlines (the
-/// clock is read and the deadline's entry made only if `f` has to wait).
+/// `f`, unless `d` passes first: on a thread with its own loop, its deadlines; else tokio's timer.
+/// The clock is read and the timer made only if `f` has to wait (a request body already received
+/// costs no timer).
 pub async fn timeout<F: Future>(d: Duration, f: F) -> Result<F::Output, Elapsed> {
-    let Some(own) = super::deadlines::current() else {
-        return tokio::time::timeout(d, f).await.map_err(|_| Elapsed);
-    };
+    let own = super::deadlines::current();
     let mut f = std::pin::pin!(f);
-    let mut sleep = None;
+    let mut own_sleep = None;
+    let mut tokio_sleep = std::pin::pin!(None::<tokio::time::Sleep>);
     std::future::poll_fn(|cx| {
         if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
             return std::task::Poll::Ready(Ok(v));
         }
         // From the first wait: `f` was not ready when called.
-        let s = sleep.get_or_insert_with(|| {
-            super::deadlines::Sleep::new(own.clone(), far(Instant::now(), d))
-        });
-        std::pin::Pin::new(s).poll(cx).map(|()| Err(Elapsed))
+        let elapsed = match &own {
+            Some(own) => {
+                let s = own_sleep.get_or_insert_with(|| {
+                    super::deadlines::Sleep::new(own.clone(), far(Instant::now(), d))
+                });
+                std::pin::Pin::new(s).poll(cx)
+            }
+            None => {
+                if tokio_sleep.is_none() {
+                    let at = far(Instant::now(), d);
+                    tokio_sleep.set(Some(tokio::time::sleep_until(at.into())));
+                }
+                let s = tokio_sleep.as_mut().as_pin_mut().expect("made above");
+                s.poll(cx)
+            }
+        };
+        elapsed.map(|()| Err(Elapsed))
     })
     .await
 }

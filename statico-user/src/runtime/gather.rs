@@ -3,12 +3,17 @@
 //! `h2` writes a connection's frames as its streams' answers are made and flushes after each poll of
 //! the connection, which on a bare socket is a send per answer (and, with `TCP_NODELAY`, a segment
 //! per answer). [`Gathered`] keeps what is written (up to [`GATHER_MAX`]) and sends it at a flush
-//! only after the connection's task has yielded once, so that every answer made in one turn of the
-//! worker leaves in one send — as io_uring's pipe sends them ([`crate::proto::http2::pipe`]). A write
-//! of a large payload goes straight through (after what was kept), not copied.
+//! only in a later turn of the connection's task than the one that first found it kept (a turn is one
+//! poll of the task, counted by [`in_turns`]; the first flush wakes the task and yields). So every
+//! answer made in one turn leaves in one send, however often `h2` flushes within the turn — as
+//! io_uring's pipe sends them ([`crate::proto::http2::pipe`]). A write of a large payload goes
+//! straight through (after what was kept), not copied.
 
+use std::cell::Cell;
+use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -20,23 +25,42 @@ const PASS_THROUGH: usize = 16 * 1024;
 /// Kept output's capacity given back once it is sent, past this (an idle connection holds little).
 const KEEP: usize = 4 * 1024;
 
+/// The count of a task's polls, shared by [`in_turns`] (which counts) and [`Gathered`] (which reads).
+#[derive(Clone, Default)]
+pub struct Turns(Rc<Cell<u64>>);
+
+/// Runs `future`, counting each poll of it as a turn of `turns`.
+pub async fn in_turns<F: Future>(turns: &Turns, future: F) -> F::Output {
+    let mut future = pin!(future);
+    poll_fn(|cx| {
+        turns.0.set(turns.0.get() + 1);
+        future.as_mut().poll(cx)
+    })
+    .await
+}
+
 /// A transport whose writes are gathered (see the module doc).
 pub struct Gathered<T> {
     inner: T,
     out: Vec<u8>,
     /// How much of `out` the socket took.
     sent: usize,
-    /// A flush found output kept and yielded once; the next flush sends it.
-    yielded: bool,
+    turns: Turns,
+    /// The turn in which a flush found output kept, woke the task and yielded: a flush in a later
+    /// turn sends it.
+    yielded_in: Option<u64>,
 }
 
 impl<T> Gathered<T> {
-    pub fn new(inner: T) -> Gathered<T> {
+    /// `inner`'s writes gathered per turn of `turns`, which must count the polls of the task that
+    /// writes (see [`in_turns`]).
+    pub fn new(inner: T, turns: Turns) -> Gathered<T> {
         Gathered {
             inner,
             out: Vec::new(),
             sent: 0,
-            yielded: false,
+            turns,
+            yielded_in: None,
         }
     }
 }
@@ -104,13 +128,20 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.sent < this.out.len() && !this.yielded {
-            this.yielded = true;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
+        if this.sent < this.out.len() {
+            let turn = this.turns.0.get();
+            match this.yielded_in {
+                None => {
+                    this.yielded_in = Some(turn);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Some(t) if t == turn => return Poll::Pending, // woken already, in this turn
+                Some(_) => {}
+            }
         }
         ready!(this.poll_send(cx))?;
-        this.yielded = false;
+        this.yielded_in = None;
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
@@ -126,20 +157,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_are_kept_until_a_flush_after_one_yield_then_sent_whole() {
+    fn writes_are_kept_until_a_flush_in_a_later_turn_then_sent_whole() {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut g = Gathered::new(Vec::new());
+        let turns = Turns::default();
+        let mut g = Gathered::new(Vec::new(), turns.clone());
         for piece in [&b"head"[..], b"body"] {
             assert!(matches!(
                 Pin::new(&mut g).poll_write(&mut cx, piece),
                 Poll::Ready(Ok(4))
             ));
+            assert!(
+                Pin::new(&mut g).poll_flush(&mut cx).is_pending(),
+                "a flush in the turn that found output kept yields"
+            );
         }
         assert!(g.inner.is_empty(), "kept, not sent");
-        assert!(
-            Pin::new(&mut g).poll_flush(&mut cx).is_pending(),
-            "the first flush yields"
-        );
+        turns.0.set(1);
         assert!(matches!(
             Pin::new(&mut g).poll_flush(&mut cx),
             Poll::Ready(Ok(()))

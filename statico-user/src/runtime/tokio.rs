@@ -44,7 +44,7 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
-use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
+use super::{gather, AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
 use crate::catalog::response::DateClock;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
@@ -619,9 +619,10 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     let counters = w.counters();
     let verbose = w.settings.policy.verbose;
     let moved = http2::output_moved_now();
-    let stream = super::gather::Gathered::new(stream);
-    http2::serve_switched(
+    let turns = gather::Turns::default();
+    let stream = gather::Gathered::new(stream, turns.clone());
+    let serving = http2::serve_switched(
         stream, read, upgrade, h2, &response, counters, verbose, drain, moved,
-    )
-    .await;
+    );
+    gather::in_turns(&turns, serving).await;
 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use prost::Message;
 
 use super::model::hold::{Hold, Recorder, TruthKey};
@@ -220,8 +220,10 @@ impl TimedReply {
     }
 }
 
-const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
-const ECHO_TRAILING: &str = "x-grpc-test-echo-trailing-bin";
+static ECHO_INITIAL: HeaderName = HeaderName::from_static("x-grpc-test-echo-initial");
+static ECHO_TRAILING: HeaderName = HeaderName::from_static("x-grpc-test-echo-trailing-bin");
+static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+static GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
 
 /// Whether a `content-type` is gRPC's.
 pub fn is_grpc(content_type: &[u8]) -> bool {
@@ -256,7 +258,10 @@ fn head_fields() -> HeaderMap {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    fields.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
+    fields.insert(
+        GRPC_ACCEPT_ENCODING.clone(),
+        HeaderValue::from_static("identity"),
+    );
     fields
 }
 
@@ -389,7 +394,7 @@ impl Grpc {
         health: HealthSource,
         truth: Option<BuiltinTruth>,
     ) -> StreamAnswer {
-        let grpc_timeout = fields.get("grpc-timeout").map(HeaderValue::as_bytes);
+        let grpc_timeout = fields.get(&GRPC_TIMEOUT).map(HeaderValue::as_bytes);
         let deadline = match grpc_timeout.map(timeout).transpose() {
             Ok(deadline) => deadline,
             Err(status) => return trailers_only(&status),
@@ -400,14 +405,15 @@ impl Grpc {
                     method,
                     deadline,
                     grpc: self.clone(),
-                    echo_initial: fields.get(ECHO_INITIAL).cloned(),
-                    echo_trailing: fields.get(ECHO_TRAILING).cloned(),
+                    echo_initial: fields.get(&ECHO_INITIAL).cloned(),
+                    echo_trailing: fields.get(&ECHO_TRAILING).cloned(),
                     received: 0,
                     health,
                     watched: None,
                     truth: truth.and_then(|t| CallTruth::of(t, path)),
                 })),
-                ..stream_answer(head_fields(), Bytes::new(), Hold::default(), None)
+                // The call makes its own head ([`Call::head`]).
+                ..stream_answer(HeaderMap::new(), Bytes::new(), Hold::default(), None)
             },
             None => trailers_only(&CallStatus::new(
                 Code::Unimplemented,
@@ -435,7 +441,7 @@ impl Call {
     pub fn head(&self) -> HeaderMap {
         let mut fields = head_fields();
         if let Some(echo) = &self.echo_initial {
-            fields.insert(ECHO_INITIAL, echo.clone());
+            fields.insert(ECHO_INITIAL.clone(), echo.clone());
         }
         fields
     }
@@ -444,7 +450,7 @@ impl Call {
     pub fn trailers(&self, status: &CallStatus) -> HeaderMap {
         let mut fields = status.trailers();
         if let Some(echo) = &self.echo_trailing {
-            fields.insert(ECHO_TRAILING, echo.clone());
+            fields.insert(ECHO_TRAILING.clone(), echo.clone());
         }
         fields
     }
