@@ -345,6 +345,35 @@ fn call(s: &Server, path: &str, content_type: &str, body: Vec<u8>) -> Outcome {
     call_with(s, path, &[("content-type", content_type)], body)
 }
 
+/// One call's request sent whole, then the stream reset (CANCEL) `after` it, before its answer.
+fn call_and_leave(s: &Server, path: &str, body: Vec<u8>, after: Duration) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = s.addr;
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::post(format!("http://{addr}{path}"))
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        send.send_data(Bytes::from(body), true).unwrap();
+        tokio::time::sleep(after).await;
+        send.send_reset(h2::Reason::CANCEL);
+        drop(response);
+        // The connection's task sends the reset; the connection stays open meanwhile.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(client);
+        conn.abort();
+    });
+}
+
 /// One call with these header fields (`te: trailers` added).
 fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> Outcome {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -988,12 +1017,14 @@ fn the_built_in_methods_calls_are_in_the_ground_truth_by_method_and_status() {
     assert_eq!(o.grpc_status.as_deref(), Some("5"), "{o:?}");
     let o = call_with(&s, "/grpc.health.v1.Health/Watch", &late, framed(0, b""));
     assert_eq!(o.grpc_status.as_deref(), Some("4"), "{o:?}");
+    // A client that leaves while its ping's delay holds the answer: `gone`.
+    call_and_leave(&s, ping, ping_with_delay(400), Duration::from_millis(100));
     let truth = statico_tests::figures::truth_when(&s, |t| {
         let routes = t["routes"].as_array().into_iter().flatten();
         routes
             .map(|r| r["count"].as_u64().unwrap_or(0))
             .sum::<u64>()
-            == 6
+            == 7
     });
     let method = |path: &str| {
         let routes = truth["routes"].as_array().unwrap();
@@ -1003,6 +1034,7 @@ fn the_built_in_methods_calls_are_in_the_ground_truth_by_method_and_status() {
     let pinged = method(ping);
     assert_eq!(outcome(&pinged, "OK"), 3, "{pinged}");
     assert_eq!(outcome(&pinged, "DEADLINE_EXCEEDED"), 1, "{pinged}");
+    assert_eq!(outcome(&pinged, "gone"), 1, "{pinged}");
     assert_eq!(outcome(&method(check), "NOT_FOUND"), 1, "{truth}");
     let watched = method("/grpc.health.v1.Health/Watch");
     assert_eq!(outcome(&watched, "DEADLINE_EXCEEDED"), 1, "{watched}");

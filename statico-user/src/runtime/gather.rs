@@ -22,8 +22,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const GATHER_MAX: usize = 64 * 1024;
 /// Writes at least this long go straight to the socket rather than into the kept output.
 const PASS_THROUGH: usize = 16 * 1024;
-/// Kept output's capacity given back once it is sent, past this (an idle connection holds little).
-const KEEP: usize = 4 * 1024;
+/// Room made for a turn's output at its first write (more if that write is longer): the output is
+/// given back once sent, so an idle connection holds none.
+const ROOM: usize = 4 * 1024;
 
 /// The count of a task's polls, shared by [`in_turns`] (which counts) and [`Gathered`] (which reads).
 #[derive(Clone, Default)]
@@ -76,10 +77,7 @@ impl<T: AsyncWrite + Unpin> Gathered<T> {
             self.sent += n;
         }
         self.sent = 0;
-        self.out.clear();
-        if self.out.capacity() > KEEP {
-            self.out = Vec::new();
-        }
+        self.out = Vec::new();
         Poll::Ready(Ok(()))
     }
 }
@@ -115,6 +113,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
         }
         if len >= PASS_THROUGH {
             return Pin::new(&mut this.inner).poll_write_vectored(cx, slices);
+        }
+        if this.out.capacity() == 0 {
+            this.out.reserve(ROOM.max(len));
         }
         for s in slices {
             this.out.extend_from_slice(s);

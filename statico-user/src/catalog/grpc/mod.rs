@@ -220,10 +220,16 @@ impl TimedReply {
     }
 }
 
-static ECHO_INITIAL: HeaderName = HeaderName::from_static("x-grpc-test-echo-initial");
-static ECHO_TRAILING: HeaderName = HeaderName::from_static("x-grpc-test-echo-trailing-bin");
-static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
-static GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+/// A header name made when compiled, not parsed per call.
+macro_rules! name {
+    ($name:expr) => {
+        const { HeaderName::from_static($name) }
+    };
+}
+pub(crate) use name;
+
+const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
+const ECHO_TRAILING: &str = "x-grpc-test-echo-trailing-bin";
 
 /// Whether a `content-type` is gRPC's.
 pub fn is_grpc(content_type: &[u8]) -> bool {
@@ -259,7 +265,7 @@ fn head_fields() -> HeaderMap {
         HeaderValue::from_static("application/grpc"),
     );
     fields.insert(
-        GRPC_ACCEPT_ENCODING.clone(),
+        name!("grpc-accept-encoding"),
         HeaderValue::from_static("identity"),
     );
     fields
@@ -394,7 +400,7 @@ impl Grpc {
         health: HealthSource,
         truth: Option<BuiltinTruth>,
     ) -> StreamAnswer {
-        let grpc_timeout = fields.get(&GRPC_TIMEOUT).map(HeaderValue::as_bytes);
+        let grpc_timeout = fields.get(name!("grpc-timeout")).map(HeaderValue::as_bytes);
         let deadline = match grpc_timeout.map(timeout).transpose() {
             Ok(deadline) => deadline,
             Err(status) => return trailers_only(&status),
@@ -405,8 +411,8 @@ impl Grpc {
                     method,
                     deadline,
                     grpc: self.clone(),
-                    echo_initial: fields.get(&ECHO_INITIAL).cloned(),
-                    echo_trailing: fields.get(&ECHO_TRAILING).cloned(),
+                    echo_initial: fields.get(name!(ECHO_INITIAL)).cloned(),
+                    echo_trailing: fields.get(name!(ECHO_TRAILING)).cloned(),
                     received: 0,
                     health,
                     watched: None,
@@ -441,7 +447,7 @@ impl Call {
     pub fn head(&self) -> HeaderMap {
         let mut fields = head_fields();
         if let Some(echo) = &self.echo_initial {
-            fields.insert(ECHO_INITIAL.clone(), echo.clone());
+            fields.insert(name!(ECHO_INITIAL), echo.clone());
         }
         fields
     }
@@ -450,7 +456,7 @@ impl Call {
     pub fn trailers(&self, status: &CallStatus) -> HeaderMap {
         let mut fields = status.trailers();
         if let Some(echo) = &self.echo_trailing {
-            fields.insert(ECHO_TRAILING.clone(), echo.clone());
+            fields.insert(name!(ECHO_TRAILING), echo.clone());
         }
         fields
     }

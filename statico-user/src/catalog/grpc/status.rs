@@ -1,11 +1,9 @@
 //! gRPC status codes and the fields that carry them (`grpc-status`, `grpc-message`): in the
 //! trailers after a reply, or in the head of a trailers-only answer.
 
+use super::name;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
-
-static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// The gRPC status codes (grpc/doc/statuscodes.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,13 +127,13 @@ impl CallStatus {
 
     /// Adds `grpc-status` (and `grpc-message`, when there is one) to `fields`.
     pub fn add_to(&self, fields: &mut HeaderMap) {
-        fields.insert(GRPC_STATUS.clone(), HeaderValue::from(self.code as u16));
+        fields.insert(name!("grpc-status"), HeaderValue::from(self.code as u16));
         if self.message.is_empty() {
             return;
         }
         let encoded = utf8_percent_encode(&self.message, MESSAGE).to_string();
         if let Ok(v) = HeaderValue::from_str(&encoded) {
-            fields.insert(GRPC_MESSAGE.clone(), v);
+            fields.insert(name!("grpc-message"), v);
         }
     }
 

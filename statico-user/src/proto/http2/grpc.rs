@@ -52,7 +52,26 @@ pub(super) async fn answered(
     if let Some(date) = date {
         reply.headers.insert(http::header::DATE, date);
     }
-    deliver(respond, reply, Instant::now(), settings, counters, verbose).await
+    // A call whose client leaves (or whose connection ends) while its answer is held is `gone`.
+    let unanswered = Unanswered { call: &call, began };
+    let (ended, recorded) =
+        deliver(respond, reply, Instant::now(), settings, counters, verbose).await;
+    if recorded {
+        std::mem::forget(unanswered);
+    }
+    ended
+}
+
+/// A unary call not answered yet: dropped so, it is recorded `gone`.
+struct Unanswered<'a> {
+    call: &'a Call,
+    began: Instant,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.call.record_end(None, self.began.elapsed());
+    }
 }
 
 /// Reads a unary call's request to its end: its message, or the status of a body that is not one

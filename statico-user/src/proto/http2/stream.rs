@@ -71,7 +71,9 @@ pub fn begin<'a>(
     let mut delivering = Delivering::new(respond, answer, arrived, head_only, verbose);
     match delivering.run(counters) {
         Next::Ended(ended) => Begun::Ended(ended),
-        wait => Begun::Pending(Box::pin(delivering.finish(wait, settings, counters))),
+        wait => Begun::Pending(Box::pin(async move {
+            delivering.finish(wait, settings, counters).await
+        })),
     }
 }
 
@@ -109,7 +111,8 @@ async fn answered(
     delivering.finish(first, settings, counters).await
 }
 
-/// Delivers `answer` to a request complete at `arrived` (a gRPC call's, made from its request).
+/// Delivers `answer` to a request complete at `arrived` (a gRPC call's, made from its request);
+/// and whether its ground truth was recorded (not if its client left before it was due).
 pub(super) async fn deliver(
     respond: h2::server::SendResponse<Bytes>,
     answer: StreamAnswer,
@@ -117,10 +120,11 @@ pub(super) async fn deliver(
     settings: H2Settings,
     counters: &WorkerCounters,
     verbose: u8,
-) -> Ended {
+) -> (Ended, bool) {
     let mut delivering = Delivering::new(respond, answer, Some(arrived), false, verbose);
     let first = delivering.run(counters);
-    delivering.finish(first, settings, counters).await
+    let ended = delivering.finish(first, settings, counters).await;
+    (ended, delivering.recorded)
 }
 
 /// One stream's answer and its [`Delivery`], whose steps go out as `h2` frames.
@@ -134,6 +138,8 @@ struct Delivering {
     status: StatusCode,
     /// Where a truth recorded without a ticket goes (a route's answer).
     recorder: Option<Recorder>,
+    /// The delivery's [`Step::Record`] was taken.
+    recorded: bool,
     /// A route's held answer: where its shed answer comes from.
     admission: Option<Arc<Admission>>,
     delivery: Delivery,
@@ -174,6 +180,7 @@ impl Delivering {
             trailers,
             status,
             recorder,
+            recorded: false,
             admission,
             delivery,
             verbose,
@@ -200,6 +207,7 @@ impl Delivering {
                     if let Some(r) = &self.recorder {
                         r.record(key, drawn, held);
                     }
+                    self.recorded = true;
                 }
                 Step::Head { end } => {
                     let head = self.head.take().expect("one head");
@@ -296,7 +304,7 @@ impl Delivering {
     /// Waits where [`run`](Self::run) stopped (`next`), and runs on, until the delivery ends. A
     /// client that resets the stream while its answer holds a place in a pool has gone.
     async fn finish(
-        mut self,
+        &mut self,
         mut next: Next,
         settings: H2Settings,
         counters: &WorkerCounters,
