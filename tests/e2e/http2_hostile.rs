@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use statico_tests::{rss_kib, run_client, scratch_dir, Server};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A frame: 24-bit length, type, flags, stream, payload.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
     f.extend_from_slice(&[kind, flags]);
     f.extend_from_slice(&stream.to_be_bytes());
@@ -184,7 +184,13 @@ fn literal(block: &mut Vec<u8>, name: &str, value: &str) {
 }
 
 /// HEADERS (END_HEADERS, and END_STREAM when `end`) for `METHOD PATH` on `stream`, with `fields`.
-fn request(stream: u32, method: &str, path: &str, end: bool, fields: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn request(
+    stream: u32,
+    method: &str,
+    path: &str,
+    end: bool,
+    fields: &[(&str, &str)],
+) -> Vec<u8> {
     let mut block = Vec::new();
     let pseudo = [
         (":method", method),
@@ -199,7 +205,7 @@ fn request(stream: u32, method: &str, path: &str, end: bool, fields: &[(&str, &s
 }
 
 /// SETTINGS with `pairs` (identifier, value).
-fn settings(pairs: &[(u16, u32)]) -> Vec<u8> {
+pub(crate) fn settings(pairs: &[(u16, u32)]) -> Vec<u8> {
     let payload: Vec<u8> = (pairs.iter())
         .flat_map(|(id, v)| [&id.to_be_bytes()[..], &v.to_be_bytes()[..]].concat())
         .collect();
@@ -207,38 +213,38 @@ fn settings(pairs: &[(u16, u32)]) -> Vec<u8> {
 }
 
 /// SETTINGS_INITIAL_WINDOW_SIZE.
-const INITIAL_WINDOW: u16 = 4;
+pub(crate) const INITIAL_WINDOW: u16 = 4;
 
-fn window_update(stream: u32, increment: u32) -> Vec<u8> {
+pub(crate) fn window_update(stream: u32, increment: u32) -> Vec<u8> {
     frame(8, 0, stream, &increment.to_be_bytes())
 }
 
-fn data(stream: u32, payload: &[u8], end: bool) -> Vec<u8> {
+pub(crate) fn data(stream: u32, payload: &[u8], end: bool) -> Vec<u8> {
     frame(0, u8::from(end), stream, payload)
 }
 
 /// A frame the server sent.
 #[derive(Debug)]
-struct Frame {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    payload: Vec<u8>,
+pub(crate) struct Frame {
+    pub(crate) kind: u8,
+    pub(crate) flags: u8,
+    pub(crate) stream: u32,
+    pub(crate) payload: Vec<u8>,
 }
 
-const DATA: u8 = 0;
-const HEADERS: u8 = 1;
-const GOAWAY: u8 = 7;
+pub(crate) const DATA: u8 = 0;
+pub(crate) const HEADERS: u8 = 1;
+pub(crate) const GOAWAY: u8 = 7;
 
 /// What the server sends on a connection, frame by frame.
-struct Frames {
+pub(crate) struct Frames {
     c: TcpStream,
     buf: Vec<u8>,
 }
 
 /// Why [`Frames::next`] has no frame.
 #[derive(Debug, PartialEq)]
-enum Quiet {
+pub(crate) enum Quiet {
     /// Nothing came within the wait.
     Waited,
     /// The server closed the connection (EOF or reset).
@@ -246,7 +252,7 @@ enum Quiet {
 }
 
 impl Frames {
-    fn new(c: &TcpStream) -> Frames {
+    pub(crate) fn new(c: &TcpStream) -> Frames {
         Frames {
             c: c.try_clone().unwrap(),
             buf: Vec::new(),
@@ -254,7 +260,7 @@ impl Frames {
     }
 
     /// The next frame, if one comes within `wait`.
-    fn next(&mut self, wait: Duration) -> Result<Frame, Quiet> {
+    pub(crate) fn next(&mut self, wait: Duration) -> Result<Frame, Quiet> {
         let until = Instant::now() + wait;
         loop {
             if self.buf.len() >= 9 {
@@ -677,7 +683,7 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
 
 /// Whether the server has closed `c`, probed without reading what it sent: the kernel's view of the
 /// socket in /proc/net/tcp, no longer ESTABLISHED once the server's FIN or reset came.
-fn connection_gone(c: &TcpStream) -> bool {
+pub(crate) fn connection_gone(c: &TcpStream) -> bool {
     let (local, peer) = (
         c.local_addr().unwrap().port(),
         c.peer_addr().unwrap().port(),
