@@ -6,7 +6,8 @@
 //! the protocol (`nextHopProtocol`: `http/1.1`, `h2`, `h3`), a reload revalidating the page with 304, a
 //! `Range` fetch answered 206, the 404 page, an SPA deep link (`--spa-fallback`) running the
 //! module, and an `EventSource` on a stream route (`stream=sse`) getting its events, then stopping at
-//! the 204 its reconnection gets.
+//! the 204 its reconnection gets; and over HTTP/2 and HTTP/3, a `fetch` reading a stream route's
+//! events and an OpenAI route's streamed tokens with its body's reader, each on its own at its time.
 //!
 //! WebDriver is plain HTTP + JSON, spoken here with `ureq` (already a dependency) and `serde_json`
 //! rather than fantoccini or thirtyfour: a handful of requests need no async runtime and no extra
@@ -866,6 +867,88 @@ fn event_source(name: &str, protocol: Protocol) {
     });
 }
 
+/// A stream route and an OpenAI route, each six events 200 ms apart after a first wait of 200 ms.
+const PACED: [&str; 2] = [
+    "GET /ticks stream=sse events=6 first=200ms gap=200ms",
+    "/v1/* openai=on model=m tokens=6 first=200ms gap=200ms",
+];
+
+/// A page's `fetch` reads a streamed body with its reader, as a chat UI reads an LLM's answer: each
+/// read is timed since the request; `path` and `init` are `fetch`'s arguments. Returns `{ protocol,
+/// status, reads: [{ ms, text }] }`.
+const READ_STREAM: &str = "
+    const t0 = performance.now();
+    const r = await fetch(path, init);
+    const reader = r.body.getReader(), text = new TextDecoder(), reads = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      reads.push({ ms: performance.now() - t0, text: text.decode(value, { stream: true }) });
+    }
+    const entry = performance.getEntriesByType('resource').find(e => e.name.endsWith(path));
+    return { protocol: entry && entry.nextHopProtocol, status: r.status, reads };";
+
+/// A page's `fetch` gets a stream route's events and an OpenAI route's streamed tokens (`stream:
+/// true`) one read each, at their times: not before they are due, not held back to go with the next
+/// (each of the six at 200 ms + k × 200 ms from the request, within 150 ms).
+fn fetch_reads_streamed_events_one_by_one(name: &str, protocol: Protocol) {
+    if let Some(reason) = skip_reason(protocol) {
+        println!("SKIPPED: {name} {reason}");
+        return;
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/browser-site");
+    let name = format!("{name}-fetch-stream");
+    let args = ["--route", PACED[0], "--route", PACED[1]];
+    let sites = || vec![Site::serve(&name, protocol, root, &args)];
+    in_browser(&name, sites, |b, sites| {
+        b.go(&sites[0].url("/"));
+        b.app_result();
+        let chat = json!({
+            "method": "POST",
+            "headers": { "content-type": "application/json" },
+            "body": json!({
+                "model": "m",
+                "messages": [{ "role": "user", "content": "hi" }],
+                "stream": true,
+            }).to_string(),
+        });
+        for (path, init, event) in [
+            ("/ticks", json!({}), "data: {\"i\":"),
+            ("/v1/chat/completions", chat, "\"content\":"),
+        ] {
+            let got = b.run(&format!(
+                "const path = {}, init = {init}; return (async () => {{ {READ_STREAM} }})();",
+                json!(path)
+            ));
+            assert_eq!(got["status"], 200, "{path}: {got}");
+            assert_eq!(got["protocol"], protocol.reported(), "{path}: {got}");
+            let reads = got["reads"].as_array().expect("reads");
+            let timed: Vec<(f64, usize)> = (reads.iter())
+                .map(|r| {
+                    let text = r["text"].as_str().unwrap_or("");
+                    (r["ms"].as_f64().unwrap(), text.matches(event).count())
+                })
+                .filter(|(_, events)| *events > 0)
+                .collect();
+            assert_eq!(
+                timed.len(),
+                6,
+                "{path}: six reads with an event each: {got}"
+            );
+            let times: Vec<u64> = timed.iter().map(|(ms, _)| *ms as u64).collect();
+            eprintln!("{path} over {protocol:?}: events read at {times:?} ms");
+            for (k, (ms, events)) in timed.iter().enumerate() {
+                let due = 200.0 + 200.0 * k as f64;
+                assert_eq!(*events, 1, "{path}: read {k} holds {events} events: {got}");
+                assert!(
+                    *ms >= due - 5.0 && *ms < due + 150.0,
+                    "{path}: event {k} read at {ms} ms, due at {due} ms: {got}"
+                );
+            }
+        }
+    });
+}
+
 /// The tests over one protocol: one module per protocol, one test per check.
 macro_rules! over {
     ($module:ident, $protocol:expr) => {
@@ -933,6 +1016,18 @@ macro_rules! over {
             }
         }
     };
+}
+
+/// A page's `fetch` reading streamed answers over HTTP/2 with TLS (ALPN h2), as chat UIs do.
+#[test]
+fn http2_fetch_reads_streamed_events_one_by_one() {
+    fetch_reads_streamed_events_one_by_one("http2", Protocol::H2);
+}
+
+/// The same over HTTP/3.
+#[test]
+fn http3_fetch_reads_streamed_events_one_by_one() {
+    fetch_reads_streamed_events_one_by_one("http3", Protocol::H3);
 }
 
 over!(http1_1, Protocol::Http1);

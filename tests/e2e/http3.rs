@@ -41,7 +41,7 @@ pub(crate) fn client(dir: &Path, alpn: &[u8]) -> quinn::Endpoint {
 }
 
 /// A TLS 1.3 client configuration over `provider` that trusts `dir/cert.pem` and offers `alpn`.
-fn client_tls(
+pub(crate) fn client_tls(
     dir: &Path,
     alpn: &[u8],
     provider: rustls::crypto::CryptoProvider,
@@ -67,7 +67,7 @@ pub(crate) async fn connect(dir: &Path, addr: SocketAddr) -> (quinn::Connection,
 
 /// An HTTP/3 connection to `addr` from `endpoint`, which the caller may keep (to rebind it); the
 /// driver runs as a task of the current runtime and holds the endpoint until the connection ends.
-async fn connect_from(
+pub(crate) async fn connect_from(
     endpoint: &quinn::Endpoint,
     addr: SocketAddr,
 ) -> (quinn::Connection, SendRequest) {

@@ -1,5 +1,6 @@
 //! Many connections at once: 10 000 concurrent keep-alive connections each get their answers, in bounded
-//! memory; the descriptor limit and the io_uring direct-descriptor table that make that possible.
+//! memory, and 10 000 idle HTTP/2 connections cost bounded memory each and all close at the idle
+//! timeout; the descriptor limit and the io_uring direct-descriptor table that make that possible.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -42,6 +43,81 @@ fn ten_thousand_concurrent_keep_alive_connections() {
     let stopped = s.stop();
     assert_eq!(stopped.total("conns_accepted"), N as u64);
     assert_eq!(stopped.total("requests"), 2 * N as u64);
+}
+
+/// 10 000 HTTP/2 connections that send the preface and SETTINGS, then nothing: each is served (the
+/// server's SETTINGS come), costs `h2`'s state and buffers (about 20 KiB on either runtime), and each
+/// gets GOAWAY at `--idle-timeout` and is closed after the 2 s grace, while a request beside them is
+/// answered at once.
+#[test]
+fn ten_thousand_idle_http2_connections_cost_bounded_memory_and_all_close_when_idle() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    const N: usize = 10_000;
+    let _many = statico_tests::many_connections();
+    let s = Server::start(&[
+        "--http2",
+        "-b",
+        "many",
+        "--idle-timeout",
+        "5s",
+        "--listen-backlog",
+        "16384",
+    ]);
+    let before = statico_tests::rss_kib(s.pid());
+    let hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let opened = Instant::now();
+    let mut conns: Vec<std::net::TcpStream> = (0..N)
+        .map(|_| {
+            let mut c = s.connect();
+            c.write_all(hello).unwrap();
+            c
+        })
+        .collect();
+    let mut buf = [0u8; 4096];
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.set_read_timeout(Some(statico_tests::WAIT)).unwrap();
+        let n = c.read(&mut buf).unwrap_or(0);
+        assert!(
+            n >= 9 && buf[3] == 4,
+            "connection {i}: no SETTINGS ({n} bytes)"
+        );
+    }
+    let served = opened.elapsed();
+    let idle = statico_tests::rss_kib(s.pid());
+    let per = idle.saturating_sub(before) / N as u64;
+    statico_tests::assert_memory!(
+        per < 32,
+        "{per} KiB per idle HTTP/2 connection (RSS {before} KiB → {idle} KiB)"
+    );
+    let (ok, out, err) =
+        statico_tests::run_client("curl", &["-sS", "--http2-prior-knowledge", &s.url("/")]);
+    assert!(ok && out == "many", "a request beside them: {err}");
+    // GOAWAY at 5 s, the close 2 s later: every connection is closed about 7 s after it was
+    // opened (the last `served` after the first).
+    assert!(
+        served < Duration::from_secs(4),
+        "opening and serving took {served:?}"
+    );
+    std::thread::sleep((Duration::from_secs(7) + served).saturating_sub(opened.elapsed()));
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let closed = loop {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break opened.elapsed(),
+                Ok(_) => {} // the GOAWAY, and the PING after it
+            }
+        };
+        assert!(
+            closed < Duration::from_secs(9) + served,
+            "connection {i} still open {closed:?} after the first was opened"
+        );
+    }
+    drop(conns);
+    let stopped = s.stop();
+    assert_eq!(stopped.total("conns_accepted"), N as u64 + 1);
+    assert_eq!(stopped.total("timeouts"), N as u64);
+    eprintln!("{N} idle HTTP/2 connections: {per} KiB each, served in {served:?}");
 }
 
 /// 10 000 requests held at once on a route's delay: every one is answered after its delay (not much
