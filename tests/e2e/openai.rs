@@ -2105,7 +2105,7 @@ fn http2_a_client_that_reads_slowly_gets_every_token_late_and_the_ground_truth_s
 }
 
 #[test]
-#[ignore = "fails on both runtimes: a token waiting for flow-control room or the socket keeps its stream's future open, and the idle timer is polled only when no stream's future is"]
+
 fn http2_a_client_that_never_reads_a_long_stream_holds_bounded_memory_and_is_closed_when_idle() {
     use crate::http2_hostile::{connection_gone, window_update, INITIAL_WINDOW};
     let s = start(
@@ -2144,7 +2144,8 @@ fn http2_a_client_that_never_reads_a_long_stream_holds_bounded_memory_and_is_clo
     let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "gone") >= 1);
     let stream = &entry(&t, "/v1/*")["stream"];
     assert_eq!(num(stream, &["left"]), 1.0, "{stream}");
-    assert!(num(&stream["late_us"], &["max"]) > 1_000_000.0, "{stream}");
+    // The tokens that went before the socket filled; the one waiting for room never went.
+    assert!(num(stream, &["events"]) < 100_000.0, "{stream}");
 }
 
 #[test]

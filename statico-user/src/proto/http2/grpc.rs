@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::Request;
 
 use super::stream::{deliver, Ended};
-use super::H2Settings;
+use super::{H2Settings, OutputMoved};
 use crate::catalog::grpc::frame::Messages;
 use crate::catalog::grpc::status::{CallStatus, Code};
 use crate::catalog::grpc::{Call, TimedReply, WATCH_EVERY};
@@ -31,6 +31,7 @@ pub(super) async fn answered(
     settings: H2Settings,
     counters: &WorkerCounters,
     verbose: u8,
+    moved: &OutputMoved,
 ) -> Ended {
     if verbose > 0 {
         crate::observe::dump::stream_request(&request, "HTTP/2", respond.stream_id(), verbose);
@@ -54,8 +55,16 @@ pub(super) async fn answered(
     }
     // A call whose client leaves (or whose connection ends) while its answer is held is `gone`.
     let unanswered = Unanswered { call: &call, began };
-    let (ended, recorded) =
-        deliver(respond, reply, Instant::now(), settings, counters, verbose).await;
+    let (ended, recorded) = deliver(
+        respond,
+        reply,
+        Instant::now(),
+        settings,
+        counters,
+        verbose,
+        moved,
+    )
+    .await;
     if recorded {
         std::mem::forget(unanswered);
     }

@@ -72,7 +72,8 @@ pub async fn serve<T>(
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut idle = Idle::new(settings.idle_timeout, io.output_moved());
+    let moved = io.output_moved();
+    let mut idle = Idle::new(settings.idle_timeout, moved.clone());
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_concurrent_streams)
         .handshake::<_, Bytes>(io);
@@ -102,7 +103,7 @@ pub async fn serve<T>(
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
                     let answer = response(&request);
-                    match stream::begin(request, respond, answer, settings, counters, verbose) {
+                    match stream::begin(request, respond, answer, settings, counters, verbose, &moved) {
                         Begun::Ended(ended) => {
                             idle.answered();
                             ended

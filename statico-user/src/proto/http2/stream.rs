@@ -16,7 +16,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
-use super::H2Settings;
+use super::{H2Settings, OutputMoved};
 use crate::catalog::model::delivery::{Delivery, Step};
 use crate::catalog::model::fault::Fault;
 use crate::catalog::model::hold::{Recorder, PACE_TICK};
@@ -53,14 +53,16 @@ pub fn begin<'a>(
     settings: H2Settings,
     counters: &'a WorkerCounters,
     verbose: u8,
+    moved: &'a OutputMoved,
 ) -> Begun<'a> {
     if answer.grpc.is_some() {
-        let call = super::grpc::answered(request, respond, answer, settings, counters, verbose);
+        let call =
+            super::grpc::answered(request, respond, answer, settings, counters, verbose, moved);
         return Begun::Pending(Box::pin(call));
     }
     let complete = request.body().is_end_stream();
     if !complete || verbose > 0 || answer.admission.is_some() || answer.awaits_body() {
-        let whole = answered(request, respond, answer, settings, counters, verbose);
+        let whole = answered(request, respond, answer, settings, counters, verbose, moved);
         return Begun::Pending(Box::pin(whole));
     }
     counters.add(Counter::Requests, 1);
@@ -68,7 +70,7 @@ pub fn begin<'a>(
     drop(request);
     // Only an answer whose truth is recorded reads the clock for its held time.
     let arrived = answer.hold.truth.map(|_| Instant::now());
-    let mut delivering = Delivering::new(respond, answer, arrived, head_only, verbose);
+    let mut delivering = Delivering::new(respond, answer, arrived, head_only, verbose, moved);
     match delivering.run(counters) {
         Next::Ended(ended) => Begun::Ended(ended),
         wait => Begun::Pending(Box::pin(async move {
@@ -86,6 +88,7 @@ async fn answered(
     settings: H2Settings,
     counters: &WorkerCounters,
     verbose: u8,
+    moved: &OutputMoved,
 ) -> Ended {
     let head_only = request.method() == http::Method::HEAD;
     if verbose > 0 {
@@ -106,7 +109,7 @@ async fn answered(
     let answer = answer.answered(&body.unwrap_or_default());
     counters.add(Counter::Requests, 1);
     let arrived = Instant::now();
-    let mut delivering = Delivering::new(respond, answer, Some(arrived), head_only, verbose);
+    let mut delivering = Delivering::new(respond, answer, Some(arrived), head_only, verbose, moved);
     let first = delivering.run(counters);
     delivering.finish(first, settings, counters).await
 }
@@ -120,8 +123,9 @@ pub(super) async fn deliver(
     settings: H2Settings,
     counters: &WorkerCounters,
     verbose: u8,
+    moved: &OutputMoved,
 ) -> (Ended, bool) {
-    let mut delivering = Delivering::new(respond, answer, Some(arrived), false, verbose);
+    let mut delivering = Delivering::new(respond, answer, Some(arrived), false, verbose, moved);
     let first = delivering.run(counters);
     let ended = delivering.finish(first, settings, counters).await;
     (ended, delivering.recorded)
@@ -144,6 +148,8 @@ struct Delivering {
     admission: Option<Arc<Admission>>,
     delivery: Delivery,
     verbose: u8,
+    /// When the connection's output last moved.
+    moved: OutputMoved,
 }
 
 /// Where [`Delivering::run`] stopped.
@@ -163,6 +169,7 @@ impl Delivering {
         arrived: Option<Instant>,
         head_only: bool,
         verbose: u8,
+        moved: &OutputMoved,
     ) -> Delivering {
         let delivery = answer.delivery(arrived, head_only);
         let (status, recorder, admission, trailers) = (
@@ -184,6 +191,7 @@ impl Delivering {
             admission,
             delivery,
             verbose,
+            moved: moved.clone(),
         }
     }
 
@@ -262,6 +270,34 @@ impl Delivering {
         s.capacity()
     }
 
+    /// An event that has waited for room (the client's window, or the socket) since `since`, while
+    /// the connection's output has not moved either, for `--idle-timeout`, ends its stream (reset,
+    /// counted as a timeout) and its connection: its client reads nothing, or gives less window
+    /// than an event takes. `None` while the wait goes on, or when the event is not waiting for
+    /// room.
+    fn out_of_room(
+        &mut self,
+        since: &mut Option<Instant>,
+        settings: H2Settings,
+        counters: &WorkerCounters,
+    ) -> Option<Ended> {
+        if self.delivery.event_room().is_none_or(|wanted| wanted == 0) {
+            *since = None;
+            return None;
+        }
+        let now = Instant::now();
+        let still = (*since.get_or_insert(now)).max(self.moved.get());
+        if now.duration_since(still) < settings.idle_timeout {
+            return None;
+        }
+        counters.add(Counter::Timeouts, 1);
+        match self.stream.as_mut() {
+            Some(s) => s.send_reset(h2::Reason::CANCEL),
+            None => self.respond.send_reset(h2::Reason::CANCEL),
+        }
+        Some(Ended::CloseConnection)
+    }
+
     /// Whether a stream's event made and waiting for room has it now (flow control may grant what
     /// is asked at once): then the delivery goes on rather than waiting a tick.
     fn room_came(&mut self) -> bool {
@@ -309,10 +345,14 @@ impl Delivering {
         settings: H2Settings,
         counters: &WorkerCounters,
     ) -> Ended {
+        let mut no_room_since = None;
         loop {
             match next {
                 Next::Ended(ended) => return ended,
                 Next::Wait(step) => {
+                    if let Some(ended) = self.out_of_room(&mut no_room_since, settings, counters) {
+                        return ended;
+                    }
                     let respond = &mut self.respond;
                     let gone = std::pin::pin!(poll_fn(|cx| respond.poll_reset(cx).map(|_| ())));
                     if !held::wait(&self.delivery, &step, gone).await {
