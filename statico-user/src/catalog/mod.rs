@@ -813,7 +813,8 @@ impl<'a> View<'a> {
         let ticket = match self.paced && !asked.is_some_and(|a| a.at_once) {
             true => {
                 let now = self.now.unwrap_or_else(std::time::Instant::now);
-                routes.admit(&choice, recorder, now)
+                let stream = asked.map_or(choice.stream.is_some(), |a| a.streamed());
+                routes.admit(&choice, recorder, (now, stream && !head_only))
             }
             false => None,
         };

@@ -24,7 +24,6 @@ use serde_json::{json, Value};
 use super::feed::chunk_with;
 use super::model::dist::Dist;
 use super::model::events::{Count, Events, Render, StreamDraw, MAX_EVENTS};
-use super::model::fault::Fault;
 use super::route::spec::OpenAiSpec;
 
 /// The model `/models` lists, and every answer names, when the route serves no `model=`.
@@ -89,9 +88,6 @@ pub struct ApiAnswer {
     /// How much longer than the route's `delay=` the answer is held before its head: a whole
     /// answer's time to its first token and every gap.
     pub wait: Duration,
-    /// A stream's waits after its head (its first token's and every gap): how long it keeps its
-    /// server after the head.
-    pub tail: Duration,
     /// Refused before any token (a 4xx of the API's own, not one of the route's statuses).
     pub refused: bool,
     /// The prompt's tokens, and the tokens of a whole answer (a stream's go as its events).
@@ -150,15 +146,15 @@ impl OpenAi {
         }
     }
 
-    /// The answer at `now` to a request for `endpoint` whose body is `body`, drawn from `seed`; a
-    /// stream with `fault` strikes after a drawn number of its tokens.
+    /// The answer at `now` to a request for `endpoint` whose body is `body`, drawn from `seed`
+    /// with `in_flight` of the route's requests in flight, itself included (a whole answer's
+    /// waits are all drawn now; a stream's each when it falls due).
     pub fn reply(
         &self,
         endpoint: Endpoint,
         body: &[u8],
         seed: u64,
-        fault: Option<Fault>,
-        now: Instant,
+        (now, in_flight): (Instant, u64),
     ) -> ApiAnswer {
         let ask = match endpoint {
             Endpoint::Models => return whole(200, self.model_list()),
@@ -204,15 +200,13 @@ impl OpenAi {
             cut: None,
         };
         if tokens.ask.stream {
-            let tail = Events::new(tokens.clone(), draw, false, fault, None).total_wait();
             return ApiAnswer {
                 tokens: (tokens.ask.prompt, 0),
                 stream: Some((tokens, draw)),
-                tail,
                 ..whole(200, Vec::new())
             };
         }
-        let wait = Events::new(tokens.clone(), draw, false, None, None).total_wait();
+        let wait = Events::new(tokens.clone(), draw, false, None, None).total_wait(in_flight);
         ApiAnswer {
             wait,
             tokens: (tokens.ask.prompt, u64::from(count)),
@@ -511,9 +505,10 @@ impl Render for Tokens {
         }
     }
 
-    fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {
+    fn wait(&self, first: bool, in_flight: u64, rng: &mut SmallRng) -> Duration {
         let sample = |d: &Option<Dist>, rng: &mut SmallRng| {
-            d.as_ref().map_or(Duration::ZERO, |d| d.sample(rng))
+            d.as_ref()
+                .map_or(Duration::ZERO, |d| d.sample_at(rng, in_flight))
         };
         match first {
             true => sample(&self.first, rng).saturating_add(self.prefill),
@@ -534,7 +529,6 @@ fn whole(status: u16, body: Vec<u8>) -> ApiAnswer {
         body,
         stream: None,
         wait: Duration::ZERO,
-        tail: Duration::ZERO,
         refused: false,
         tokens: (0, 0),
     }
@@ -696,11 +690,11 @@ mod tests {
             Endpoint::WrongMethod
         );
         assert_eq!(p.endpoint(b"POST", b"/v1/embeddings"), Endpoint::Unknown);
-        let r = p.reply(Endpoint::Unknown, b"", 1, None, Instant::now());
+        let r = p.reply(Endpoint::Unknown, b"", 1,  (Instant::now(), 1));
         assert_eq!((r.status, r.refused), (404, true));
         assert_eq!(json_of(&r.body)["error"]["type"], "invalid_request_error");
         assert_eq!(
-            p.reply(Endpoint::WrongMethod, b"", 1, None, Instant::now())
+            p.reply(Endpoint::WrongMethod, b"", 1,  (Instant::now(), 1))
                 .status,
             405
         );
@@ -711,10 +705,12 @@ mod tests {
         let p = preset("model=llama tokens=3 first=100ms gap=10ms prefill=1ms");
         let body = br#"{"model":"llama","messages":[{"role":"user","content":"12345678"}],
             "stream":true,"max_tokens":10,"stream_options":{"include_usage":true}}"#;
-        let r = p.reply(Endpoint::Chat, body, 7, None, Instant::now());
+        let r = p.reply(Endpoint::Chat, body, 7,  (Instant::now(), 1));
         assert_eq!((r.status, r.refused, r.body.len()), (200, false, 0));
         // The first token waits first= + prefill × 2 prompt tokens; two gaps follow.
-        assert_eq!(r.tail, Duration::from_millis(100 + 2 + 20));
+        let (tokens, draw) = r.stream.as_ref().unwrap();
+        let waits = Events::new(tokens.clone(), *draw, false, None, None).total_wait(1);
+        assert_eq!(waits, Duration::from_millis(100 + 2 + 20));
         let events = streamed(&r);
         assert_eq!(events.len(), 5, "{events:?}");
         let first = json_of(events[0].as_bytes());
@@ -754,7 +750,7 @@ mod tests {
                 r#"{"model":"c","prompt":"hi","stream":true,"max_tokens":10}"#,
             ),
         ] {
-            let r = p.reply(endpoint, body.as_bytes(), 9, None, Instant::now());
+            let r = p.reply(endpoint, body.as_bytes(), 9, (Instant::now(), 1));
             let (tokens, _) = r.stream.as_ref().unwrap();
             for i in 0..3 {
                 let mut out = Vec::new();
@@ -772,8 +768,8 @@ mod tests {
             Endpoint::Completions,
             br#"{"model":"m","prompt":[1,2,3],"max_tokens":4}"#,
             3,
-            None,
-            Instant::now(),
+            
+            (Instant::now(), 1),
         );
         assert!(r.stream.is_none());
         assert_eq!(r.wait, Duration::from_millis(50 + 3 * 5));
@@ -793,14 +789,14 @@ mod tests {
             let body = format!(
                 r#"{{"messages":[{{"role":"user","content":"hi"}}],"max_tokens":6{extra}}}"#
             );
-            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, None, Instant::now());
+            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, (Instant::now(), 1));
             json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap()
         };
         for seed in 0..20 {
             let body = br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":6}"#;
-            let r = p.reply(Endpoint::Chat, body, seed, None, Instant::now());
+            let r = p.reply(Endpoint::Chat, body, seed,  (Instant::now(), 1));
             let n = json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap();
@@ -811,8 +807,8 @@ mod tests {
             Endpoint::Chat,
             br#"{"messages":[{"role":"user","content":"x"}]}"#,
             1,
-            None,
-            Instant::now(),
+            
+            (Instant::now(), 1),
         );
         assert_eq!(json_of(&r.body)["usage"]["completion_tokens"], 16);
     }
@@ -857,7 +853,7 @@ mod tests {
             ),
         ];
         for (body, status, param, code) in cases {
-            let r = p.reply(Endpoint::Chat, body, 1, None, Instant::now());
+            let r = p.reply(Endpoint::Chat, body, 1,  (Instant::now(), 1));
             let e = json_of(&r.body)["error"].clone();
             let label = String::from_utf8_lossy(body);
             assert_eq!((r.status, r.refused), (status, true), "{label}");
@@ -868,8 +864,8 @@ mod tests {
             Endpoint::Completions,
             br#"{"model":"a","prompt":["x","y"]}"#,
             1,
-            None,
-            Instant::now(),
+            
+            (Instant::now(), 1),
         );
         assert_eq!(json_of(&r.body)["error"]["param"], "prompt");
     }
@@ -878,7 +874,7 @@ mod tests {
     fn models_and_drawn_statuses_answer_in_openai_shapes() {
         let list = json_of(
             &preset("model=a model=b")
-                .reply(Endpoint::Models, b"", 1, None, Instant::now())
+                .reply(Endpoint::Models, b"", 1,  (Instant::now(), 1))
                 .body,
         );
         let ids: Vec<&str> = list["data"]
@@ -890,7 +886,7 @@ mod tests {
         assert_eq!(ids, ["a", "b"]);
         let any = json_of(
             &preset("")
-                .reply(Endpoint::Models, b"", 1, None, Instant::now())
+                .reply(Endpoint::Models, b"", 1,  (Instant::now(), 1))
                 .body,
         );
         assert_eq!(any["data"][0]["id"], ANY_MODEL);

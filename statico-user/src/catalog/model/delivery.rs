@@ -4,6 +4,11 @@
 //! the whole-server pause, the ground truth, the head, the body delay and the body's pieces
 //! (`rate=`) or its events (`stream=`, [`super::events`]), or the answer's fault.
 //!
+//! A streamed answer is a sequence: it keeps its ticket — its place in flight and its pool's
+//! server — to its end, and a whole-server pause holds its events as it holds a head: an event
+//! due while the server is paused goes when the pause ends (its lateness recorded), and the ones
+//! after it keep their own due times.
+//!
 //! No I/O and no clock: each call of [`Delivery::next`] is given the time (a [`Clock`]) and
 //! returns one [`Step`]: what to write (the head, a range of the body, a fault), or when to call
 //! again (an instant, or when the ticket's waker fires: [`Delivery::wait_with`]). Each protocol
@@ -120,7 +125,8 @@ pub struct Delivery {
     at: usize,
     /// Pieces of a paced body already given out.
     ticks: u64,
-    /// The server's pauses, when it has them: the head waits while one is in force.
+    /// The server's pauses, when it has them: the head and a stream's events wait while one is
+    /// in force.
     pauses: Option<Pauses>,
     /// A streamed body's events, and how far they have gone.
     events: Option<Box<Events>>,
@@ -155,7 +161,8 @@ impl Delivery {
         }
     }
 
-    /// The same delivery, its head held while one of the server's `pauses` is in force.
+    /// The same delivery, its head and events held while one of the server's `pauses` is in
+    /// force.
     pub fn paused_by(mut self, pauses: Option<Pauses>) -> Delivery {
         self.pauses = pauses;
         self
@@ -296,9 +303,8 @@ impl Delivery {
         };
         let now = clock.now();
         match ticket.fate_at(now) {
-            Fate::Serving { due, .. } => {
-                // A sequence's head goes before its service ends: its tail follows the head.
-                let head_at = due.checked_sub(self.hold.tail).unwrap_or(due);
+            Fate::Serving { start, due } => {
+                let head_at = ticket.head_at(start, due);
                 if head_at > now {
                     return Some(Step::Wait(head_at));
                 }
@@ -319,6 +325,8 @@ impl Delivery {
     /// Shed: the shed answer, whole and at once (when there is one for a status), or the pool's
     /// fault. The ticket stays, to record the shed when it is delivered.
     fn shed(&mut self, how: Option<Shed>) -> Option<Step> {
+        // A shed stream sends none of its events.
+        self.events = None;
         let fault = match (how, self.shed_len) {
             (Some(Shed::Status(_)), Some(len)) => {
                 (self.hold, self.body_len, self.trailers) = (Hold::default(), len, false);
@@ -341,7 +349,7 @@ impl Delivery {
             return None;
         }
         if let Some(ticket) = self.ticket.take() {
-            ticket.finish(clock.now());
+            ticket.finish(clock.now(), Duration::ZERO);
             return None;
         }
         let key = self.hold.truth?;
@@ -419,18 +427,25 @@ impl Delivery {
     }
 }
 
-/// A whole-server pause in force: the answer waits until this instant, then asks again (see
-/// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
-/// pauses are possible.
+/// A stream's events, given out one at a time as they fall due.
 impl Delivery {
     /// A stream's next event when it is due and the driver has room for it, the fault if it
-    /// strikes here, or what follows the events (the trailers, or the end).
+    /// strikes here, or what follows the events (the trailers, or the end). A pause in force
+    /// holds whichever is due.
     fn event(&mut self, clock: &mut impl Clock, room: usize) -> Step {
         let Some(events) = self.events.as_mut() else {
             self.stage = Stage::Done;
             return Step::Done;
         };
-        let (step, stage) = match events.next(clock.now(), room, PACE_TICK) {
+        let now = clock.now();
+        if let Some(until) = paused(self.pauses.as_ref(), clock) {
+            let ticket = &self.ticket;
+            let due = events.due(now, || ticket.as_ref().map_or(0, Ticket::in_flight));
+            return Step::Wait(due.map_or(until, |due| due.max(until)));
+        }
+        let ticket = &self.ticket;
+        let in_flight = || ticket.as_ref().map_or(0, Ticket::in_flight);
+        let (step, stage) = match events.next(now, room, PACE_TICK, in_flight) {
             Next::Event { bytes, last } => {
                 let end = last && !self.trailers;
                 return Step::Event { bytes, end };
@@ -444,17 +459,18 @@ impl Delivery {
         step.unwrap_or_else(|| self.next(clock, room))
     }
 
-    /// Whether the answer is a sequence: a stream that keeps its pool's server (its ticket) from
-    /// its admission to its last event, not only to its head.
+    /// Whether the answer is a sequence: a stream that keeps its ticket — its place in flight
+    /// and its pool's server — from its admission to its end, not only to its head.
     fn sequence(&self) -> bool {
-        !self.hold.tail.is_zero() && self.events.is_some() && self.ticket.is_some()
+        self.events.is_some() && self.ticket.as_ref().is_some_and(Ticket::is_sequence)
     }
 
     /// A sequence ended at `now` (its last event, a fault, or its client leaving): its ticket
-    /// records its truth and frees its server.
+    /// records its truth and gives back its place in flight and its server.
     fn finish_sequence(&mut self, now: Instant) {
-        if let Some(ticket) = self.ticket.take().filter(|_| !self.hold.tail.is_zero()) {
-            ticket.finish(now);
+        if let Some(ticket) = self.ticket.take() {
+            let tail = self.events.as_ref().map_or(Duration::ZERO, |e| e.drawn());
+            ticket.finish(now, tail);
         }
     }
 }
@@ -471,6 +487,9 @@ impl Drop for Delivery {
     }
 }
 
+/// A whole-server pause in force: the answer waits until this instant, then asks again (see
+/// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
+/// pauses are possible.
 fn paused(pauses: Option<&Pauses>, clock: &mut impl Clock) -> Option<Instant> {
     let pauses = pauses?;
     let now = clock.now();
@@ -679,7 +698,7 @@ mod tests {
             out.extend(std::iter::repeat_n(b'0' + i as u8, self.size));
         }
 
-        fn wait(&self, first: bool, _: &mut rand::rngs::SmallRng) -> Duration {
+        fn wait(&self, first: bool, _: u64, _: &mut rand::rngs::SmallRng) -> Duration {
             if first {
                 10 * MS
             } else {
@@ -856,11 +875,10 @@ mod tests {
             let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth);
             let hold = Hold {
                 delay,
-                tail: events.total_wait(),
                 truth: Some(key),
                 ..Hold::default()
             };
-            let ticket = Ticket::new(recorder, key, hold.service(), 1, now, 0);
+            let ticket = Ticket::new(recorder, key, delay, 1, now, 0).for_sequence(true);
             let ticket = self.loads.admit(ticket, now);
             Delivery::new(hold, 0, Some(ticket), Some(now), Some(3))
                 .with_events(Some(Box::new(events)))

@@ -53,7 +53,8 @@ pub enum Dist {
     Pct(Vec<(f64, Duration)>),
     /// Load-dependent (Nighthawk's linear model, done exactly): BASE + PER × the route's requests
     /// in flight when it is drawn, itself included, across every worker and protocol:
-    /// `inflight:1ms:500us`. Drawn when the request is held ([`super::load`]), not here.
+    /// `inflight:1ms:500us`. A delay is drawn when the request is held ([`super::load`]), a
+    /// stream's wait when it is due ([`Dist::sample_at`]).
     InFlight { base: Duration, per: Duration },
 }
 
@@ -123,6 +124,17 @@ impl Dist {
             }
             Dist::Pct(points) => interpolate(points, rng.random::<f64>()),
             Dist::InFlight { base, .. } => *base,
+        }
+    }
+
+    /// One draw when `in_flight` of its route's requests are in flight: `inflight:BASE:PER` is
+    /// BASE + PER × `in_flight`, every other distribution its [`Dist::sample`].
+    pub fn sample_at<R: Rng + ?Sized>(&self, rng: &mut R, in_flight: u64) -> Duration {
+        match self {
+            Dist::InFlight { base, per } => {
+                base.saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX)))
+            }
+            other => other.sample(rng),
         }
     }
 
