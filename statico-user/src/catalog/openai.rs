@@ -690,11 +690,11 @@ mod tests {
             Endpoint::WrongMethod
         );
         assert_eq!(p.endpoint(b"POST", b"/v1/embeddings"), Endpoint::Unknown);
-        let r = p.reply(Endpoint::Unknown, b"", 1,  (Instant::now(), 1));
+        let r = p.reply(Endpoint::Unknown, b"", 1, (Instant::now(), 1));
         assert_eq!((r.status, r.refused), (404, true));
         assert_eq!(json_of(&r.body)["error"]["type"], "invalid_request_error");
         assert_eq!(
-            p.reply(Endpoint::WrongMethod, b"", 1,  (Instant::now(), 1))
+            p.reply(Endpoint::WrongMethod, b"", 1, (Instant::now(), 1))
                 .status,
             405
         );
@@ -705,7 +705,7 @@ mod tests {
         let p = preset("model=llama tokens=3 first=100ms gap=10ms prefill=1ms");
         let body = br#"{"model":"llama","messages":[{"role":"user","content":"12345678"}],
             "stream":true,"max_tokens":10,"stream_options":{"include_usage":true}}"#;
-        let r = p.reply(Endpoint::Chat, body, 7,  (Instant::now(), 1));
+        let r = p.reply(Endpoint::Chat, body, 7, (Instant::now(), 1));
         assert_eq!((r.status, r.refused, r.body.len()), (200, false, 0));
         // The first token waits first= + prefill × 2 prompt tokens; two gaps follow.
         let (tokens, draw) = r.stream.as_ref().unwrap();
@@ -768,7 +768,6 @@ mod tests {
             Endpoint::Completions,
             br#"{"model":"m","prompt":[1,2,3],"max_tokens":4}"#,
             3,
-            
             (Instant::now(), 1),
         );
         assert!(r.stream.is_none());
@@ -796,7 +795,7 @@ mod tests {
         };
         for seed in 0..20 {
             let body = br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":6}"#;
-            let r = p.reply(Endpoint::Chat, body, seed,  (Instant::now(), 1));
+            let r = p.reply(Endpoint::Chat, body, seed, (Instant::now(), 1));
             let n = json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap();
@@ -807,7 +806,6 @@ mod tests {
             Endpoint::Chat,
             br#"{"messages":[{"role":"user","content":"x"}]}"#,
             1,
-            
             (Instant::now(), 1),
         );
         assert_eq!(json_of(&r.body)["usage"]["completion_tokens"], 16);
@@ -853,7 +851,7 @@ mod tests {
             ),
         ];
         for (body, status, param, code) in cases {
-            let r = p.reply(Endpoint::Chat, body, 1,  (Instant::now(), 1));
+            let r = p.reply(Endpoint::Chat, body, 1, (Instant::now(), 1));
             let e = json_of(&r.body)["error"].clone();
             let label = String::from_utf8_lossy(body);
             assert_eq!((r.status, r.refused), (status, true), "{label}");
@@ -864,7 +862,6 @@ mod tests {
             Endpoint::Completions,
             br#"{"model":"a","prompt":["x","y"]}"#,
             1,
-            
             (Instant::now(), 1),
         );
         assert_eq!(json_of(&r.body)["error"]["param"], "prompt");
@@ -874,7 +871,7 @@ mod tests {
     fn models_and_drawn_statuses_answer_in_openai_shapes() {
         let list = json_of(
             &preset("model=a model=b")
-                .reply(Endpoint::Models, b"", 1,  (Instant::now(), 1))
+                .reply(Endpoint::Models, b"", 1, (Instant::now(), 1))
                 .body,
         );
         let ids: Vec<&str> = list["data"]
@@ -886,7 +883,7 @@ mod tests {
         assert_eq!(ids, ["a", "b"]);
         let any = json_of(
             &preset("")
-                .reply(Endpoint::Models, b"", 1,  (Instant::now(), 1))
+                .reply(Endpoint::Models, b"", 1, (Instant::now(), 1))
                 .body,
         );
         assert_eq!(any["data"][0]["id"], ANY_MODEL);

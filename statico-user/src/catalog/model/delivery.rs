@@ -786,6 +786,156 @@ mod tests {
         assert_eq!(struck_after.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
     }
 
+    /// Where the pause tests' stream records its truth: one streamed route.
+    fn streamed_truth() -> Arc<GroundTruth> {
+        let route = RouteInfo {
+            name: "GET /s".into(),
+            phase: None,
+            outcomes: ["200", "gone"].map(String::from).to_vec(),
+            expected: None,
+            pooled: false,
+            streamed: true,
+            pool: None,
+            model: None,
+            grpc_status: Vec::new(),
+        };
+        Arc::new(GroundTruth::new(vec![route], 1))
+    }
+
+    #[test]
+    fn a_pause_holds_the_events_due_in_it_to_its_end_and_the_truth_has_how_late() {
+        use crate::catalog::model::events::{Events, StreamDraw};
+        use crate::catalog::model::schedule::Window;
+        // Events due 10, 15 and 20 ms after the head; the server paused from 12 to 22 ms.
+        let t0 = Instant::now();
+        let window = Window {
+            at: 12 * MS,
+            length: 10 * MS,
+            every: None,
+        };
+        let pauses = Pauses::starting(t0, vec![window]);
+        let truth = streamed_truth();
+        let key = TruthKey {
+            generation: truth.generation(),
+            ..KEY
+        };
+        let draw = StreamDraw {
+            events: 3,
+            from: 0,
+            seed: 1,
+            cut: None,
+        };
+        let recorder = Recorder::new(truth.clone(), 0);
+        let truth_of = Some((recorder, key, 1));
+        let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth_of);
+        let mut d = Delivery::new(Hold::default(), 0, None, None, None)
+            .paused_by(Some(pauses))
+            .with_events(Some(Box::new(events)));
+        assert_eq!(
+            drive(&mut d, t0),
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                (0, Step::Wait(t0 + 10 * MS)),
+                (10, event(b"0", false)),
+                (10, Step::Wait(t0 + 15 * MS)),
+                // Due at 15, in the pause: held to its end, then the one due at 20 with it.
+                (15, Step::Wait(t0 + 22 * MS)),
+                (22, event(b"1", false)),
+                (22, event(b"2", true)),
+                (22, Step::Done),
+            ]
+        );
+        let json: serde_json::Value = serde_json::from_str(&truth.json()).unwrap();
+        let late = &json["routes"][0]["stream"]["late_us"];
+        assert_eq!(late["count"], 3, "{json}");
+        let max = late["max"].as_f64().unwrap();
+        assert!((6990.0..7010.0).contains(&max), "{late}");
+    }
+
+    #[test]
+    fn a_gap_drawn_from_inflight_counts_the_streams_open_then_itself_included() {
+        use crate::catalog::model::events::{Events, StreamDraw};
+        // gap=inflight:10ms:5ms on a route with three streams open at once.
+        let route = crate::catalog::route::spec::parse_spec(
+            "/s stream=ndjson events=3 gap=inflight:10ms:5ms",
+        )
+        .unwrap();
+        let source = Arc::new(crate::catalog::feed::EventSource::new(
+            route.stream.as_ref().unwrap(),
+            &bytes::Bytes::new(),
+        ));
+        let truth = streamed_truth();
+        let loads = Arc::new(Loads::new(vec![RouteLoad::new(None, None, None)], vec![]));
+        let key = TruthKey {
+            generation: truth.generation(),
+            ..KEY
+        };
+        let t0 = Instant::now();
+        let open = |n: u64| {
+            let draw = StreamDraw {
+                events: 3,
+                from: 0,
+                seed: n,
+                cut: None,
+            };
+            let recorder = Recorder::new(truth.clone(), 0);
+            let truth_of = Some((recorder.clone(), key, 1));
+            let events = Events::new(source.clone(), draw, false, None, truth_of);
+            let ticket = Ticket::new(recorder, key, Duration::ZERO, 1, t0, n).for_sequence(true);
+            let ticket = loads.admit(ticket, t0);
+            Delivery::new(Hold::default(), 0, Some(ticket), Some(t0), None)
+                .with_events(Some(Box::new(events)))
+        };
+        let mut streams: Vec<Delivery> = (0..3).map(open).collect();
+        assert_eq!(loads.in_flight_of(0), 3);
+        // Each gives its head and its first event at once, and draws its gap with three open.
+        for d in &mut streams {
+            let mut now = t0;
+            let steps: Vec<Step> = (0..4).map(|_| d.next(&mut now, usize::MAX)).collect();
+            assert!(matches!(steps[2], Step::Event { .. }), "{steps:?}");
+            assert_eq!(steps[3], Step::Wait(t0 + 25 * MS));
+        }
+        // The first ends at its last event (its next gap drawn with three still open): two left.
+        assert_eq!(
+            drive(&mut streams[0], t0 + 25 * MS)[1..],
+            [
+                (0, Step::Wait(t0 + 50 * MS)),
+                (25, event(b"{\"i\":2}\n", true)),
+                (25, Step::Done)
+            ]
+        );
+        assert_eq!(loads.in_flight_of(0), 2);
+        // The second draws its next gap with two open: 10 + 5 × 2 ms.
+        let mut now = t0 + 25 * MS;
+        assert!(matches!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Event { .. }
+        ));
+        assert_eq!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Wait(now + 20 * MS)
+        );
+        // Its client leaves: one left, whose next gap is 10 + 5 × 1 ms.
+        drop(streams.remove(1));
+        assert_eq!(loads.in_flight_of(0), 1);
+        assert!(matches!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Event { .. }
+        ));
+        assert_eq!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Wait(now + 15 * MS)
+        );
+        drop(streams);
+        assert_eq!(loads.in_flight_of(0), 0);
+        let json: serde_json::Value = serde_json::from_str(&truth.json()).unwrap();
+        let gap = &json["routes"][0]["stream"]["gap_us"];
+        assert_eq!(gap["count"].as_f64(), Some(4.0), "{gap}");
+        let max = gap["max"].as_f64().unwrap();
+        assert!((24_990.0..25_010.0).contains(&max), "{gap}");
+    }
+
     #[test]
     fn a_rate_holds_to_the_byte_on_average() {
         for rate in [1, 7, 150, 1000, 12_345, 1 << 20] {

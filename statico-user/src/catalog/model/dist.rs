@@ -131,9 +131,8 @@ impl Dist {
     /// BASE + PER × `in_flight`, every other distribution its [`Dist::sample`].
     pub fn sample_at<R: Rng + ?Sized>(&self, rng: &mut R, in_flight: u64) -> Duration {
         match self {
-            Dist::InFlight { base, per } => {
-                base.saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX)))
-            }
+            Dist::InFlight { base, per } => base
+                .saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX))),
             other => other.sample(rng),
         }
     }

@@ -823,10 +823,7 @@ fn waits_in_flight(spec: &RouteSpec) -> bool {
         (_, Some(o)) => [&o.first, &o.gap],
         _ => return false,
     };
-    waits
-        .into_iter()
-        .flatten()
-        .any(|d| d.in_flight().is_some())
+    waits.into_iter().flatten().any(|d| d.in_flight().is_some())
 }
 
 /// A route's answers: one per status of its mix, then a stream's `204`, a pool's shed answer
