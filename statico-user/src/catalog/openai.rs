@@ -159,7 +159,7 @@ impl OpenAi {
         let ask = match endpoint {
             Endpoint::Models => return whole(200, self.model_list()),
             Endpoint::Unknown | Endpoint::WrongMethod => {
-                return refused(not_served(endpoint, &self.prefix))
+                return refused(not_served(endpoint, &self.prefix, None))
             }
             Endpoint::Chat | Endpoint::Completions => {
                 match self.ask(endpoint == Endpoint::Chat, body) {
@@ -212,6 +212,14 @@ impl OpenAi {
             tokens: (tokens.ask.prompt, u64::from(count)),
             ..whole(200, tokens.completion())
         }
+    }
+
+    /// The refusal of a request for a path under the prefix the API does not have (404), or has
+    /// with another method (405), naming its `method` and `path` as OpenAI's API does; `None` for
+    /// an endpoint it serves.
+    pub fn not_served(&self, endpoint: Endpoint, method: &[u8], path: &[u8]) -> Option<ApiAnswer> {
+        matches!(endpoint, Endpoint::Unknown | Endpoint::WrongMethod)
+            .then(|| refused(not_served(endpoint, &self.prefix, Some((method, path)))))
     }
 
     /// The error body of a drawn non-2xx `status` (the route's status mix).
@@ -541,13 +549,24 @@ fn refused(e: ApiError) -> ApiAnswer {
     }
 }
 
-/// 404 for a path the API does not have, 405 for one it has with another method.
-fn not_served(endpoint: Endpoint, prefix: &str) -> ApiError {
-    let (status, message) = match endpoint {
-        Endpoint::WrongMethod => (405, "Method not allowed for this path.".to_owned()),
-        _ => (
+/// 404 for a path the API does not have (code `unknown_url`, OpenAI's), 405 for one it has with
+/// another method; the message names the request's method and path (`line`) when known, as
+/// OpenAI's does (`Unknown request URL: POST /v1/foo. …`), and a 404 the paths served.
+fn not_served(endpoint: Endpoint, prefix: &str, line: Option<(&[u8], &[u8])>) -> ApiError {
+    let line = line.map(|(method, path)| {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        format!("{} {}", text(method), text(path))
+    });
+    let (status, message, code) = match (endpoint, line) {
+        (Endpoint::WrongMethod, Some(line)) => (405, format!("Invalid method for URL ({line})."), None),
+        (Endpoint::WrongMethod, None) => (405, "Invalid method for URL.".to_owned(), None),
+        (_, line) => (
             404,
-            format!("Invalid URL: the paths served are {prefix}/chat/completions, {prefix}/completions and {prefix}/models."),
+            format!(
+                "Unknown request URL{}. Please check the URL for typos: the paths served are {prefix}/chat/completions, {prefix}/completions and {prefix}/models.",
+                line.map(|l| format!(": {l}")).unwrap_or_default()
+            ),
+            Some("unknown_url"),
         ),
     };
     ApiError {
@@ -555,7 +574,7 @@ fn not_served(endpoint: Endpoint, prefix: &str) -> ApiError {
         message,
         kind: "invalid_request_error",
         param: None,
-        code: None,
+        code,
     }
 }
 
@@ -690,9 +709,32 @@ mod tests {
             Endpoint::WrongMethod
         );
         assert_eq!(p.endpoint(b"POST", b"/v1/embeddings"), Endpoint::Unknown);
-        let r = p.reply(Endpoint::Unknown, b"", 1, (Instant::now(), 1));
+        let r = p
+            .not_served(Endpoint::Unknown, b"POST", b"/v1/embeddings")
+            .unwrap();
         assert_eq!((r.status, r.refused), (404, true));
-        assert_eq!(json_of(&r.body)["error"]["type"], "invalid_request_error");
+        let e = &json_of(&r.body)["error"];
+        assert_eq!(
+            (&e["type"], &e["code"]),
+            (&json!("invalid_request_error"), &json!("unknown_url"))
+        );
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Unknown request URL: POST /v1/embeddings. "),
+            "{message}"
+        );
+        assert!(message.contains("/v1/chat/completions"), "{message}");
+        let r = p
+            .not_served(Endpoint::WrongMethod, b"GET", b"/v1/completions")
+            .unwrap();
+        let e = &json_of(&r.body)["error"];
+        assert_eq!(
+            (r.status, &e["message"]),
+            (405, &json!("Invalid method for URL (GET /v1/completions)."))
+        );
+        assert!(p
+            .not_served(Endpoint::Chat, b"POST", b"/v1/chat/completions")
+            .is_none());
         assert_eq!(
             p.reply(Endpoint::WrongMethod, b"", 1, (Instant::now(), 1))
                 .status,

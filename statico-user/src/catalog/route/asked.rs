@@ -101,13 +101,32 @@ impl Asking {
     /// route's requests in flight (itself included).
     pub fn asked(
         self: &Arc<Self>,
-        mut choice: RouteChoice,
+        choice: RouteChoice,
         body: &[u8],
         (now, in_flight): (Instant, u64),
     ) -> Asked {
         let asks = choice.asks.expect("an openai answer draws what it asks");
         let reply = (self.preset).reply(asks.endpoint, body, asks.seed, (now, in_flight));
-        let at_once = reply.refused || asks.endpoint == Endpoint::Models;
+        self.answered(choice, reply)
+    }
+
+    /// `choice`'s answer, if its request is refused as soon as its head is read: a path under the
+    /// prefix the API does not have, or has with another method — `method` and `path` named.
+    pub fn not_served(
+        self: &Arc<Self>,
+        choice: RouteChoice,
+        method: &[u8],
+        path: &[u8],
+    ) -> Option<Asked> {
+        let asks = choice.asks?;
+        let reply = self.preset.not_served(asks.endpoint, method, path)?;
+        Some(self.answered(choice, reply))
+    }
+
+    /// `choice`'s answer `reply`: its hold made the answer's, its outcome an API refusal's.
+    fn answered(self: &Arc<Self>, mut choice: RouteChoice, reply: ApiAnswer) -> Asked {
+        let endpoint = choice.asks.map(|a| a.endpoint);
+        let at_once = reply.refused || endpoint == Some(Endpoint::Models);
         let key = choice.hold.truth.map(|key| TruthKey {
             outcome: match reply.status {
                 _ if !reply.refused => key.outcome,
@@ -194,6 +213,7 @@ impl Asked {
             hold: self.choice.hold,
             admission: drawn.admission.filter(|_| !self.at_once),
             events,
+            awaits: None,
             ..drawn
         }
     }

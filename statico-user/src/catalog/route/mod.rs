@@ -523,6 +523,14 @@ impl Routes {
         asking.asked(choice, body, (now, in_flight))
     }
 
+    /// `choice`'s answer if an openai route refuses its `request` as soon as its head is read (a
+    /// path under the prefix the API does not have, or has with another method).
+    pub fn not_served(&self, choice: &RouteChoice, request: &Request<'_>) -> Option<Asked> {
+        choice.asks?;
+        let asking = self.routes[usize::from(choice.route)].openai.as_ref()?;
+        asking.not_served(*choice, request.method, path_of(request.target))
+    }
+
     /// Whether `choice`'s answer is a stream, whose body only the connection's close ends unless it
     /// is chunked.
     pub fn streamed(&self, choice: &RouteChoice) -> bool {
