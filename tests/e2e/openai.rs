@@ -464,21 +464,23 @@ fn another_path_is_404_and_another_method_405_in_openai_error_shape() {
     let mut w = Wire::open(&s);
     // Each answered on the one connection, which goes on.
     w.send(&post("/v1/embeddings", "{}"));
-    // The message names the paths served (not the request's, as OpenAI's does).
+    // The message names the request, as OpenAI's does, then the paths served; its code is OpenAI's.
     let e = openai_error(&w.whole(), 404);
     let message = e["message"].as_str().unwrap_or_default();
     assert!(
-        message.starts_with("Invalid URL") && message.contains("/v1/chat/completions"),
+        message.starts_with("Unknown request URL: POST /v1/embeddings. ")
+            && message.contains("/v1/chat/completions"),
         "{e}"
     );
-    assert!(e["code"].is_null(), "{e}");
-    w.send(&bare("GET", "/v1/nothing/here"));
+    assert_eq!(e["code"], "unknown_url", "{e}");
+    // The path without its query.
+    w.send(&bare("GET", "/v1/nothing/here?x=1"));
     let e = openai_error(&w.whole(), 404);
     assert!(
         e["message"]
             .as_str()
             .unwrap_or_default()
-            .starts_with("Invalid URL"),
+            .starts_with("Unknown request URL: GET /v1/nothing/here. "),
         "{e}"
     );
     for (method, path) in [
@@ -488,7 +490,9 @@ fn another_path_is_404_and_another_method_405_in_openai_error_shape() {
         ("POST", "/v1/models"),
     ] {
         w.send(&bare(method, path));
-        openai_error(&w.whole(), 405);
+        let e = openai_error(&w.whole(), 405);
+        let want = format!("Invalid method for URL ({method} {path}).");
+        assert_eq!(e["message"], want.as_str(), "{e}");
     }
     // The preset answers only under its prefix.
     w.send(&statico_tests::get("/ok"));
@@ -1756,6 +1760,43 @@ fn vllm_gauges_show_running_and_waiting_streams_with_capacity_1() {
     metrics_when(&s, "llama", &held).unwrap();
     drop((running, waiting));
     metrics_when(&s, "llama", &idle).unwrap();
+}
+
+#[test]
+fn gap_inflight_grows_the_gaps_with_the_sequences_running_which_vllm_counts_to_their_last_token() {
+    let _quiet = quiet();
+    // Each gap is 20 ms + 20 ms × the route's sequences in flight when it is drawn.
+    let s = start(
+        &["/v1/* openai=on model=m tokens=6 gap=inflight:20ms:20ms"],
+        &[],
+    );
+    let body = || Kind::Chat.body(json!({"model": "m", "stream": true}));
+    let spread = |t: &Timed| *t.tokens.last().unwrap() - t.tokens[0];
+    // Alone: five gaps of 40 ms.
+    let alone = stream_in_thread(&s, "/v1/chat/completions", body())
+        .join()
+        .unwrap();
+    assert!(spread(&alone) + ms(2) >= ms(200), "{:?}", spread(&alone));
+    // Three at once: once all three run, every gap is 80 ms, and vLLM's gauge counts them until
+    // their last token.
+    let three: Vec<_> = (0..3)
+        .map(|_| stream_in_thread(&s, "/v1/chat/completions", body()))
+        .collect();
+    metrics_when(&s, "m", &[("vllm:num_requests_running", 3.0)]).unwrap();
+    for t in three {
+        let t = t.join().unwrap();
+        assert_eq!(t.tokens.len(), 6);
+        assert!(
+            spread(&t) + ms(2) >= ms(40 + 4 * 80),
+            "three at once: {:?} from the first token to the last",
+            spread(&t)
+        );
+    }
+    metrics_when(&s, "m", &[("vllm:num_requests_running", 0.0)]).unwrap();
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 4);
+    let gap = &entry(&t, "/v1/*")["stream"]["gap_us"];
+    assert_eq!(num(gap, &["count"]), 20.0, "{gap}");
+    assert!((79_000.0..=81_000.0).contains(&num(gap, &["max"])), "{gap}");
 }
 
 /// statico with one openai route of model `m1` (4 tokens, first 20 ms, gaps 5 ms), after 3 whole
