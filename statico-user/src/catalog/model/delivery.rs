@@ -438,13 +438,12 @@ impl Delivery {
             return Step::Done;
         };
         let now = clock.now();
-        if let Some(until) = paused(self.pauses.as_ref(), clock) {
-            let ticket = &self.ticket;
-            let due = events.due(now, || ticket.as_ref().map_or(0, Ticket::in_flight));
-            return Step::Wait(due.map_or(until, |due| due.max(until)));
-        }
         let ticket = &self.ticket;
         let in_flight = || ticket.as_ref().map_or(0, Ticket::in_flight);
+        if let Some(until) = paused(self.pauses.as_ref(), clock) {
+            let due = events.due(now, in_flight);
+            return Step::Wait(due.map_or(until, |due| due.max(until)));
+        }
         let (step, stage) = match events.next(now, room, PACE_TICK, in_flight) {
             Next::Event { bytes, last } => {
                 let end = last && !self.trailers;
@@ -786,7 +785,7 @@ mod tests {
         assert_eq!(struck_after.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
     }
 
-    /// Where the pause tests' stream records its truth: one streamed route.
+    /// Where a test's streams record their truth: one streamed route.
     fn streamed_truth() -> Arc<GroundTruth> {
         let route = RouteInfo {
             name: "GET /s".into(),

@@ -131,8 +131,7 @@ impl Dist {
     /// BASE + PER × `in_flight`, every other distribution its [`Dist::sample`].
     pub fn sample_at<R: Rng + ?Sized>(&self, rng: &mut R, in_flight: u64) -> Duration {
         match self {
-            Dist::InFlight { base, per } => base
-                .saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX))),
+            Dist::InFlight { base, per } => in_flight_wait(*base, *per, in_flight),
             other => other.sample(rng),
         }
     }
@@ -182,6 +181,11 @@ impl Dist {
             Dist::Pareto { .. } | Dist::InFlight { .. } => None,
         }
     }
+}
+
+/// `inflight:BASE:PER` with `in_flight` requests in flight: BASE + PER × `in_flight`.
+pub fn in_flight_wait(base: Duration, per: Duration, in_flight: u64) -> Duration {
+    base.saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX)))
 }
 
 /// Prints the spec form, which [`Dist::parse`] reads back to an equal value.

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use super::dist::in_flight_wait;
 use super::pool::{Fate, Pool, Shed, Slot};
 use crate::catalog::model::hold::{Recorder, TruthKey};
 use crate::catalog::route::LONGEST_HOLD;
@@ -82,8 +83,7 @@ impl Loads {
         };
         let n = route.count.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some((base, per)) = route.in_flight {
-            let extra = per.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
-            ticket.delay = (base + extra).min(LONGEST_HOLD);
+            ticket.delay = in_flight_wait(base, per, n).min(LONGEST_HOLD);
         }
         ticket.shed = route.shed;
         ticket.loads = Some(self.clone());
