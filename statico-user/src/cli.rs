@@ -73,7 +73,8 @@ pub struct Cli {
     /// gap= make it server-streaming (each message its reply); health=SERVING|NOT_SERVING on
     /// '/grpc.health.v1.Health/*' is what the health service reports. DIST: 10ms · uniform:5ms:15ms · exp:10ms · normal:10ms:2ms ·
     /// lognormal:P50:P99 · pareto:SCALE:SHAPE · pct:50=5ms,90=20ms,99=100ms,100=1s ·
-    /// inflight:BASE:PER (BASE + PER × this route's requests in flight, itself included)
+    /// inflight:BASE:PER (BASE + PER × this route's requests in flight, itself included: in delay=,
+    /// or a stream's first= and gap=, each drawn when due; a stream is in flight until it ends)
     #[arg(long = "route", value_name = "SPEC", value_parser = parse_route)]
     pub routes: Vec<AsWritten<crate::catalog::route::spec::RouteSpec>>,
 
@@ -92,7 +93,7 @@ pub struct Cli {
 
     /// A whole-server pause: 'at=DUR for=DUR [every=DUR]' — from AT after start-up, for FOR (again
     /// every EVERY), nothing is answered; every request in flight or arriving is answered when it
-    /// ends (connections are still accepted). Repeatable
+    /// ends, and a stream's events due in it go then (connections are still accepted). Repeatable
     #[arg(long = "pause", value_name = "SPEC", value_parser = parse_pause)]
     pub pauses: Vec<crate::catalog::model::schedule::Window>,
 

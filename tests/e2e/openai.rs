@@ -465,21 +465,23 @@ fn another_path_is_404_and_another_method_405_in_openai_error_shape() {
     let mut w = Wire::open(&s);
     // Each answered on the one connection, which goes on.
     w.send(&post("/v1/embeddings", "{}"));
-    // The message names the paths served (not the request's, as OpenAI's does).
+    // The message names the request, as OpenAI's does, then the paths served; its code is OpenAI's.
     let e = openai_error(&w.whole(), 404);
     let message = e["message"].as_str().unwrap_or_default();
     assert!(
-        message.starts_with("Invalid URL") && message.contains("/v1/chat/completions"),
+        message.starts_with("Unknown request URL: POST /v1/embeddings. ")
+            && message.contains("/v1/chat/completions"),
         "{e}"
     );
-    assert!(e["code"].is_null(), "{e}");
-    w.send(&bare("GET", "/v1/nothing/here"));
+    assert_eq!(e["code"], "unknown_url", "{e}");
+    // The path without its query.
+    w.send(&bare("GET", "/v1/nothing/here?x=1"));
     let e = openai_error(&w.whole(), 404);
     assert!(
         e["message"]
             .as_str()
             .unwrap_or_default()
-            .starts_with("Invalid URL"),
+            .starts_with("Unknown request URL: GET /v1/nothing/here. "),
         "{e}"
     );
     for (method, path) in [
@@ -489,7 +491,9 @@ fn another_path_is_404_and_another_method_405_in_openai_error_shape() {
         ("POST", "/v1/models"),
     ] {
         w.send(&bare(method, path));
-        openai_error(&w.whole(), 405);
+        let e = openai_error(&w.whole(), 405);
+        let want = format!("Invalid method for URL ({method} {path}).");
+        assert_eq!(e["message"], want.as_str(), "{e}");
     }
     // The preset answers only under its prefix.
     w.send(&statico_tests::get("/ok"));
@@ -1563,6 +1567,7 @@ fn ttft_is_delay_plus_first_plus_prefill_per_prompt_token_and_itl_is_gap() {
 /// A streamed request sent on its own connection by a thread: when (on the test's clock) its head
 /// and each token chunk came.
 struct Timed {
+    sent: Instant,
     head: Instant,
     tokens: Vec<Instant>,
 }
@@ -1572,6 +1577,7 @@ fn stream_in_thread(s: &Server, path: &str, body: String) -> thread::JoinHandle<
     let mut w = Wire::open(s);
     let path = path.to_string();
     thread::spawn(move || {
+        let sent = Instant::now();
         w.send(&post(&path, &body));
         let head = w.head();
         let head_at = Instant::now();
@@ -1584,6 +1590,7 @@ fn stream_in_thread(s: &Server, path: &str, body: String) -> thread::JoinHandle<
         }
         let n = streamed_answer(Kind::Chat, &pieces).tokens.len();
         Timed {
+            sent,
             head: head_at,
             tokens: at[..n].to_vec(),
         }
@@ -1893,6 +1900,46 @@ fn vllm_gauges_show_running_and_waiting_streams_with_capacity_1() {
     metrics_when(&s, "llama", &held).unwrap();
     drop((running, waiting));
     metrics_when(&s, "llama", &idle).unwrap();
+}
+
+#[test]
+fn gap_inflight_grows_the_gaps_with_the_sequences_running_which_vllm_counts_to_their_last_token() {
+    let _quiet = quiet();
+    // Each gap is 20 ms + 20 ms × the route's sequences in flight when it is drawn.
+    let s = start(
+        &["/v1/* openai=on model=m tokens=6 gap=inflight:20ms:20ms"],
+        &[],
+    );
+    let body = || Kind::Chat.body(json!({"model": "m", "stream": true}));
+    // From the request to its last token: at the soonest the gaps drawn (the server can only be
+    // late).
+    let spread = |t: &Timed| *t.tokens.last().unwrap() - t.sent;
+    // Alone: five gaps of 40 ms.
+    let alone = stream_in_thread(&s, "/v1/chat/completions", body())
+        .join()
+        .unwrap();
+    assert!(spread(&alone) + ms(1) >= ms(200), "{:?}", spread(&alone));
+    // Three at once: once all three run, every gap is 80 ms (the ground truth's drawn gaps say so
+    // exactly; a client's clock only that none was shorter, as a client may be scheduled late to
+    // send), and vLLM's gauge counts them until their last token.
+    let three: Vec<_> = (0..3)
+        .map(|_| stream_in_thread(&s, "/v1/chat/completions", body()))
+        .collect();
+    metrics_when(&s, "m", &[("vllm:num_requests_running", 3.0)]).unwrap();
+    for t in three {
+        let t = t.join().unwrap();
+        assert_eq!(t.tokens.len(), 6);
+        assert!(
+            spread(&t) + ms(1) >= ms(200),
+            "three at once: the last token {:?} after the request",
+            spread(&t)
+        );
+    }
+    metrics_when(&s, "m", &[("vllm:num_requests_running", 0.0)]).unwrap();
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 4);
+    let gap = &entry(&t, "/v1/*")["stream"]["gap_us"];
+    assert_eq!(num(gap, &["count"]), 20.0, "{gap}");
+    assert!((79_000.0..=81_000.0).contains(&num(gap, &["max"])), "{gap}");
 }
 
 /// statico with one openai route of model `m1` (4 tokens, first 20 ms, gaps 5 ms), after 3 whole

@@ -514,6 +514,38 @@ mod http3 {
             "first to last event {spread:?}"
         );
     }
+
+    #[test]
+    fn http3_a_pause_holds_the_events_due_in_it_to_its_end() {
+        let dir = scratch("streams-pause");
+        let s = start(
+            &dir,
+            &["--route", super::PAUSED_ROUTE, "--admin", "127.0.0.1:0"],
+        );
+        let after = runtime().block_on(async {
+            let (conn, mut send) = connect(&dir, s.addr).await;
+            let req = http::Request::get("https://localhost/p").body(()).unwrap();
+            let mut stream = send.send_request(req).await.expect("send");
+            stream.finish().await.expect("finish");
+            stream.recv_response().await.expect("a head");
+            let mut pieces = Vec::new();
+            let mut first = None;
+            while let Some(mut piece) = stream.recv_data().await.expect("body") {
+                let bytes = piece.copy_to_bytes(piece.remaining());
+                if bytes.is_empty() {
+                    continue;
+                }
+                match first {
+                    None => first = Some(super::pause_now(&s)),
+                    Some(at) => pieces.push(Instant::now() - at),
+                }
+            }
+            conn.close(0u32.into(), b"done");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pieces
+        });
+        super::assert_held_by_the_pause(&s, &after);
+    }
 }
 
 // ---- Framings, payloads, counts ----
@@ -1027,6 +1059,135 @@ fn ground_truth_counts_the_events_clients_received_and_the_drawn_times() {
         stopped.stderr.contains(&line),
         "no {line:?} in\n{}",
         stopped.stderr
+    );
+}
+
+// ---- Pauses, and gaps drawn from the count in flight ----
+
+/// Three events 300 ms apart, the first with the head: the pause tests' route.
+const PAUSED_ROUTE: &str = "/p stream=ndjson events=3 gap=300ms";
+
+/// Pauses `s` for 1 s now (`POST /pause?for=1s`): the instant just before it was asked for.
+fn pause_now(s: &Server) -> Instant {
+    let asked = Instant::now();
+    let r = admin(s, "POST", "/pause?for=1s", "");
+    assert_eq!(r.status, 200, "{}", r.head);
+    asked
+}
+
+/// A pause of 1 s asked for as the first event of [`PAUSED_ROUTE`] came: the events due 300 and
+/// 600 ms later came `after` it, both when the pause ended — in order, together — and the ground
+/// truth says how late they went.
+fn assert_held_by_the_pause(s: &Server, after: &[Duration]) {
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(
+        after[0] >= ms(990) && after[0] < ms(1600),
+        "the event due 300 ms in came {:?} after a 1 s pause began",
+        after[0]
+    );
+    assert!(
+        after[1] - after[0] < ms(200),
+        "the event due 600 ms in came {:?} after the one before: it too was due when the pause ended",
+        after[1] - after[0]
+    );
+    let t = admin_truth(s);
+    let late = &entry(&t, "/p")["stream"]["late_us"];
+    assert_eq!(num(late, &["count"]), 3.0, "{late}");
+    // The event due at 300 ms went at the pause's end, ~1 s: ~700 ms late.
+    let max = num(late, &["max"]);
+    assert!((650_000.0..1_300_000.0).contains(&max), "{late}");
+}
+
+#[test]
+fn a_pause_holds_the_events_due_in_it_to_its_end() {
+    let s = start(&[PAUSED_ROUTE], &["--admin", "127.0.0.1:0"]);
+    let mut w = Wire::open(&s);
+    w.send(&get("/p"));
+    assert_eq!(w.head().status, 200);
+    w.chunk().expect("an event").expect("not the last");
+    let asked = pause_now(&s);
+    let mut after = Vec::new();
+    while w.chunk().expect("the last chunk").is_some() {
+        after.push(asked.elapsed());
+    }
+    assert_held_by_the_pause(&s, &after);
+    // A pause over, the next stream is on its own times again.
+    w.send(&get("/p"));
+    assert_eq!(w.streamed().texts().len(), 3);
+}
+
+#[test]
+fn http2_a_pause_holds_the_events_due_in_it_to_its_end() {
+    let s = start(&[PAUSED_ROUTE], &["--http2", "--admin", "127.0.0.1:0"]);
+    let addr = s.addr;
+    let after = runtime().block_on(async {
+        let (client, _) = h2_connect(addr).await;
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::get("http://t/p").body(()).unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        let (mut first, mut after) = (None, Vec::new());
+        while let Some(frame) = tokio::time::timeout(WAIT, body.data()).await.expect("data") {
+            if frame.expect("an event").is_empty() {
+                continue;
+            }
+            match first {
+                None => first = Some(pause_now(&s)),
+                Some(at) => after.push(at.elapsed()),
+            }
+        }
+        after
+    });
+    assert_held_by_the_pause(&s, &after);
+}
+
+#[test]
+fn gap_inflight_is_drawn_with_the_streams_open_each_counted_to_its_end() {
+    // Each gap is 20 ms + 20 ms × this route's streams in flight when it is drawn.
+    let s = start(
+        &["/i stream=ndjson events=4 gap=inflight:20ms:20ms"],
+        &["--metrics", "127.0.0.1:0"],
+    );
+    // Alone: three gaps of 40 ms, the last event 120 ms after the head at the soonest (the server
+    // can only be late).
+    let alone = stream_of(&s, "/i");
+    assert_eq!((alone.texts().len(), alone.end), (4, End::Last));
+    let last = alone.chunks.last().unwrap().1;
+    assert!(
+        last >= ms(119) && last < ms(1000),
+        "alone: last event {last:?} after the request"
+    );
+    let t = truth_when(&s, |t| outcome(entry(t, "/i"), "200") >= 1);
+    let gap = &entry(&t, "/i")["stream"]["gap_us"];
+    assert!((39_000.0..=41_000.0).contains(&num(gap, &["max"])), "{gap}");
+    // Four at once: once all four are open every gap is drawn with four in flight, 100 ms (the
+    // ground truth's drawn gaps say so exactly; a client's own clock only that no gap was shorter
+    // than alone, as a client may be scheduled late to open); a stream counts until its last
+    // event, not its head.
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let mut w = Wire::open(&s);
+            std::thread::spawn(move || {
+                w.send(&get("/i"));
+                w.streamed()
+            })
+        })
+        .collect();
+    for client in clients {
+        let st = client.join().unwrap();
+        assert_eq!((st.texts().len(), st.end), (4, End::Last));
+        let last = st.chunks.last().unwrap().1;
+        assert!(
+            last >= ms(119) && last < ms(3000),
+            "four at once: the last event {last:?} after the request"
+        );
+    }
+    let t = truth_when(&s, |t| outcome(entry(t, "/i"), "200") >= 5);
+    let gap = &entry(&t, "/i")["stream"]["gap_us"];
+    assert_eq!(num(gap, &["count"]), 15.0, "{gap}");
+    assert!(
+        (99_000.0..=101_000.0).contains(&num(gap, &["max"])),
+        "{gap}"
     );
 }
 

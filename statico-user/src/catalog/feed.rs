@@ -205,9 +205,10 @@ impl Render for EventSource {
         }
     }
 
-    fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {
+    fn wait(&self, first: bool, in_flight: u64, rng: &mut SmallRng) -> Duration {
         let wait = if first { &self.first } else { &self.gap };
-        wait.as_ref().map_or(Duration::ZERO, |d| d.sample(rng))
+        wait.as_ref()
+            .map_or(Duration::ZERO, |d| d.sample_at(rng, in_flight))
     }
 }
 
@@ -268,8 +269,8 @@ mod tests {
         let s = source("/s stream=chunks event-size=4 events=4 first=100ms gap=20ms");
         let mut rng = SmallRng::seed_from_u64(1);
         let ms = Duration::from_millis;
-        assert_eq!(s.wait(true, &mut rng), ms(100));
-        assert_eq!(s.wait(false, &mut rng), ms(20));
+        assert_eq!(s.wait(true, 0, &mut rng), ms(100));
+        assert_eq!(s.wait(false, 0, &mut rng), ms(20));
         assert_eq!(events(&s, 0..2, false), "xxxxxxxx");
     }
 

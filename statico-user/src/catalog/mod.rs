@@ -570,6 +570,16 @@ impl Local {
                 ..routes.stream_answer(&c, self.recorder.as_ref())
             },
             (
+                Choice::Asked(a),
+                Kinds {
+                    routes: Some(routes),
+                    ..
+                },
+            ) => a.stream_answer(StreamAnswer {
+                recorder: self.recorder.clone(),
+                ..routes.stream_answer(&a.choice, self.recorder.as_ref())
+            }),
+            (
                 Choice::Site(c),
                 Kinds {
                     site: Some(site), ..
@@ -626,7 +636,10 @@ impl Kinds<'_> {
         }
         if let Some(routes) = self.routes {
             if let Some(choice) = routes.choose(&request, &mut self.draw.borrow_mut()) {
-                return Choice::Route(choice);
+                return match routes.not_served(&choice, &request) {
+                    Some(refused) => Choice::Asked(Box::new(refused)),
+                    None => Choice::Route(choice),
+                };
             }
         }
         match self.site {
@@ -813,7 +826,8 @@ impl<'a> View<'a> {
         let ticket = match self.paced && !asked.is_some_and(|a| a.at_once) {
             true => {
                 let now = self.now.unwrap_or_else(std::time::Instant::now);
-                routes.admit(&choice, recorder, now)
+                let stream = asked.map_or(choice.stream.is_some(), |a| a.streamed());
+                routes.admit(&choice, recorder, (now, stream && !head_only))
             }
             false => None,
         };

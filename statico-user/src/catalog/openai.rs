@@ -24,7 +24,6 @@ use serde_json::{json, Value};
 use super::feed::chunk_with;
 use super::model::dist::Dist;
 use super::model::events::{Count, Events, Render, StreamDraw, MAX_EVENTS};
-use super::model::fault::Fault;
 use super::route::spec::OpenAiSpec;
 
 /// The model `/models` lists, and every answer names, when the route serves no `model=`.
@@ -89,9 +88,6 @@ pub struct ApiAnswer {
     /// How much longer than the route's `delay=` the answer is held before its head: a whole
     /// answer's time to its first token and every gap.
     pub wait: Duration,
-    /// A stream's waits after its head (its first token's and every gap): how long it keeps its
-    /// server after the head.
-    pub tail: Duration,
     /// Refused before any token (a 4xx of the API's own, not one of the route's statuses).
     pub refused: bool,
     /// The prompt's tokens, and the tokens of a whole answer (a stream's go as its events).
@@ -150,20 +146,20 @@ impl OpenAi {
         }
     }
 
-    /// The answer at `now` to a request for `endpoint` whose body is `body`, drawn from `seed`; a
-    /// stream with `fault` strikes after a drawn number of its tokens.
+    /// The answer at `now` to a request for `endpoint` whose body is `body`, drawn from `seed`
+    /// with `in_flight` of the route's requests in flight, itself included (a whole answer's
+    /// waits are all drawn now; a stream's each when it falls due).
     pub fn reply(
         &self,
         endpoint: Endpoint,
         body: &[u8],
         seed: u64,
-        fault: Option<Fault>,
-        now: Instant,
+        (now, in_flight): (Instant, u64),
     ) -> ApiAnswer {
         let ask = match endpoint {
             Endpoint::Models => return whole(200, self.model_list()),
             Endpoint::Unknown | Endpoint::WrongMethod => {
-                return refused(not_served(endpoint, &self.prefix))
+                return refused(not_served(endpoint, &self.prefix, None))
             }
             Endpoint::Chat | Endpoint::Completions => {
                 match self.ask(endpoint == Endpoint::Chat, body) {
@@ -204,20 +200,26 @@ impl OpenAi {
             cut: None,
         };
         if tokens.ask.stream {
-            let tail = Events::new(tokens.clone(), draw, false, fault, None).total_wait();
             return ApiAnswer {
                 tokens: (tokens.ask.prompt, 0),
                 stream: Some((tokens, draw)),
-                tail,
                 ..whole(200, Vec::new())
             };
         }
-        let wait = Events::new(tokens.clone(), draw, false, None, None).total_wait();
+        let wait = Events::new(tokens.clone(), draw, false, None, None).total_wait(in_flight);
         ApiAnswer {
             wait,
             tokens: (tokens.ask.prompt, u64::from(count)),
             ..whole(200, tokens.completion())
         }
+    }
+
+    /// The refusal of a request for a path under the prefix the API does not have (404), or has
+    /// with another method (405), naming its `method` and `path` as OpenAI's API does; `None` for
+    /// an endpoint it serves.
+    pub fn not_served(&self, endpoint: Endpoint, method: &[u8], path: &[u8]) -> Option<ApiAnswer> {
+        matches!(endpoint, Endpoint::Unknown | Endpoint::WrongMethod)
+            .then(|| refused(not_served(endpoint, &self.prefix, Some((method, path)))))
     }
 
     /// The error body of a drawn non-2xx `status` (the route's status mix).
@@ -511,9 +513,10 @@ impl Render for Tokens {
         }
     }
 
-    fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration {
+    fn wait(&self, first: bool, in_flight: u64, rng: &mut SmallRng) -> Duration {
         let sample = |d: &Option<Dist>, rng: &mut SmallRng| {
-            d.as_ref().map_or(Duration::ZERO, |d| d.sample(rng))
+            d.as_ref()
+                .map_or(Duration::ZERO, |d| d.sample_at(rng, in_flight))
         };
         match first {
             true => sample(&self.first, rng).saturating_add(self.prefill),
@@ -534,7 +537,6 @@ fn whole(status: u16, body: Vec<u8>) -> ApiAnswer {
         body,
         stream: None,
         wait: Duration::ZERO,
-        tail: Duration::ZERO,
         refused: false,
         tokens: (0, 0),
     }
@@ -547,13 +549,24 @@ fn refused(e: ApiError) -> ApiAnswer {
     }
 }
 
-/// 404 for a path the API does not have, 405 for one it has with another method.
-fn not_served(endpoint: Endpoint, prefix: &str) -> ApiError {
-    let (status, message) = match endpoint {
-        Endpoint::WrongMethod => (405, "Method not allowed for this path.".to_owned()),
-        _ => (
+/// 404 for a path the API does not have (code `unknown_url`, OpenAI's), 405 for one it has with
+/// another method; the message names the request's method and path (`line`) when known, as
+/// OpenAI's does (`Unknown request URL: POST /v1/foo. …`), and a 404 the paths served.
+fn not_served(endpoint: Endpoint, prefix: &str, line: Option<(&[u8], &[u8])>) -> ApiError {
+    let line = line.map(|(method, path)| {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        format!("{} {}", text(method), text(path))
+    });
+    let (status, message, code) = match (endpoint, line) {
+        (Endpoint::WrongMethod, Some(line)) => (405, format!("Invalid method for URL ({line})."), None),
+        (Endpoint::WrongMethod, None) => (405, "Invalid method for URL.".to_owned(), None),
+        (_, line) => (
             404,
-            format!("Invalid URL: the paths served are {prefix}/chat/completions, {prefix}/completions and {prefix}/models."),
+            format!(
+                "Unknown request URL{}. Please check the URL for typos: the paths served are {prefix}/chat/completions, {prefix}/completions and {prefix}/models.",
+                line.map(|l| format!(": {l}")).unwrap_or_default()
+            ),
+            Some("unknown_url"),
         ),
     };
     ApiError {
@@ -561,7 +574,7 @@ fn not_served(endpoint: Endpoint, prefix: &str) -> ApiError {
         message,
         kind: "invalid_request_error",
         param: None,
-        code: None,
+        code,
     }
 }
 
@@ -696,11 +709,34 @@ mod tests {
             Endpoint::WrongMethod
         );
         assert_eq!(p.endpoint(b"POST", b"/v1/embeddings"), Endpoint::Unknown);
-        let r = p.reply(Endpoint::Unknown, b"", 1, None, Instant::now());
+        let r = p
+            .not_served(Endpoint::Unknown, b"POST", b"/v1/embeddings")
+            .unwrap();
         assert_eq!((r.status, r.refused), (404, true));
-        assert_eq!(json_of(&r.body)["error"]["type"], "invalid_request_error");
+        let e = &json_of(&r.body)["error"];
         assert_eq!(
-            p.reply(Endpoint::WrongMethod, b"", 1, None, Instant::now())
+            (&e["type"], &e["code"]),
+            (&json!("invalid_request_error"), &json!("unknown_url"))
+        );
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Unknown request URL: POST /v1/embeddings. "),
+            "{message}"
+        );
+        assert!(message.contains("/v1/chat/completions"), "{message}");
+        let r = p
+            .not_served(Endpoint::WrongMethod, b"GET", b"/v1/completions")
+            .unwrap();
+        let e = &json_of(&r.body)["error"];
+        assert_eq!(
+            (r.status, &e["message"]),
+            (405, &json!("Invalid method for URL (GET /v1/completions)."))
+        );
+        assert!(p
+            .not_served(Endpoint::Chat, b"POST", b"/v1/chat/completions")
+            .is_none());
+        assert_eq!(
+            p.reply(Endpoint::WrongMethod, b"", 1, (Instant::now(), 1))
                 .status,
             405
         );
@@ -711,10 +747,12 @@ mod tests {
         let p = preset("model=llama tokens=3 first=100ms gap=10ms prefill=1ms");
         let body = br#"{"model":"llama","messages":[{"role":"user","content":"12345678"}],
             "stream":true,"max_tokens":10,"stream_options":{"include_usage":true}}"#;
-        let r = p.reply(Endpoint::Chat, body, 7, None, Instant::now());
+        let r = p.reply(Endpoint::Chat, body, 7, (Instant::now(), 1));
         assert_eq!((r.status, r.refused, r.body.len()), (200, false, 0));
         // The first token waits first= + prefill × 2 prompt tokens; two gaps follow.
-        assert_eq!(r.tail, Duration::from_millis(100 + 2 + 20));
+        let (tokens, draw) = r.stream.as_ref().unwrap();
+        let waits = Events::new(tokens.clone(), *draw, false, None, None).total_wait(1);
+        assert_eq!(waits, Duration::from_millis(100 + 2 + 20));
         let events = streamed(&r);
         assert_eq!(events.len(), 5, "{events:?}");
         let first = json_of(events[0].as_bytes());
@@ -754,7 +792,7 @@ mod tests {
                 r#"{"model":"c","prompt":"hi","stream":true,"max_tokens":10}"#,
             ),
         ] {
-            let r = p.reply(endpoint, body.as_bytes(), 9, None, Instant::now());
+            let r = p.reply(endpoint, body.as_bytes(), 9, (Instant::now(), 1));
             let (tokens, _) = r.stream.as_ref().unwrap();
             for i in 0..3 {
                 let mut out = Vec::new();
@@ -772,8 +810,7 @@ mod tests {
             Endpoint::Completions,
             br#"{"model":"m","prompt":[1,2,3],"max_tokens":4}"#,
             3,
-            None,
-            Instant::now(),
+            (Instant::now(), 1),
         );
         assert!(r.stream.is_none());
         assert_eq!(r.wait, Duration::from_millis(50 + 3 * 5));
@@ -793,14 +830,14 @@ mod tests {
             let body = format!(
                 r#"{{"messages":[{{"role":"user","content":"hi"}}],"max_tokens":6{extra}}}"#
             );
-            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, None, Instant::now());
+            let r = p.reply(Endpoint::Chat, body.as_bytes(), 11, (Instant::now(), 1));
             json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap()
         };
         for seed in 0..20 {
             let body = br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":6}"#;
-            let r = p.reply(Endpoint::Chat, body, seed, None, Instant::now());
+            let r = p.reply(Endpoint::Chat, body, seed, (Instant::now(), 1));
             let n = json_of(&r.body)["usage"]["completion_tokens"]
                 .as_u64()
                 .unwrap();
@@ -811,8 +848,7 @@ mod tests {
             Endpoint::Chat,
             br#"{"messages":[{"role":"user","content":"x"}]}"#,
             1,
-            None,
-            Instant::now(),
+            (Instant::now(), 1),
         );
         assert_eq!(json_of(&r.body)["usage"]["completion_tokens"], 16);
     }
@@ -857,7 +893,7 @@ mod tests {
             ),
         ];
         for (body, status, param, code) in cases {
-            let r = p.reply(Endpoint::Chat, body, 1, None, Instant::now());
+            let r = p.reply(Endpoint::Chat, body, 1, (Instant::now(), 1));
             let e = json_of(&r.body)["error"].clone();
             let label = String::from_utf8_lossy(body);
             assert_eq!((r.status, r.refused), (status, true), "{label}");
@@ -868,8 +904,7 @@ mod tests {
             Endpoint::Completions,
             br#"{"model":"a","prompt":["x","y"]}"#,
             1,
-            None,
-            Instant::now(),
+            (Instant::now(), 1),
         );
         assert_eq!(json_of(&r.body)["error"]["param"], "prompt");
     }
@@ -878,7 +913,7 @@ mod tests {
     fn models_and_drawn_statuses_answer_in_openai_shapes() {
         let list = json_of(
             &preset("model=a model=b")
-                .reply(Endpoint::Models, b"", 1, None, Instant::now())
+                .reply(Endpoint::Models, b"", 1, (Instant::now(), 1))
                 .body,
         );
         let ids: Vec<&str> = list["data"]
@@ -890,7 +925,7 @@ mod tests {
         assert_eq!(ids, ["a", "b"]);
         let any = json_of(
             &preset("")
-                .reply(Endpoint::Models, b"", 1, None, Instant::now())
+                .reply(Endpoint::Models, b"", 1, (Instant::now(), 1))
                 .body,
         );
         assert_eq!(any["data"][0]["id"], ANY_MODEL);

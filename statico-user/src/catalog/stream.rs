@@ -66,17 +66,18 @@ impl Admission {
         Some(shed)
     }
 
-    /// The ticket of a request whose answer `key` (held for `drawn`) is complete at `now`: through
-    /// the route's load state if it has one, else served at once — for HTTP/1.1 and the streams
-    /// alike.
+    /// The ticket of a request whose answer `key` (held for `drawn` before its head, a
+    /// `sequence`'s if it is a stream of events) is complete at `now`: through the route's load
+    /// state if it has one, else served at once — for HTTP/1.1 and the streams alike.
     pub fn ticket(
         &self,
         key: TruthKey,
         drawn: std::time::Duration,
         recorder: Recorder,
-        now: std::time::Instant,
+        (now, sequence): (std::time::Instant, bool),
     ) -> Ticket {
-        let ticket = Ticket::new(recorder, key, drawn, self.gone, now, self.tickets.next());
+        let ticket = Ticket::new(recorder, key, drawn, self.gone, now, self.tickets.next())
+            .for_sequence(sequence);
         match &self.loads {
             Some(loads) => loads.admit(ticket, now),
             None => ticket,
@@ -210,10 +211,10 @@ impl StreamAnswer {
     /// read, for an answer with no ticket and no truth), `head_only` for a HEAD: a route's held
     /// answer takes its ticket now — served, queued or shed by its route's pool (see [`Ticket`]).
     pub fn delivery(&mut self, arrived: Option<std::time::Instant>, head_only: bool) -> Delivery {
-        let ticket = arrived.and_then(|now| self.admit(now));
+        let events = self.events.take().filter(|_| !head_only);
+        let ticket = arrived.and_then(|now| self.admit(now, events.is_some()));
         let len = |answer: &StreamAnswer| if head_only { 0 } else { answer.body.len() };
         let shed = self.admission.as_ref().and_then(|a| a.shed.as_ref());
-        let events = self.events.take().filter(|_| !head_only);
         Delivery::new(self.hold, len(self), ticket, arrived, shed.map(len))
             .paused_by(self.pauses.clone())
             .with_events(events)
@@ -221,10 +222,11 @@ impl StreamAnswer {
     }
 
     /// The ticket of a route's held answer whose request is complete at `now` (none for an answer
-    /// that is not held).
-    fn admit(&self, now: std::time::Instant) -> Option<Ticket> {
+    /// that is not held), a `sequence`'s for a stream of events.
+    fn admit(&self, now: std::time::Instant, sequence: bool) -> Option<Ticket> {
         let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
-        Some(admission.ticket(key, self.hold.service(), self.recorder.clone()?, now))
+        let recorder = self.recorder.clone()?;
+        Some(admission.ticket(key, self.hold.delay, recorder, (now, sequence)))
     }
 
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {

@@ -4,6 +4,11 @@
 //! the whole-server pause, the ground truth, the head, the body delay and the body's pieces
 //! (`rate=`) or its events (`stream=`, [`super::events`]), or the answer's fault.
 //!
+//! A streamed answer is a sequence: it keeps its ticket — its place in flight and its pool's
+//! server — to its end, and a whole-server pause holds its events as it holds a head: an event
+//! due while the server is paused goes when the pause ends (its lateness recorded), and the ones
+//! after it keep their own due times.
+//!
 //! No I/O and no clock: each call of [`Delivery::next`] is given the time (a [`Clock`]) and
 //! returns one [`Step`]: what to write (the head, a range of the body, a fault), or when to call
 //! again (an instant, or when the ticket's waker fires: [`Delivery::wait_with`]). Each protocol
@@ -120,7 +125,8 @@ pub struct Delivery {
     at: usize,
     /// Pieces of a paced body already given out.
     ticks: u64,
-    /// The server's pauses, when it has them: the head waits while one is in force.
+    /// The server's pauses, when it has them: the head and a stream's events wait while one is
+    /// in force.
     pauses: Option<Pauses>,
     /// A streamed body's events, and how far they have gone.
     events: Option<Box<Events>>,
@@ -155,7 +161,8 @@ impl Delivery {
         }
     }
 
-    /// The same delivery, its head held while one of the server's `pauses` is in force.
+    /// The same delivery, its head and events held while one of the server's `pauses` is in
+    /// force.
     pub fn paused_by(mut self, pauses: Option<Pauses>) -> Delivery {
         self.pauses = pauses;
         self
@@ -296,9 +303,8 @@ impl Delivery {
         };
         let now = clock.now();
         match ticket.fate_at(now) {
-            Fate::Serving { due, .. } => {
-                // A sequence's head goes before its service ends: its tail follows the head.
-                let head_at = due.checked_sub(self.hold.tail).unwrap_or(due);
+            Fate::Serving { start, due } => {
+                let head_at = ticket.head_at(start, due);
                 if head_at > now {
                     return Some(Step::Wait(head_at));
                 }
@@ -319,6 +325,8 @@ impl Delivery {
     /// Shed: the shed answer, whole and at once (when there is one for a status), or the pool's
     /// fault. The ticket stays, to record the shed when it is delivered.
     fn shed(&mut self, how: Option<Shed>) -> Option<Step> {
+        // A shed stream sends none of its events.
+        self.events = None;
         let fault = match (how, self.shed_len) {
             (Some(Shed::Status(_)), Some(len)) => {
                 (self.hold, self.body_len, self.trailers) = (Hold::default(), len, false);
@@ -341,7 +349,7 @@ impl Delivery {
             return None;
         }
         if let Some(ticket) = self.ticket.take() {
-            ticket.finish(clock.now());
+            ticket.finish(clock.now(), Duration::ZERO);
             return None;
         }
         let key = self.hold.truth?;
@@ -419,18 +427,24 @@ impl Delivery {
     }
 }
 
-/// A whole-server pause in force: the answer waits until this instant, then asks again (see
-/// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
-/// pauses are possible.
+/// A stream's events, given out one at a time as they fall due.
 impl Delivery {
     /// A stream's next event when it is due and the driver has room for it, the fault if it
-    /// strikes here, or what follows the events (the trailers, or the end).
+    /// strikes here, or what follows the events (the trailers, or the end). A pause in force
+    /// holds whichever is due.
     fn event(&mut self, clock: &mut impl Clock, room: usize) -> Step {
         let Some(events) = self.events.as_mut() else {
             self.stage = Stage::Done;
             return Step::Done;
         };
-        let (step, stage) = match events.next(clock.now(), room, PACE_TICK) {
+        let now = clock.now();
+        let ticket = &self.ticket;
+        let in_flight = || ticket.as_ref().map_or(0, Ticket::in_flight);
+        if let Some(until) = paused(self.pauses.as_ref(), clock) {
+            let due = events.due(now, in_flight);
+            return Step::Wait(due.map_or(until, |due| due.max(until)));
+        }
+        let (step, stage) = match events.next(now, room, PACE_TICK, in_flight) {
             Next::Event { bytes, last } => {
                 let end = last && !self.trailers;
                 return Step::Event { bytes, end };
@@ -444,17 +458,18 @@ impl Delivery {
         step.unwrap_or_else(|| self.next(clock, room))
     }
 
-    /// Whether the answer is a sequence: a stream that keeps its pool's server (its ticket) from
-    /// its admission to its last event, not only to its head.
+    /// Whether the answer is a sequence: a stream that keeps its ticket — its place in flight
+    /// and its pool's server — from its admission to its end, not only to its head.
     fn sequence(&self) -> bool {
-        !self.hold.tail.is_zero() && self.events.is_some() && self.ticket.is_some()
+        self.events.is_some() && self.ticket.as_ref().is_some_and(Ticket::is_sequence)
     }
 
     /// A sequence ended at `now` (its last event, a fault, or its client leaving): its ticket
-    /// records its truth and frees its server.
+    /// records its truth and gives back its place in flight and its server.
     fn finish_sequence(&mut self, now: Instant) {
-        if let Some(ticket) = self.ticket.take().filter(|_| !self.hold.tail.is_zero()) {
-            ticket.finish(now);
+        if let Some(ticket) = self.ticket.take() {
+            let tail = self.events.as_ref().map_or(Duration::ZERO, |e| e.drawn());
+            ticket.finish(now, tail);
         }
     }
 }
@@ -471,6 +486,9 @@ impl Drop for Delivery {
     }
 }
 
+/// A whole-server pause in force: the answer waits until this instant, then asks again (see
+/// [`super::pause`]). The one place a delivery asks about pauses; the clock is read only when
+/// pauses are possible.
 fn paused(pauses: Option<&Pauses>, clock: &mut impl Clock) -> Option<Instant> {
     let pauses = pauses?;
     let now = clock.now();
@@ -679,7 +697,7 @@ mod tests {
             out.extend(std::iter::repeat_n(b'0' + i as u8, self.size));
         }
 
-        fn wait(&self, first: bool, _: &mut rand::rngs::SmallRng) -> Duration {
+        fn wait(&self, first: bool, _: u64, _: &mut rand::rngs::SmallRng) -> Duration {
             if first {
                 10 * MS
             } else {
@@ -765,6 +783,156 @@ mod tests {
             struck_after.insert(events);
         }
         assert_eq!(struck_after.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    /// Where a test's streams record their truth: one streamed route.
+    fn streamed_truth() -> Arc<GroundTruth> {
+        let route = RouteInfo {
+            name: "GET /s".into(),
+            phase: None,
+            outcomes: ["200", "gone"].map(String::from).to_vec(),
+            expected: None,
+            pooled: false,
+            streamed: true,
+            pool: None,
+            model: None,
+            grpc_status: Vec::new(),
+        };
+        Arc::new(GroundTruth::new(vec![route], 1))
+    }
+
+    #[test]
+    fn a_pause_holds_the_events_due_in_it_to_its_end_and_the_truth_has_how_late() {
+        use crate::catalog::model::events::{Events, StreamDraw};
+        use crate::catalog::model::schedule::Window;
+        // Events due 10, 15 and 20 ms after the head; the server paused from 12 to 22 ms.
+        let t0 = Instant::now();
+        let window = Window {
+            at: 12 * MS,
+            length: 10 * MS,
+            every: None,
+        };
+        let pauses = Pauses::starting(t0, vec![window]);
+        let truth = streamed_truth();
+        let key = TruthKey {
+            generation: truth.generation(),
+            ..KEY
+        };
+        let draw = StreamDraw {
+            events: 3,
+            from: 0,
+            seed: 1,
+            cut: None,
+        };
+        let recorder = Recorder::new(truth.clone(), 0);
+        let truth_of = Some((recorder, key, 1));
+        let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth_of);
+        let mut d = Delivery::new(Hold::default(), 0, None, None, None)
+            .paused_by(Some(pauses))
+            .with_events(Some(Box::new(events)));
+        assert_eq!(
+            drive(&mut d, t0),
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                (0, Step::Wait(t0 + 10 * MS)),
+                (10, event(b"0", false)),
+                (10, Step::Wait(t0 + 15 * MS)),
+                // Due at 15, in the pause: held to its end, then the one due at 20 with it.
+                (15, Step::Wait(t0 + 22 * MS)),
+                (22, event(b"1", false)),
+                (22, event(b"2", true)),
+                (22, Step::Done),
+            ]
+        );
+        let json: serde_json::Value = serde_json::from_str(&truth.json()).unwrap();
+        let late = &json["routes"][0]["stream"]["late_us"];
+        assert_eq!(late["count"], 3, "{json}");
+        let max = late["max"].as_f64().unwrap();
+        assert!((6990.0..7010.0).contains(&max), "{late}");
+    }
+
+    #[test]
+    fn a_gap_drawn_from_inflight_counts_the_streams_open_then_itself_included() {
+        use crate::catalog::model::events::{Events, StreamDraw};
+        // gap=inflight:10ms:5ms on a route with three streams open at once.
+        let route = crate::catalog::route::spec::parse_spec(
+            "/s stream=ndjson events=3 gap=inflight:10ms:5ms",
+        )
+        .unwrap();
+        let source = Arc::new(crate::catalog::feed::EventSource::new(
+            route.stream.as_ref().unwrap(),
+            &bytes::Bytes::new(),
+        ));
+        let truth = streamed_truth();
+        let loads = Arc::new(Loads::new(vec![RouteLoad::new(None, None, None)], vec![]));
+        let key = TruthKey {
+            generation: truth.generation(),
+            ..KEY
+        };
+        let t0 = Instant::now();
+        let open = |n: u64| {
+            let draw = StreamDraw {
+                events: 3,
+                from: 0,
+                seed: n,
+                cut: None,
+            };
+            let recorder = Recorder::new(truth.clone(), 0);
+            let truth_of = Some((recorder.clone(), key, 1));
+            let events = Events::new(source.clone(), draw, false, None, truth_of);
+            let ticket = Ticket::new(recorder, key, Duration::ZERO, 1, t0, n).for_sequence(true);
+            let ticket = loads.admit(ticket, t0);
+            Delivery::new(Hold::default(), 0, Some(ticket), Some(t0), None)
+                .with_events(Some(Box::new(events)))
+        };
+        let mut streams: Vec<Delivery> = (0..3).map(open).collect();
+        assert_eq!(loads.in_flight_of(0), 3);
+        // Each gives its head and its first event at once, and draws its gap with three open.
+        for d in &mut streams {
+            let mut now = t0;
+            let steps: Vec<Step> = (0..4).map(|_| d.next(&mut now, usize::MAX)).collect();
+            assert!(matches!(steps[2], Step::Event { .. }), "{steps:?}");
+            assert_eq!(steps[3], Step::Wait(t0 + 25 * MS));
+        }
+        // The first ends at its last event (its next gap drawn with three still open): two left.
+        assert_eq!(
+            drive(&mut streams[0], t0 + 25 * MS)[1..],
+            [
+                (0, Step::Wait(t0 + 50 * MS)),
+                (25, event(b"{\"i\":2}\n", true)),
+                (25, Step::Done)
+            ]
+        );
+        assert_eq!(loads.in_flight_of(0), 2);
+        // The second draws its next gap with two open: 10 + 5 × 2 ms.
+        let mut now = t0 + 25 * MS;
+        assert!(matches!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Event { .. }
+        ));
+        assert_eq!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Wait(now + 20 * MS)
+        );
+        // Its client leaves: one left, whose next gap is 10 + 5 × 1 ms.
+        drop(streams.remove(1));
+        assert_eq!(loads.in_flight_of(0), 1);
+        assert!(matches!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Event { .. }
+        ));
+        assert_eq!(
+            streams[1].next(&mut now, usize::MAX),
+            Step::Wait(now + 15 * MS)
+        );
+        drop(streams);
+        assert_eq!(loads.in_flight_of(0), 0);
+        let json: serde_json::Value = serde_json::from_str(&truth.json()).unwrap();
+        let gap = &json["routes"][0]["stream"]["gap_us"];
+        assert_eq!(gap["count"].as_f64(), Some(4.0), "{gap}");
+        let max = gap["max"].as_f64().unwrap();
+        assert!((24_990.0..25_010.0).contains(&max), "{gap}");
     }
 
     #[test]
@@ -856,11 +1024,10 @@ mod tests {
             let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth);
             let hold = Hold {
                 delay,
-                tail: events.total_wait(),
                 truth: Some(key),
                 ..Hold::default()
             };
-            let ticket = Ticket::new(recorder, key, hold.service(), 1, now, 0);
+            let ticket = Ticket::new(recorder, key, delay, 1, now, 0).for_sequence(true);
             let ticket = self.loads.admit(ticket, now);
             Delivery::new(hold, 0, Some(ticket), Some(now), Some(3))
                 .with_events(Some(Box::new(events)))

@@ -53,7 +53,8 @@ pub enum Dist {
     Pct(Vec<(f64, Duration)>),
     /// Load-dependent (Nighthawk's linear model, done exactly): BASE + PER × the route's requests
     /// in flight when it is drawn, itself included, across every worker and protocol:
-    /// `inflight:1ms:500us`. Drawn when the request is held ([`super::load`]), not here.
+    /// `inflight:1ms:500us`. A delay is drawn when the request is held ([`super::load`]), a
+    /// stream's wait when it is due ([`Dist::sample_at`]).
     InFlight { base: Duration, per: Duration },
 }
 
@@ -126,6 +127,15 @@ impl Dist {
         }
     }
 
+    /// One draw when `in_flight` of its route's requests are in flight: `inflight:BASE:PER` is
+    /// BASE + PER × `in_flight`, every other distribution its [`Dist::sample`].
+    pub fn sample_at<R: Rng + ?Sized>(&self, rng: &mut R, in_flight: u64) -> Duration {
+        match self {
+            Dist::InFlight { base, per } => in_flight_wait(*base, *per, in_flight),
+            other => other.sample(rng),
+        }
+    }
+
     /// For `inflight:BASE:PER`: BASE and PER (the draw needs the count in flight).
     pub fn in_flight(&self) -> Option<(Duration, Duration)> {
         match self {
@@ -171,6 +181,11 @@ impl Dist {
             Dist::Pareto { .. } | Dist::InFlight { .. } => None,
         }
     }
+}
+
+/// `inflight:BASE:PER` with `in_flight` requests in flight: BASE + PER × `in_flight`.
+pub fn in_flight_wait(base: Duration, per: Duration, in_flight: u64) -> Duration {
+    base.saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX)))
 }
 
 /// Prints the spec form, which [`Dist::parse`] reads back to an equal value.

@@ -8,7 +8,8 @@
 //! route's [`Render`] — so a stream costs its connection one event's bytes at a time, however long
 //! it is. [`super::delivery::Delivery`] gives the events out and records, per event, the wait drawn
 //! and how late it went (its due time is the head's plus the waits drawn so far, so a late event
-//! does not push back the ones after it).
+//! does not push back the ones after it). A wait is drawn when the event before it has gone, with
+//! the count of its route's requests in flight then (for `inflight:BASE:PER`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,8 +111,9 @@ pub trait Render: std::fmt::Debug + Send + Sync {
     /// Appends event `i`, framed; `chunked`: as one HTTP/1.1 chunk, and with `last` the chunked
     /// body's last chunk after it.
     fn event(&self, i: u32, chunked: bool, last: bool, out: &mut Vec<u8>);
-    /// The wait before an event: the first's from the head, else the gap after the one before.
-    fn wait(&self, first: bool, rng: &mut SmallRng) -> Duration;
+    /// The wait before an event: the first's from the head, else the gap after the one before;
+    /// `in_flight`: its route's requests in flight at the draw.
+    fn wait(&self, first: bool, in_flight: u64, rng: &mut SmallRng) -> Duration;
 }
 
 /// An event goes whole once the driver has room for it, or for [`PART`] of it: an event bigger than
@@ -142,6 +144,8 @@ pub struct Events {
     due: Option<(Instant, Duration)>,
     /// When the event before it was due.
     last_due: Option<Instant>,
+    /// The waits drawn so far, in all.
+    drawn: Duration,
     /// The due event, made, while it waits for room.
     made: Option<Vec<u8>>,
     /// See [`StreamDraw::cut`].
@@ -200,20 +204,27 @@ impl Events {
             sent: 0,
             due: None,
             last_due: None,
+            drawn: Duration::ZERO,
             made: None,
             cut: stream.cut,
             began: None,
         }
     }
 
-    /// The waits of the events still to come, drawn as [`Events::next`] will draw them (the time
-    /// a stream keeps its server after its head).
-    pub fn total_wait(&self) -> Duration {
+    /// The waits of the events still to come, drawn as [`Events::next`] will draw them with
+    /// `in_flight` requests in flight at every draw (a whole answer's time after its first byte
+    /// would be, or a gRPC stream's time to its last message).
+    pub fn total_wait(&self, in_flight: u64) -> Duration {
         let mut rng = self.rng.clone();
         (self.next..self.end)
             .enumerate()
-            .map(|(k, _)| self.render.wait(self.sent == 0 && k == 0, &mut rng))
+            .map(|(k, _)| (self.render).wait(self.sent == 0 && k == 0, in_flight, &mut rng))
             .fold(Duration::ZERO, Duration::saturating_add)
+    }
+
+    /// The waits drawn so far, in all (a sequence's service after its head).
+    pub fn drawn(&self) -> Duration {
+        self.drawn
     }
 
     /// Whether no event has been given out yet, and none will be (a stream resumed past its end).
@@ -221,24 +232,44 @@ impl Events {
         self.next >= self.end
     }
 
-    /// The next event at `now`, if it [`fits`] in `room` bytes (else it waits a tick: `tick`).
-    pub fn next(&mut self, now: Instant, room: usize, tick: Duration) -> Next {
+    /// When the next event is due at `now` (its wait drawn now if it was not, with
+    /// `in_flight()` requests in flight), or `None` if a fault or the end comes next.
+    pub fn due(&mut self, now: Instant, in_flight: impl FnOnce() -> u64) -> Option<Instant> {
+        let fault_next = self.fault.is_some_and(|(after, _)| after == self.sent);
+        (!fault_next && self.next < self.end).then(|| self.draw(now, in_flight).0)
+    }
+
+    /// The next event's due time and wait: drawn (from `now`, for the first) when the event
+    /// before it has gone.
+    fn draw(&mut self, now: Instant, in_flight: impl FnOnce() -> u64) -> (Instant, Duration) {
+        self.began.get_or_insert(now);
+        if let Some(due) = self.due {
+            return due;
+        }
+        let drawn = (self.render).wait(self.sent == 0, in_flight(), &mut self.rng);
+        let due = (self.last_due.unwrap_or(now) + drawn, drawn);
+        self.drawn = self.drawn.saturating_add(drawn);
+        self.due = Some(due);
+        due
+    }
+
+    /// The next event at `now`, if it [`fits`] in `room` bytes (else it waits a tick: `tick`);
+    /// `in_flight()`: its route's requests in flight, read if a wait is drawn.
+    pub fn next(
+        &mut self,
+        now: Instant,
+        room: usize,
+        tick: Duration,
+        in_flight: impl FnOnce() -> u64,
+    ) -> Next {
         if let Some((_, fault)) = self.fault.filter(|(after, _)| *after == self.sent) {
             return Next::Fault(fault);
         }
         if self.next >= self.end {
             return Next::Done;
         }
-        let began = *self.began.get_or_insert(now);
-        let (due, drawn) = match self.due {
-            Some(due) => due,
-            None => {
-                let drawn = self.render.wait(self.sent == 0, &mut self.rng);
-                let due = (self.last_due.unwrap_or(now) + drawn, drawn);
-                self.due = Some(due);
-                due
-            }
-        };
+        let (due, drawn) = self.draw(now, in_flight);
+        let began = self.began.unwrap_or(now);
         if let Some(end) = self.cut.map(|cut| began + cut).filter(|end| due >= *end) {
             if now < end {
                 return Next::Wait(end);

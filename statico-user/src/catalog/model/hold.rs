@@ -22,9 +22,6 @@ pub struct Hold {
     pub rate: u64,
     /// Where the ground truth of this answer is recorded (a route's answers only).
     pub truth: Option<TruthKey>,
-    /// A sequence's time after its head (an openai stream's token waits): its pool's server is
-    /// held through it, to its last token.
-    pub tail: Duration,
 }
 
 /// A route and the outcome drawn for one request, as the ground truth counts them.
@@ -40,11 +37,6 @@ pub struct TruthKey {
 pub const PACE_TICK: Duration = Duration::from_millis(10);
 
 impl Hold {
-    /// How long the answer keeps a pool's server: its delay, and a sequence's tail.
-    pub fn service(&self) -> Duration {
-        self.delay.saturating_add(self.tail)
-    }
-
     /// Whether delivery differs from "all of it, now": the connection must then answer one request
     /// at a time and hold it.
     pub fn paces(&self) -> bool {

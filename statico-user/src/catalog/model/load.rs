@@ -1,7 +1,7 @@
 //! The state a route shares between workers while it answers: how many of its requests are in
-//! flight (for `delay=inflight:BASE:PER`), and its [`Pool`]. And the [`Ticket`] every held route
-//! answer carries from the moment its request is complete to the moment it is answered — or its
-//! client goes away.
+//! flight (for `inflight:BASE:PER`, in `delay=` or a stream's `first=` and `gap=`), and its
+//! [`Pool`]. And the [`Ticket`] every held route answer carries from the moment its request is
+//! complete to the moment it is answered — or its client goes away.
 //!
 //! A ticket is the one place where a held answer's fate is read (served now, waiting in a pool's
 //! queue, shed) and where its ground truth is recorded: [`Ticket::finish`] when it is answered
@@ -10,6 +10,12 @@
 //! Dropping it also gives back what it held: its in-flight count, its place in a queue, or (at the
 //! end of its service) its server.
 //!
+//! A streamed answer's ticket is a *sequence*'s ([`Ticket::for_sequence`]): it is answered at its
+//! last event, not at its head, so it counts in flight and keeps its pool's server until then. How
+//! long that is may not be known when it is admitted (a gap drawn from the count in flight), so its
+//! pool holds its server without an end, and the sequence's end — its last event, a fault, its
+//! client leaving — frees it at that moment.
+//!
 //! A route without a load model and without a hold never makes a ticket: its hot path is unchanged.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,8 +23,10 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use super::dist::in_flight_wait;
 use super::pool::{Fate, Pool, Shed, Slot};
 use crate::catalog::model::hold::{Recorder, TruthKey};
+use crate::catalog::route::LONGEST_HOLD;
 
 /// Every route's shared load state, and the pools (shared as `Arc<Loads>` by every worker).
 #[derive(Debug, Default)]
@@ -30,7 +38,7 @@ pub struct Loads {
 /// One route's load model and its extra outcomes.
 #[derive(Debug, Default)]
 pub struct RouteLoad {
-    /// `inflight:BASE:PER`: its parameters.
+    /// `delay=inflight:BASE:PER`: its parameters.
     pub in_flight: Option<(Duration, Duration)>,
     /// Its requests in flight now (held or queued), across every thread.
     count: AtomicU64,
@@ -67,23 +75,29 @@ impl Loads {
     }
 
     /// Admits `ticket`, whose request of its route is complete at `now`: counted in flight (its
-    /// service, the drawn delay, recomputed if the route's delay depends on the load), then
-    /// admitted to the route's pool (served, queued or shed).
+    /// delay recomputed if the route's delay depends on the load), then admitted to the route's
+    /// pool (served, queued or shed) for its service ([`Ticket::service`]).
     pub fn admit(self: &Arc<Self>, mut ticket: Ticket, now: Instant) -> Ticket {
         let Some(route) = self.routes.get(usize::from(ticket.key.route)) else {
             return ticket;
         };
         let n = route.count.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some((base, per)) = route.in_flight {
-            let extra = per.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
-            ticket.service = (base + extra).min(crate::catalog::route::LONGEST_HOLD);
+            ticket.delay = in_flight_wait(base, per, n).min(LONGEST_HOLD);
         }
         ticket.shed = route.shed;
         ticket.loads = Some(self.clone());
         if let Some(pool) = route.pool.and_then(|i| self.pools.get(i)) {
-            ticket.slot = Some(pool.arrive(now, ticket.service));
+            ticket.slot = Some(pool.arrive(now, ticket.service()));
         }
         ticket
+    }
+
+    /// Route `route`'s requests in flight now (see [`crate::observe::truth::InFlight`]).
+    pub fn in_flight_of(&self, route: u16) -> u64 {
+        self.routes
+            .get(usize::from(route))
+            .map_or(0, |r| r.count.load(Ordering::Relaxed))
     }
 
     fn left(&self, route: u16) {
@@ -95,9 +109,7 @@ impl Loads {
 
 impl crate::observe::truth::InFlight for Loads {
     fn in_flight(&self, route: usize) -> u64 {
-        self.routes
-            .get(route)
-            .map_or(0, |r| r.count.load(Ordering::Relaxed))
+        u16::try_from(route).map_or(0, |route| self.in_flight_of(route))
     }
 }
 
@@ -119,7 +131,10 @@ pub struct Ticket {
     recorder: Recorder,
     key: TruthKey,
     arrived: Instant,
-    service: Duration,
+    /// Its service up to its head: the drawn delay (recomputed by a load model).
+    delay: Duration,
+    /// A sequence: it keeps its server past its head, to its end (see the module doc).
+    sequence: bool,
     /// Set when the route has a load model: where to give back the in-flight count.
     loads: Option<Arc<Loads>>,
     /// Its place in the route's pool.
@@ -132,13 +147,13 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A ticket served at once from `now`, for `service` (until [`Loads::admit`] admits it to its
+    /// A ticket served at once from `now`, for `delay` (until [`Loads::admit`] admits it to its
     /// route's load model); a departure counts as outcome `gone`; `id` from the server's
     /// [`TicketIds`].
     pub fn new(
         recorder: Recorder,
         key: TruthKey,
-        service: Duration,
+        delay: Duration,
         gone: u8,
         now: Instant,
         id: u64,
@@ -147,7 +162,8 @@ impl Ticket {
             recorder,
             key,
             arrived: now,
-            service,
+            delay,
+            sequence: false,
             loads: None,
             slot: None,
             gone,
@@ -157,15 +173,49 @@ impl Ticket {
         }
     }
 
+    /// The same ticket, a sequence's if `sequence` (a streamed answer's: see the module doc).
+    /// Before [`Loads::admit`].
+    pub fn for_sequence(mut self, sequence: bool) -> Ticket {
+        self.sequence = sequence;
+        self
+    }
+
+    /// Whether it is a sequence's.
+    pub fn is_sequence(&self) -> bool {
+        self.sequence
+    }
+
+    /// How long it keeps a server: its delay, or for a sequence until its end (cut short then,
+    /// [`Ticket::finish`]).
+    fn service(&self) -> Duration {
+        match self.sequence {
+            true => self.delay.saturating_add(LONGEST_HOLD),
+            false => self.delay,
+        }
+    }
+
     /// Its fate so far: a ticket outside a pool is served from its arrival.
     pub fn fate(&self) -> Fate {
         match &self.slot {
             Some(slot) => slot.fate(),
             None => Fate::Serving {
                 start: self.arrived,
-                due: self.arrived + self.service,
+                due: self.arrived + self.service(),
             },
         }
+    }
+
+    /// When the head of an answer served from `start` to `due` goes: at the end of its delay.
+    pub fn head_at(&self, start: Instant, due: Instant) -> Instant {
+        match self.sequence {
+            true => start + self.delay,
+            false => due,
+        }
+    }
+
+    /// Its route's requests in flight now, itself included (0 without a load model).
+    pub fn in_flight(&self) -> u64 {
+        (self.loads.as_ref()).map_or(0, |loads| loads.in_flight_of(self.key.route))
     }
 
     /// As [`Ticket::fate`], after letting the pool replay up to `now` (a waiter whose timeout has
@@ -201,10 +251,10 @@ impl Ticket {
         self.id
     }
 
-    /// It was answered at `now` (or shed, if that is its fate): records its truth, and hands its
-    /// server on to the next waiter — at once if its service was to end later (a sequence that
-    /// ended before its last token).
-    pub fn finish(mut self, now: Instant) {
+    /// It was answered at `now` (or shed, if that is its fate) — a sequence at its end, `tail`
+    /// the waits it drew after its head: records its truth, and hands its server on to the next
+    /// waiter — at once if its service was to end later (a sequence).
+    pub fn finish(mut self, now: Instant, tail: Duration) {
         let fate = self.fate();
         let held = now.saturating_duration_since(self.arrived);
         let pooled = self.slot.is_some();
@@ -215,7 +265,8 @@ impl Ticket {
             }
             Fate::Serving { start, due } => {
                 let wait = pooled.then(|| start.saturating_duration_since(self.arrived));
-                self.record(self.key.outcome, Some(self.service), wait, held);
+                let drawn = self.delay.saturating_add(tail);
+                self.record(self.key.outcome, Some(drawn), wait, held);
                 match self.pool() {
                     Some(pool) if due > now => pool.cut_short(due, now),
                     Some(pool) => pool.advance(now),
@@ -241,7 +292,8 @@ impl Ticket {
     }
 
     /// Its client left at `now`: counted `gone` with the time held and waited so far; it leaves
-    /// the queue, or keeps its server to the end of its service.
+    /// the queue, or keeps its server to the end of its service (a sequence frees it at once, as
+    /// an inference server aborts a sequence).
     fn depart(&mut self, now: Instant) {
         let held = now.saturating_duration_since(self.arrived);
         let fate = self.fate();
@@ -254,6 +306,7 @@ impl Ticket {
         if let (Some(pool), Some(slot)) = (self.pool(), &self.slot) {
             match fate {
                 Fate::Waiting { .. } => pool.cancel(slot),
+                Fate::Serving { due, .. } if due > now && self.sequence => pool.cut_short(due, now),
                 Fate::Serving { due, .. } if due > now => pool.abandon(due),
                 Fate::Serving { .. } => pool.advance(now),
                 _ => {}

@@ -7,10 +7,10 @@
 //! One [`Pauses`] per server, as the pause is the whole server's: made at start-up only when pauses
 //! are possible (`--pause` or `--admin`) and handed to whoever asks or moves it (the catalog and its
 //! views, the control API, the ground truth), so a server without them checks one empty `Option`
-//! per held answer and nothing else. Every protocol asks the same question at the same step — just
-//! before an answer's head would go out: [`Pauses::wait`] — in [`super::delivery::Delivery`]. An
-//! answer found paused waits until the pause's end, in slices of at most [`RECHECK`] so that a
-//! `POST /resume` (which moves the end) is seen within one slice.
+//! per held answer and nothing else. Every protocol asks the same question at the same steps — just
+//! before an answer's head would go out, and before each event of a stream: [`Pauses::wait`] — in
+//! [`super::delivery::Delivery`]. An answer found paused waits until the pause's end, in slices of at
+//! most [`RECHECK`] so that a `POST /resume` (which moves the end) is seen within one slice.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -52,8 +52,13 @@ struct Manual {
 impl Pauses {
     /// A server's pauses, with `scheduled` ones whose clock starts now.
     pub fn new(scheduled: Vec<Window>) -> Pauses {
+        Pauses::starting(Instant::now(), scheduled)
+    }
+
+    /// Pauses whose clock starts at `start`.
+    pub(crate) fn starting(start: Instant, scheduled: Vec<Window>) -> Pauses {
         Pauses(Arc::new(State {
-            start: Instant::now(),
+            start,
             scheduled,
             manual_end: AtomicU64::new(0),
             manual: Mutex::new(Manual::default()),

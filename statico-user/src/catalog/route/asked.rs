@@ -5,8 +5,8 @@
 //! bytes ([`Asked::write`]), for HTTP/2 and HTTP/3 as a [`StreamAnswer`] ([`Asked::stream_answer`]).
 //!
 //! A completion is scheduled like any held route answer: its ticket takes its pool's server (the
-//! inference server's `max-num-seqs`) for its delay, and a stream keeps it through its tokens (the
-//! hold's `tail`). An answer refused before any token (a 4xx of the API's own) and the model list
+//! inference server's `max-num-seqs`) for its delay, and a stream, a sequence, keeps it through
+//! its tokens. An answer refused before any token (a 4xx of the API's own) and the model list
 //! are answered at once, without a ticket, as an inference server validates before it schedules.
 
 use std::sync::Arc;
@@ -51,7 +51,9 @@ pub struct AwaitsBody {
 impl AwaitsBody {
     /// The answer once the body is `body`, made from `drawn` (see [`Asked::stream_answer`]).
     pub fn answer(self, drawn: StreamAnswer, body: &[u8]) -> StreamAnswer {
-        let asked = self.asking.asked(self.choice, body, Instant::now());
+        let loads = drawn.admission.as_ref().and_then(|a| a.loads.as_deref());
+        let in_flight = loads.map_or(0, |l| l.in_flight_of(self.choice.route));
+        let asked = (self.asking).asked(self.choice, body, (Instant::now(), in_flight + 1));
         asked.stream_answer(drawn)
     }
 }
@@ -60,7 +62,7 @@ impl AwaitsBody {
 #[derive(Clone, Debug)]
 pub struct Asked {
     /// The route's draw, its hold made the answer's: a whole completion's delay is its time to
-    /// the last token, a stream keeps its server through its `tail`.
+    /// the last token (a stream's tokens are timed as they fall due).
     pub choice: RouteChoice,
     reply: Arc<ApiAnswer>,
     asking: Arc<Asking>,
@@ -95,13 +97,36 @@ impl Asking {
         }
     }
 
-    /// The answer at `now` to `choice`'s request, whose body is `body`.
-    pub fn asked(self: &Arc<Self>, mut choice: RouteChoice, body: &[u8], now: Instant) -> Asked {
+    /// The answer at `now` to `choice`'s request, whose body is `body`, with `in_flight` of the
+    /// route's requests in flight (itself included).
+    pub fn asked(
+        self: &Arc<Self>,
+        choice: RouteChoice,
+        body: &[u8],
+        (now, in_flight): (Instant, u64),
+    ) -> Asked {
         let asks = choice.asks.expect("an openai answer draws what it asks");
-        let reply = self
-            .preset
-            .reply(asks.endpoint, body, asks.seed, choice.hold.fault, now);
-        let at_once = reply.refused || asks.endpoint == Endpoint::Models;
+        let reply = (self.preset).reply(asks.endpoint, body, asks.seed, (now, in_flight));
+        self.answered(choice, reply)
+    }
+
+    /// `choice`'s answer, if its request is refused as soon as its head is read: a path under the
+    /// prefix the API does not have, or has with another method — `method` and `path` named.
+    pub fn not_served(
+        self: &Arc<Self>,
+        choice: RouteChoice,
+        method: &[u8],
+        path: &[u8],
+    ) -> Option<Asked> {
+        let asks = choice.asks?;
+        let reply = self.preset.not_served(asks.endpoint, method, path)?;
+        Some(self.answered(choice, reply))
+    }
+
+    /// `choice`'s answer `reply`: its hold made the answer's, its outcome an API refusal's.
+    fn answered(self: &Arc<Self>, mut choice: RouteChoice, reply: ApiAnswer) -> Asked {
+        let endpoint = choice.asks.map(|a| a.endpoint);
+        let at_once = reply.refused || endpoint == Some(Endpoint::Models);
         let key = choice.hold.truth.map(|key| TruthKey {
             outcome: match reply.status {
                 _ if !reply.refused => key.outcome,
@@ -118,7 +143,6 @@ impl Asking {
             },
             false => Hold {
                 delay: (choice.hold.delay + reply.wait).min(LONGEST_HOLD),
-                tail: reply.tail.min(LONGEST_HOLD),
                 ..choice.hold
             },
         };
@@ -189,6 +213,7 @@ impl Asked {
             hold: self.choice.hold,
             admission: drawn.admission.filter(|_| !self.at_once),
             events,
+            awaits: None,
             ..drawn
         }
     }

@@ -310,12 +310,13 @@ impl Routes {
     }
 
     /// The ticket of a held answer whose request is complete at `now` (none for an answer that is
-    /// not held and has no load model, or one written uncounted).
+    /// not held and has no load model, or one written uncounted); a `sequence`'s if the answer is
+    /// a stream of events.
     pub fn admit(
         &self,
         choice: &RouteChoice,
         recorder: &super::Recorder,
-        now: std::time::Instant,
+        (now, sequence): (std::time::Instant, bool),
     ) -> Option<Ticket> {
         let key = choice.hold.truth?;
         let route = &self.routes[usize::from(choice.route)];
@@ -323,7 +324,7 @@ impl Routes {
             return None;
         }
         let admission = route.admission.as_ref()?;
-        Some(admission.ticket(key, choice.hold.service(), recorder.clone(), now))
+        Some(admission.ticket(key, choice.hold.delay, recorder.clone(), (now, sequence)))
     }
 
     /// What a gRPC route's `choice` becomes for a call whose `grpc-timeout` is `deadline`: the
@@ -356,7 +357,8 @@ impl Routes {
             return choice;
         };
         let left = deadline - choice.hold.delay;
-        if Events::new(source.clone(), stream, false, None, None).total_wait() < left {
+        // A gRPC route's waits do not depend on the load (`check_stream`).
+        if Events::new(source.clone(), stream, false, None, None).total_wait(0) < left {
             return choice;
         }
         RouteChoice {
@@ -517,7 +519,16 @@ impl Routes {
     pub fn asked(&self, choice: RouteChoice, body: &[u8], now: std::time::Instant) -> Asked {
         let route = &self.routes[usize::from(choice.route)];
         let asking = route.openai.as_ref().expect("only an openai route asks");
-        asking.asked(choice, body, now)
+        let in_flight = self.loads.in_flight_of(choice.route) + 1;
+        asking.asked(choice, body, (now, in_flight))
+    }
+
+    /// `choice`'s answer if an openai route refuses its `request` as soon as its head is read (a
+    /// path under the prefix the API does not have, or has with another method).
+    pub fn not_served(&self, choice: &RouteChoice, request: &Request<'_>) -> Option<Asked> {
+        choice.asks?;
+        let asking = self.routes[usize::from(choice.route)].openai.as_ref()?;
+        asking.not_served(*choice, request.method, path_of(request.target))
     }
 
     /// Whether `choice`'s answer is a stream, whose body only the connection's close ends unless it
@@ -623,6 +634,7 @@ impl Route {
             // An openai route's sequences in flight are counted (its vLLM gauges without a pool).
             loaded: shed.is_some()
                 || spec.delay.as_ref().is_some_and(|d| d.in_flight().is_some())
+                || waits_in_flight(spec)
                 || spec.openai.is_some(),
             admission: None,
             shed_answer: answers.shed,
@@ -781,7 +793,6 @@ impl Route {
                     outcome: outcome as u8,
                     generation,
                 }),
-                tail: Duration::ZERO,
             },
             stream,
             asks,
@@ -801,6 +812,7 @@ fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
         return Ok(());
     };
     match (spec.is_grpc(), stream.feed) {
+        (true, Feed::Grpc) if waits_in_flight(spec) => anyhow::bail!("first= and gap= can't be inflight:BASE:PER on a gRPC route: a call's messages are timed ahead, against its grpc-timeout"),
         (true, Feed::Grpc) => Ok(()),
         (true, _) => anyhow::bail!("stream= can't be given on a gRPC route: events=, first= and gap= make it server-streaming, each message its reply (size= or body=)"),
         (false, Feed::Grpc) => anyhow::bail!("events=, first= or gap= without stream= make a gRPC route server-streaming, and this route is not on a gRPC method path: give stream=sse|ndjson|chunks with them"),
@@ -809,6 +821,17 @@ fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
         }
         (false, _) => Ok(()),
     }
+}
+
+/// Whether a stream's (or an openai route's) `first=` or `gap=` is drawn from the count in flight
+/// (`inflight:BASE:PER`).
+fn waits_in_flight(spec: &RouteSpec) -> bool {
+    let waits = match (&spec.stream, &spec.openai) {
+        (Some(s), _) => [&s.first, &s.gap],
+        (_, Some(o)) => [&o.first, &o.gap],
+        _ => return false,
+    };
+    waits.into_iter().flatten().any(|d| d.in_flight().is_some())
 }
 
 /// A route's answers: one per status of its mix, then a stream's `204`, a pool's shed answer

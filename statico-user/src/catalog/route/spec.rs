@@ -603,8 +603,8 @@ impl<'a> Builder<'a> {
         match key {
             Key::Stream => stream.feed = Some(Feed::parse(value)?),
             Key::Events => stream.events = Some(Count::parse(value)?),
-            Key::First => stream.first = Some(parse_wait(value)?),
-            Key::Gap => stream.gap = Some(parse_wait(value)?),
+            Key::First => stream.first = Some(Dist::parse(value)?),
+            Key::Gap => stream.gap = Some(Dist::parse(value)?),
             Key::Event => stream.event = Some(EventSpec::Text(value.into())),
             Key::EventSize => stream.event = Some(EventSpec::Size(parse_event_size(value)?)),
             Key::OpenAi => stream.openai = parse_on(value)?,
@@ -631,7 +631,7 @@ impl<'a> Builder<'a> {
             Key::Delay => route.delay = Some(Dist::parse(value)?),
             Key::BodyDelay => match Dist::parse(value)? {
                 d if d.in_flight().is_some() => {
-                    return Err(format!("{value:?}: inflight:BASE:PER is a model of delay= only (the time before the answer)"))
+                    return Err(format!("{value:?}: inflight:BASE:PER is a model of delay=, first= and gap= only (the time before the answer or an event)"))
                 }
                 d => route.body_delay = Some(d),
             },
@@ -724,17 +724,6 @@ fn parse_context(value: &str) -> Result<u64, String> {
     match value.parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("{value:?} is not a number of tokens (at least 1)")),
-    }
-}
-
-/// A stream's `first=` or `gap=`: any distribution but `inflight:BASE:PER`, which models the time
-/// before the answer (`delay=`).
-fn parse_wait(value: &str) -> Result<Dist, String> {
-    match Dist::parse(value)? {
-        d if d.in_flight().is_some() => Err(format!(
-            "{value:?}: inflight:BASE:PER is a model of delay= only (the time before the answer)"
-        )),
-        d => Ok(d),
     }
 }
 
