@@ -296,7 +296,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(i32).range(1..))]
     pub listen_backlog: i32,
 
-    /// Set TCP_NODELAY on every connection (on anyway with --route, --admin, --body-delay or --grpc, whose answers may go in pieces)
+    /// Set TCP_NODELAY on every connection (on anyway with --route, --admin, --body-delay, --http2 or --grpc, whose answers may go in pieces)
     #[arg(long)]
     pub tcp_nodelay: bool,
 

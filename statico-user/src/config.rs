@@ -137,13 +137,16 @@ fn listen(cli: &Cli) -> crate::kernel::steering::SteeringPlan {
             receive_buffer: buffer_size(cli.receive_buffer_size),
             send_buffer: buffer_size(cli.send_buffer_size),
             backlog: cli.listen_backlog,
-            // A body sent apart from its head, or a gRPC reply written after a frame before it (the
-            // ACK of the PING grpc-go clients send beside their calls), must not wait for the
-            // acknowledgement of what went before (a delayed ACK: 40 ms a call).
+            // A body sent apart from its head, a gRPC reply written after a frame before it (the
+            // ACK of the PING grpc-go clients send beside their calls), or HTTP/2's last DATA frame
+            // of a flow-control window (or a WINDOW_UPDATE) must not wait for the acknowledgement
+            // of what went before (a delayed ACK: 40 ms each). Both runtimes gather a turn's
+            // output into one send already, so Nagle has nothing left to merge.
             nodelay: cli.tcp_nodelay
                 || cli.body_delay.is_some()
                 || cli.has_routes()
                 || cli.admin.is_some()
+                || cli.http2
                 || cli.grpc,
         },
         xdp: cli.xdp.clone(),

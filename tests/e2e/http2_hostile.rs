@@ -538,7 +538,6 @@ fn a_stream_starved_of_window_gets_goaway_at_the_idle_timeout_and_its_body_once_
 /// round's last bytes must not wait on top of it for the client's delayed acknowledgement (Nagle's
 /// algorithm holding a small segment while another is unacknowledged: 40 ms a round).
 #[test]
-#[ignore = "fails on tokio without TCP_NODELAY: each 16 KiB DATA frame is a send of its own (runtime/gather.rs passes large payloads straight through), and Nagle holds a round's last one for the client's delayed ACK"]
 fn a_download_whose_window_opens_only_when_spent_is_not_held_by_delayed_acks() {
     const SIZE: usize = 2 << 20;
     let dir = scratch_dir("h2-hostile", "window-rounds");
@@ -579,7 +578,6 @@ fn a_download_whose_window_opens_only_when_spent_is_not_held_by_delayed_acks() {
 /// The other way: a client uploading a body sends a window's worth, then waits for the server's
 /// WINDOW_UPDATEs (the stream's and the connection's) to give it half a window back, 80 times (5 MiB).
 #[test]
-#[ignore = "fails on io_uring without TCP_NODELAY: a WINDOW_UPDATE leaves in a send of its own while an earlier one is unacknowledged, and Nagle holds it for the client's delayed ACK"]
 fn an_upload_is_not_held_by_delayed_acks_of_window_updates() {
     const ROUNDS: usize = 80;
     let s = Server::start(&["--http2", "-t", "1", "-b", "ok", "--max-body-size", "100m"]);
@@ -636,7 +634,6 @@ fn an_upload_is_not_held_by_delayed_acks_of_window_updates() {
 const EVENTS: &str = "/events stream=sse events=100000 gap=1ms event-size=4k";
 
 #[test]
-
 fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_closed_when_idle() {
     let s = Server::start(&[
         "--http2",
@@ -700,7 +697,6 @@ pub(crate) fn connection_gone(c: &TcpStream) -> bool {
 }
 
 #[test]
-
 fn a_stream_window_smaller_than_an_event_does_not_hold_the_connection_forever() {
     let s = Server::start(&[
         "--http2",

@@ -2152,7 +2152,6 @@ fn http2_a_client_that_reads_slowly_gets_every_token_late_and_the_ground_truth_s
 }
 
 #[test]
-
 fn http2_a_client_that_never_reads_a_long_stream_holds_bounded_memory_and_is_closed_when_idle() {
     use crate::http2_hostile::{connection_gone, window_update, INITIAL_WINDOW};
     let s = start(
