@@ -635,10 +635,13 @@ const EVENTS: &str = "/events stream=sse events=100000 gap=1ms event-size=4k";
 
 #[test]
 fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_closed_when_idle() {
+    // A small send buffer: the output stalls at once, not when the kernel stops growing it.
     let s = Server::start(&[
         "--http2",
         "-t",
         "1",
+        "--send-buffer-size",
+        "64k",
         "--idle-timeout",
         "2s",
         "--route",

@@ -137,7 +137,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
-                Some(t) if t == turn => return Poll::Pending, // woken already, in this turn
+                Some(t) if t == turn => {
+                    cx.waker().wake_by_ref(); // this turn's waker, whichever polls
+                    return Poll::Pending;
+                }
                 Some(_) => {}
             }
         }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use prost::Message;
 
 use super::model::hold::{Hold, Recorder, TruthKey};
@@ -223,10 +223,10 @@ impl TimedReply {
 /// A header name made when compiled, not parsed per call.
 macro_rules! name {
     ($name:expr) => {
-        const { HeaderName::from_static($name) }
+        const { ::http::HeaderName::from_static($name) }
     };
 }
-pub(crate) use name;
+pub(super) use name;
 
 const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
 const ECHO_TRAILING: &str = "x-grpc-test-echo-trailing-bin";

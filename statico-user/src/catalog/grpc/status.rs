@@ -2,7 +2,7 @@
 //! trailers after a reply, or in the head of a trailers-only answer.
 
 use super::name;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 /// The gRPC status codes (grpc/doc/statuscodes.md).

@@ -184,7 +184,7 @@ impl Dist {
 }
 
 /// `inflight:BASE:PER` with `in_flight` requests in flight: BASE + PER × `in_flight`.
-pub fn in_flight_wait(base: Duration, per: Duration, in_flight: u64) -> Duration {
+pub(super) fn in_flight_wait(base: Duration, per: Duration, in_flight: u64) -> Duration {
     base.saturating_add(per.saturating_mul(u32::try_from(in_flight).unwrap_or(u32::MAX)))
 }
 

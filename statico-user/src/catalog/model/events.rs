@@ -223,7 +223,7 @@ impl Events {
     }
 
     /// The waits drawn so far, in all (a sequence's service after its head).
-    pub fn drawn(&self) -> Duration {
+    pub(super) fn drawn(&self) -> Duration {
         self.drawn
     }
 
@@ -234,7 +234,7 @@ impl Events {
 
     /// When the next event is due at `now` (its wait drawn now if it was not, with
     /// `in_flight()` requests in flight), or `None` if a fault or the end comes next.
-    pub fn due(&mut self, now: Instant, in_flight: impl FnOnce() -> u64) -> Option<Instant> {
+    pub(super) fn due(&mut self, now: Instant, in_flight: impl FnOnce() -> u64) -> Option<Instant> {
         let fault_next = self.fault.is_some_and(|(after, _)| after == self.sent);
         (!fault_next && self.next < self.end).then(|| self.draw(now, in_flight).0)
     }

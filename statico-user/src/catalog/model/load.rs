@@ -100,6 +100,11 @@ impl Loads {
             .map_or(0, |r| r.count.load(Ordering::Relaxed))
     }
 
+    /// What a request of route `route` not admitted yet sees in flight: the count, itself included.
+    pub fn in_flight_with_new(&self, route: u16) -> u64 {
+        self.in_flight_of(route) + 1
+    }
+
     fn left(&self, route: u16) {
         if let Some(r) = self.routes.get(usize::from(route)) {
             r.count.fetch_sub(1, Ordering::Relaxed);
@@ -181,7 +186,7 @@ impl Ticket {
     }
 
     /// Whether it is a sequence's.
-    pub fn is_sequence(&self) -> bool {
+    pub(super) fn is_sequence(&self) -> bool {
         self.sequence
     }
 
@@ -206,7 +211,7 @@ impl Ticket {
     }
 
     /// When the head of an answer served from `start` to `due` goes: at the end of its delay.
-    pub fn head_at(&self, start: Instant, due: Instant) -> Instant {
+    pub(super) fn head_at(&self, start: Instant, due: Instant) -> Instant {
         match self.sequence {
             true => start + self.delay,
             false => due,
@@ -214,7 +219,7 @@ impl Ticket {
     }
 
     /// Its route's requests in flight now, itself included (0 without a load model).
-    pub fn in_flight(&self) -> u64 {
+    pub(super) fn in_flight(&self) -> u64 {
         (self.loads.as_ref()).map_or(0, |loads| loads.in_flight_of(self.key.route))
     }
 

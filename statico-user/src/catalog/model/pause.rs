@@ -56,7 +56,7 @@ impl Pauses {
     }
 
     /// Pauses whose clock starts at `start`.
-    pub(crate) fn starting(start: Instant, scheduled: Vec<Window>) -> Pauses {
+    pub(super) fn starting(start: Instant, scheduled: Vec<Window>) -> Pauses {
         Pauses(Arc::new(State {
             start,
             scheduled,

@@ -52,8 +52,8 @@ impl AwaitsBody {
     /// The answer once the body is `body`, made from `drawn` (see [`Asked::stream_answer`]).
     pub fn answer(self, drawn: StreamAnswer, body: &[u8]) -> StreamAnswer {
         let loads = drawn.admission.as_ref().and_then(|a| a.loads.as_deref());
-        let in_flight = loads.map_or(0, |l| l.in_flight_of(self.choice.route));
-        let asked = (self.asking).asked(self.choice, body, (Instant::now(), in_flight + 1));
+        let in_flight = loads.map_or(1, |l| l.in_flight_with_new(self.choice.route));
+        let asked = (self.asking).asked(self.choice, body, (Instant::now(), in_flight));
         asked.stream_answer(drawn)
     }
 }

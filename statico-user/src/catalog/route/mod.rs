@@ -519,7 +519,7 @@ impl Routes {
     pub fn asked(&self, choice: RouteChoice, body: &[u8], now: std::time::Instant) -> Asked {
         let route = &self.routes[usize::from(choice.route)];
         let asking = route.openai.as_ref().expect("only an openai route asks");
-        let in_flight = self.loads.in_flight_of(choice.route) + 1;
+        let in_flight = self.loads.in_flight_with_new(choice.route);
         asking.asked(choice, body, (now, in_flight))
     }
 

@@ -127,6 +127,9 @@ pub async fn serve<T>(
                 }
             },
         };
+        if ended == Ended::Stalled {
+            break; // dropping the connection closes it
+        }
         if ended == Ended::CloseConnection && !idle.draining() {
             // A route's `close` fault: GOAWAY now, and the connection ends with it.
             conn.abrupt_shutdown(h2::Reason::NO_ERROR);

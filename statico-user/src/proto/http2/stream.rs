@@ -32,6 +32,9 @@ pub enum Ended {
     Done,
     /// A route's `close` fault: the connection closes (GOAWAY).
     CloseConnection,
+    /// The connection's output has stood still for `--idle-timeout` with a stream's event waiting
+    /// for it: the connection closes at once (a GOAWAY would not go either).
+    Stalled,
 }
 
 /// What became of a stream the connection accepted.
@@ -198,10 +201,13 @@ impl Delivering {
     /// Takes the steps that need no waiting, up to the first that does or the end.
     fn run(&mut self, counters: &WorkerCounters) -> Next {
         let mut clock = ReadOnce::default();
+        // Room that came goes on at once, but once per call: a wait that is not for room (a pause)
+        // with room there would come back at the same instant.
+        let mut room_tried = false;
         loop {
             let room = self.room();
             match self.delivery.next(&mut clock, room) {
-                Step::Wait(_) if self.room_came() => {}
+                Step::Wait(_) if !room_tried && self.room_came() => room_tried = true,
                 step @ (Step::Wait(_) | Step::Queued(_)) => return Next::Wait(step),
                 Step::Fault(Fault::Stall) => return Next::Stall,
                 Step::Fault(Fault::Close) => return Next::Ended(Ended::CloseConnection),
@@ -270,24 +276,26 @@ impl Delivering {
         s.capacity()
     }
 
-    /// An event that has waited for room (the client's window, or the socket) since `since`, while
-    /// the connection's output has not moved either, for `--idle-timeout`, ends its stream (reset,
-    /// counted as a timeout) and its connection: its client reads nothing, or gives less window
-    /// than an event takes. `None` while the wait goes on, or when the event is not waiting for
-    /// room.
+    /// An event that has waited for room (the client's window, or the socket) since `since` for
+    /// `--idle-timeout` ends its stream (reset, counted as a timeout); and its connection too, at
+    /// once, when the connection's output has stood still as long (a client that reads nothing). Output still
+    /// moving on the connection (the socket draining, other streams) extends the wait once, by at
+    /// most another `--idle-timeout`. `None` while the wait goes on, or when no event lacks room.
     fn out_of_room(
         &mut self,
         since: &mut Option<Instant>,
         settings: H2Settings,
         counters: &WorkerCounters,
     ) -> Option<Ended> {
-        if self.delivery.event_room().is_none_or(|wanted| wanted == 0) {
+        let waiting = self.delivery.event_room().is_some_and(|wanted| wanted > 0);
+        if !waiting || self.room_came() {
             *since = None;
             return None;
         }
-        let now = Instant::now();
-        let still = (*since.get_or_insert(now)).max(self.moved.get());
-        if now.duration_since(still) < settings.idle_timeout {
+        let (now, idle) = (Instant::now(), settings.idle_timeout);
+        let since = *since.get_or_insert(now);
+        let moved = self.moved.get();
+        if now.duration_since(since.max(moved.min(since + idle))) < idle {
             return None;
         }
         counters.add(Counter::Timeouts, 1);
@@ -295,7 +303,10 @@ impl Delivering {
             Some(s) => s.send_reset(h2::Reason::CANCEL),
             None => self.respond.send_reset(h2::Reason::CANCEL),
         }
-        Some(Ended::CloseConnection)
+        Some(match now.duration_since(moved) >= idle {
+            true => Ended::Stalled,
+            false => Ended::Done,
+        })
     }
 
     /// Whether a stream's event made and waiting for room has it now (flow control may grant what
