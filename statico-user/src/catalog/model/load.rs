@@ -28,6 +28,10 @@ use super::pool::{Fate, Pool, Shed, Slot};
 use crate::catalog::model::hold::{Recorder, TruthKey};
 use crate::catalog::route::LONGEST_HOLD;
 
+/// A sequence's service as the pool schedules it: longer than any stream runs (100 000 events of
+/// up to `LONGEST_HOLD` each), so its server is held until the sequence ends and cuts it short.
+const SEQUENCE_HOLD: Duration = Duration::from_secs(86_400 * 365 * 20);
+
 /// Every route's shared load state, and the pools (shared as `Arc<Loads>` by every worker).
 #[derive(Debug, Default)]
 pub struct Loads {
@@ -191,10 +195,10 @@ impl Ticket {
     }
 
     /// How long it keeps a server: its delay, or for a sequence until its end (cut short then,
-    /// [`Ticket::finish`]).
+    /// [`Ticket::finish`]; [`SEQUENCE_HOLD`] never comes first).
     fn service(&self) -> Duration {
         match self.sequence {
-            true => self.delay.saturating_add(LONGEST_HOLD),
+            true => self.delay.saturating_add(SEQUENCE_HOLD),
             false => self.delay,
         }
     }
