@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use statico_tests::wire::{h2_connect, runtime};
 use statico_tests::{run_client, Reader, Server, EARLY};
 
 fn start(extra: &[&str]) -> Server {
@@ -347,15 +348,10 @@ fn call(s: &Server, path: &str, content_type: &str, body: Vec<u8>) -> Outcome {
 
 /// One call's request sent whole, then the stream reset (CANCEL) `after` it, before its answer.
 fn call_and_leave(s: &Server, path: &str, body: Vec<u8>, after: Duration) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let addr = s.addr;
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        let conn = tokio::spawn(conn);
+        let (client, conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let request = http::Request::post(format!("http://{addr}{path}"))
             .header("te", "trailers")
@@ -376,19 +372,14 @@ fn call_and_leave(s: &Server, path: &str, body: Vec<u8>, after: Duration) {
 
 /// One call with these header fields (`te: trailers` added).
 fn call_with(s: &Server, path: &str, fields: &[(&str, &str)], body: Vec<u8>) -> Outcome {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let addr = s.addr;
     let path = path.to_string();
     let fields: Vec<(String, String)> = (fields.iter())
         .map(|(n, v)| (n.to_string(), v.to_string()))
         .collect();
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+        let (client, _conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let mut request = http::Request::builder()
             .method("POST")
@@ -576,15 +567,10 @@ fn a_reply_held_past_grpc_timeout_is_deadline_exceeded_at_the_deadline() {
 #[test]
 fn health_watch_sends_the_status_and_keeps_the_stream_open() {
     let s = start(&[]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let addr = s.addr;
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+        let (client, _conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
         let request = http::Request::builder()
             .method("POST")

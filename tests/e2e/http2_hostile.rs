@@ -655,20 +655,7 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
     hello.extend_from_slice(&window_update(0, 0x7fff_ffff - 65_535));
     hello.extend_from_slice(&request(1, "GET", "/events", true, &[]));
     c.write_all(&hello).unwrap();
-    let start = Instant::now();
-    let mut peak = before;
-    let closed = loop {
-        peak = peak.max(rss_kib(s.pid()));
-        if connection_gone(&c) {
-            break start.elapsed();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "a client that reads nothing of its events was still connected after 10 s (idle \
-             timeout 2 s)"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (closed, peak) = until_gone(&s, &c, Instant::now(), before);
     statico_tests::assert_memory!(
         peak < before + 16 * 1024,
         "RSS grew from {before} KiB to {peak} KiB for one client that reads no event"
@@ -679,6 +666,29 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
     );
     let stopped = balanced(s);
     assert_eq!(stopped.total("timeouts"), 1);
+}
+
+/// Waits for the server to close `c` ([`connection_gone`]), at most 10 s (a client that reads
+/// nothing, with an idle timeout of 2 s), reading the server's RSS meanwhile: how long the close
+/// took from `since`, and the peak RSS in KiB (at least `before`).
+pub(crate) fn until_gone(
+    s: &Server,
+    c: &TcpStream,
+    since: Instant,
+    before: u64,
+) -> (Duration, u64) {
+    let mut peak = before;
+    loop {
+        peak = peak.max(rss_kib(s.pid()));
+        if connection_gone(c) {
+            return (since.elapsed(), peak);
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "a client that reads nothing was still connected after 10 s (idle timeout 2 s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Whether the server has closed `c`, probed without reading what it sent: the kernel's view of

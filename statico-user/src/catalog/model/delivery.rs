@@ -801,19 +801,12 @@ mod tests {
         Arc::new(GroundTruth::new(vec![route], 1))
     }
 
-    #[test]
-    fn a_pause_holds_the_events_due_in_it_to_its_end_and_the_truth_has_how_late() {
+    /// Three one-byte events (the first 10 ms after the head, then 5 ms apart) whose truth goes to
+    /// `truth`'s route 0: the events, and the recorder and key they record with.
+    fn three_events(
+        truth: &Arc<GroundTruth>,
+    ) -> (crate::catalog::model::events::Events, Recorder, TruthKey) {
         use crate::catalog::model::events::{Events, StreamDraw};
-        use crate::catalog::model::schedule::Window;
-        // Events due 10, 15 and 20 ms after the head; the server paused from 12 to 22 ms.
-        let t0 = Instant::now();
-        let window = Window {
-            at: 12 * MS,
-            length: 10 * MS,
-            every: None,
-        };
-        let pauses = Pauses::starting(t0, vec![window]);
-        let truth = streamed_truth();
         let key = TruthKey {
             generation: truth.generation(),
             ..KEY
@@ -825,8 +818,24 @@ mod tests {
             cut: None,
         };
         let recorder = Recorder::new(truth.clone(), 0);
-        let truth_of = Some((recorder, key, 1));
+        let truth_of = Some((recorder.clone(), key, 1));
         let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth_of);
+        (events, recorder, key)
+    }
+
+    #[test]
+    fn a_pause_holds_the_events_due_in_it_to_its_end_and_the_truth_has_how_late() {
+        use crate::catalog::model::schedule::Window;
+        // Events due 10, 15 and 20 ms after the head; the server paused from 12 to 22 ms.
+        let t0 = Instant::now();
+        let window = Window {
+            at: 12 * MS,
+            length: 10 * MS,
+            every: None,
+        };
+        let pauses = Pauses::starting(t0, vec![window]);
+        let truth = streamed_truth();
+        let (events, _, _) = three_events(&truth);
         let mut d = Delivery::new(Hold::default(), 0, None, None, None)
             .paused_by(Some(pauses))
             .with_events(Some(Box::new(events)));
@@ -1008,20 +1017,7 @@ mod tests {
         /// A sequence complete at `now`: held `delay`, then three one-byte events (the first 10 ms
         /// after its head, then 5 ms apart), keeping its server to its last.
         fn sequence(&self, delay: Duration, now: Instant) -> Delivery {
-            use crate::catalog::model::events::{Events, StreamDraw};
-            let key = TruthKey {
-                generation: self.truth.generation(),
-                ..KEY
-            };
-            let draw = StreamDraw {
-                events: 3,
-                from: 0,
-                seed: 1,
-                cut: None,
-            };
-            let recorder = Recorder::new(self.truth.clone(), 0);
-            let truth = Some((recorder.clone(), key, 1));
-            let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth);
+            let (events, recorder, key) = three_events(&self.truth);
             let hold = Hold {
                 delay,
                 truth: Some(key),
