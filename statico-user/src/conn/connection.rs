@@ -99,6 +99,8 @@ pub enum Timer {
     Delay,
     /// A held body's delay after its head, or the next piece of a paced body.
     BodyDelay,
+    /// A stream's next event: a pacing wait that may end on a shared tick ([`Timer::tick`]).
+    Event,
     /// The lingering read after a closing response.
     Linger,
     /// A stalled answer (a route's `stall` fault): the idle timeout ends it.
@@ -111,7 +113,20 @@ impl Timer {
     /// The pacing waits release a response: a runtime arms a precise timer for them. The others end
     /// the connection and may be checked by a coarse periodic tick.
     pub fn is_pacing(self) -> bool {
-        matches!(self, Timer::Delay | Timer::BodyDelay | Timer::Queue)
+        matches!(
+            self,
+            Timer::Delay | Timer::BodyDelay | Timer::Event | Timer::Queue
+        )
+    }
+
+    /// How late a runtime's timer may fire for this wait: a stream's events due within one
+    /// [`EVENT_TICK`](crate::catalog::model::events::EVENT_TICK) share its expiry; the others are
+    /// exact (zero: the timer's own quantum).
+    pub fn tick(self) -> Duration {
+        match self {
+            Timer::Event => crate::catalog::model::events::EVENT_TICK,
+            _ => Duration::ZERO,
+        }
     }
 }
 
@@ -412,6 +427,14 @@ impl Connection {
             Phase::BodyDelaying if self.unsent() > 0 && self.send_deadline < self.until => {
                 (self.send_deadline, Timer::Send)
             }
+            Phase::BodyDelaying
+                if self
+                    .held
+                    .as_ref()
+                    .is_some_and(|h| !h.delivery.tick().is_zero()) =>
+            {
+                (self.until, Timer::Event)
+            }
             Phase::BodyDelaying => (self.until, Timer::BodyDelay),
             Phase::Stalled => (self.until, Timer::Stall),
             Phase::Lingering { .. } => (self.until, Timer::Linger),
@@ -430,7 +453,7 @@ impl Connection {
         match timer {
             // The held answer's next steps (woken by the pool, or the queue timeout: whatever the
             // pool decided).
-            Timer::Delay | Timer::Queue | Timer::BodyDelay => self.deliver(now, env),
+            Timer::Delay | Timer::Queue | Timer::BodyDelay | Timer::Event => self.deliver(now, env),
             Timer::Linger => self.phase = Phase::Closed,
             Timer::Stall => {
                 env.counters.add(Counter::Timeouts, 1);

@@ -2,7 +2,9 @@
 //! HTTP/2 connections are futures it polls itself (see `runtime::uring::h2`), with no tokio timer to
 //! wake them.
 //!
-//! Each sleep is an entry in one ordered map, keyed by its deadline and a number; the loop asks for the
+//! Each sleep is an entry in one ordered map, keyed by when it ends — its deadline, or for a sleep
+//! that may share a tick ([`crate::kernel::timer::sleep_until_within`]) the tick after it — and a
+//! number; the loop asks for the
 //! earliest ([`Deadlines::earliest`]), bounds its wait for completions by it (the kernel's timeout on
 //! `io_uring_enter`), and then [`Deadlines::fire`]s what is due, which wakes those
 //! sleeps' tasks. A sleep dropped or moved before its deadline takes its entry out at once (O(log n)),
@@ -19,7 +21,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 thread_local! {
     static DEADLINES: RefCell<Option<Rc<Deadlines>>> = const { RefCell::new(None) };
@@ -38,10 +40,22 @@ pub fn install() -> Rc<Deadlines> {
 }
 
 /// One thread's waiting sleeps (see the module doc).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Deadlines {
     waiting: RefCell<BTreeMap<(Instant, u64), Waker>>,
     next: Cell<u64>,
+    /// Where ticks are counted from.
+    epoch: Instant,
+}
+
+impl Default for Deadlines {
+    fn default() -> Deadlines {
+        Deadlines {
+            waiting: RefCell::default(),
+            next: Cell::new(0),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 impl Deadlines {
@@ -81,16 +95,32 @@ impl Deadlines {
 pub struct Sleep {
     deadlines: Rc<Deadlines>,
     deadline: Instant,
+    /// It ends on a tick of this, or (zero) at its deadline.
+    tick: Duration,
     /// Its entry in the map, while it waits.
     key: Option<(Instant, u64)>,
 }
 
 impl Sleep {
     pub fn new(deadlines: Rc<Deadlines>, deadline: Instant) -> Sleep {
+        Sleep::within(deadlines, deadline, Duration::ZERO)
+    }
+
+    /// A sleep that ends on the thread's next tick of `tick` at or after `deadline`.
+    pub fn within(deadlines: Rc<Deadlines>, deadline: Instant, tick: Duration) -> Sleep {
         Sleep {
             deadlines,
             deadline,
+            tick,
             key: None,
+        }
+    }
+
+    /// When the sleep's entry fires.
+    fn ends(&self) -> Instant {
+        match self.tick.is_zero() {
+            true => self.deadline,
+            false => super::timer::on_grid(self.deadline, self.deadlines.epoch, self.tick),
         }
     }
 
@@ -109,15 +139,16 @@ impl Sleep {
 impl Future for Sleep {
     type Output = ();
 
-    /// While its entry waits in the map for a deadline no later than the sleep's, the poll only keeps
+    /// While its entry waits in the map for an end no later than the sleep's, the poll only keeps
     /// the waker: no clock read, no map change. A deadline moved later (an idle timer re-armed each
     /// time streams end) keeps the earlier entry, which, once fired, finds the sleep not yet due and
     /// enters the new deadline then: at most one early wake-up per move, rather than a removal and an
     /// insertion each time.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
+        let ends = this.ends();
         let mut waiting = this.deadlines.waiting.borrow_mut();
-        if let Some(key) = this.key.filter(|k| k.0 <= this.deadline) {
+        if let Some(key) = this.key.filter(|k| k.0 <= ends) {
             if let Some(w) = waiting.get_mut(&key) {
                 if !w.will_wake(cx.waker()) {
                     w.clone_from(cx.waker());
@@ -133,7 +164,7 @@ impl Future for Sleep {
         }
         let id = this.deadlines.next.get();
         this.deadlines.next.set(id.wrapping_add(1));
-        let key = (this.deadline, id);
+        let key = (ends, id);
         waiting.insert(key, cx.waker().clone());
         this.key = Some(key);
         Poll::Pending

@@ -28,14 +28,28 @@ pub async fn sleep(d: Duration) {
 
 /// Sleeps until `deadline`, precisely where [`install`] was called on this thread.
 pub async fn sleep_until(deadline: Instant) {
+    sleep_until_within(deadline, Duration::ZERO).await
+}
+
+/// Sleeps until `deadline`, ending on the next of this thread's ticks of `tick` (at most that
+/// late, so that sleeps due within one tick end together; one [`QUANTUM`] when `tick` is shorter).
+pub async fn sleep_until_within(deadline: Instant, tick: Duration) {
     #[cfg(target_os = "linux")]
     if let Some(timers) = precise::current() {
-        return precise::Sleep::new(timers, deadline).await;
+        return precise::Sleep::new(timers, deadline, tick).await;
     }
     if let Some(own) = super::deadlines::current() {
-        return super::deadlines::Sleep::new(own, deadline).await;
+        return super::deadlines::Sleep::within(own, deadline, tick).await;
     }
     tokio::time::sleep_until(deadline.into()).await
+}
+
+/// `at` rounded up to the next tick of `every` (at least a [`QUANTUM`]) counted from `epoch`: the
+/// instant a timer that started at `epoch` fires a sleep due at `at`.
+pub fn on_grid(at: Instant, epoch: Instant, every: Duration) -> Instant {
+    let every = every.max(QUANTUM).as_nanos();
+    let since = at.saturating_duration_since(epoch).as_nanos();
+    epoch + Duration::from_nanos((since.div_ceil(every) * every) as u64)
 }
 
 /// A timeout elapsed.
@@ -134,8 +148,9 @@ pub struct Sleep {
 }
 
 impl Sleep {
-    /// Arms the sleep for `deadline` (unless it already is).
-    pub fn reset(&mut self, deadline: Instant) {
+    /// Arms the sleep for `deadline`, to end on the thread's next tick of `tick` (see
+    /// [`sleep_until_within`]), unless it already is.
+    pub fn reset(&mut self, deadline: Instant, tick: Duration) {
         #[cfg(target_os = "linux")]
         {
             if self
@@ -145,10 +160,11 @@ impl Sleep {
             {
                 return;
             }
-            self.inner = precise::current().map(|t| precise::Sleep::new(t, deadline));
+            self.inner = precise::current().map(|t| precise::Sleep::new(t, deadline, tick));
         }
         #[cfg(not(target_os = "linux"))]
         {
+            let _ = tick; // tokio's wheel has its own millisecond ticks
             self.inner = Some(Box::pin(tokio::time::sleep_until(deadline.into())));
         }
     }
@@ -200,7 +216,7 @@ mod precise {
     use std::pin::Pin;
     use std::rc::Rc;
     use std::task::{Context, Poll, Waker};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use nix::sys::time::TimeSpec;
     use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
@@ -267,7 +283,8 @@ mod precise {
     /// One thread's deadlines (see the module doc).
     pub struct Timers {
         fd: AsyncFd<Fd>,
-        /// Deadlines and the sleep each is for, earliest first; entries of dropped sleeps linger.
+        /// When each waiting sleep ends (its deadline on its tick) and the sleep, earliest first;
+        /// entries of dropped sleeps linger.
         heap: RefCell<BinaryHeap<Reverse<(Instant, u64)>>>,
         /// The waker of every sleep that is waiting, by its number.
         wakers: RefCell<HashMap<u64, Waker, BuildHasherDefault<Numbered>>>,
@@ -279,34 +296,32 @@ mod precise {
     }
 
     impl Timers {
-        /// Waits for `deadline` as sleep `id`, arming the `timerfd` if it is the earliest.
-        fn wait(&self, id: u64, deadline: Instant, waker: &Waker) {
+        /// Waits for `deadline` on its tick of `tick` as sleep `id`, arming the `timerfd` if it
+        /// is the earliest.
+        fn wait(&self, id: u64, deadline: Instant, tick: Duration, waker: &Waker) {
             let mut wakers = self.wakers.borrow_mut();
+            let ends = super::on_grid(deadline, self.epoch, tick);
             match wakers.get_mut(&id) {
                 Some(w) => w.clone_from(waker),
                 None => {
                     wakers.insert(id, waker.clone());
-                    self.heap.borrow_mut().push(Reverse((deadline, id)));
+                    self.heap.borrow_mut().push(Reverse((ends, id)));
                 }
             }
-            if self
-                .armed
-                .get()
-                .is_none_or(|at| self.rounded(deadline) < at)
-            {
-                self.arm(deadline);
+            if self.armed.get().is_none_or(|at| ends < at) {
+                self.arm(ends);
             }
         }
 
+        /// Arms the `timerfd` for `at`, an instant on the grid.
         fn arm(&self, at: Instant) {
-            let at = self.rounded(at);
             if self.armed.get() == Some(at) {
                 return;
             }
             // A zero expiry would disarm: at least a nanosecond.
             let wait = at
                 .saturating_duration_since(Instant::now())
-                .max(std::time::Duration::from_nanos(1));
+                .max(Duration::from_nanos(1));
             let expiry = Expiration::OneShot(TimeSpec::from_duration(wait));
             if self
                 .fd
@@ -317,14 +332,6 @@ mod precise {
             {
                 self.armed.set(Some(at));
             }
-        }
-
-        /// `at` rounded up to the next [`super::QUANTUM`] since the timers were installed.
-        fn rounded(&self, at: Instant) -> Instant {
-            let quantum = super::QUANTUM.as_nanos();
-            let since = at.saturating_duration_since(self.epoch).as_nanos();
-            let up = since.div_ceil(quantum) * quantum;
-            self.epoch + std::time::Duration::from_nanos(up as u64)
         }
 
         /// Wakes every sleep whose deadline has passed; arms for the next.
@@ -366,6 +373,8 @@ mod precise {
     pub struct Sleep {
         timers: Rc<Timers>,
         deadline: Instant,
+        /// It ends on a tick of this (see [`super::sleep_until_within`]).
+        tick: Duration,
         id: Option<u64>,
     }
 
@@ -378,10 +387,11 @@ mod precise {
     }
 
     impl Sleep {
-        pub fn new(timers: Rc<Timers>, deadline: Instant) -> Sleep {
+        pub fn new(timers: Rc<Timers>, deadline: Instant, tick: Duration) -> Sleep {
             Sleep {
                 timers,
                 deadline,
+                tick,
                 id: None,
             }
         }
@@ -410,7 +420,7 @@ mod precise {
                     id
                 }
             };
-            self.timers.wait(id, self.deadline, cx.waker());
+            self.timers.wait(id, self.deadline, self.tick, cx.waker());
             Poll::Pending
         }
     }
@@ -421,5 +431,32 @@ mod precise {
                 self.timers.wakers.borrow_mut().remove(&id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_ends_on_the_next_tick_of_its_grid_never_before_its_deadline() {
+        let epoch = Instant::now();
+        let us = Duration::from_micros(1);
+        let tick = Duration::from_micros(100);
+        assert_eq!(on_grid(epoch + 10 * us, epoch, tick), epoch + tick);
+        assert_eq!(
+            on_grid(epoch + 100 * us, epoch, tick),
+            epoch + tick,
+            "on a tick"
+        );
+        assert_eq!(on_grid(epoch + 101 * us, epoch, tick), epoch + 2 * tick);
+        // No tick, or one shorter than the quantum: the quantum.
+        assert_eq!(
+            on_grid(epoch + 10 * us, epoch, Duration::ZERO),
+            epoch + QUANTUM
+        );
+        assert_eq!(on_grid(epoch + 10 * us, epoch, us), epoch + QUANTUM);
+        // Before the epoch: the epoch.
+        assert_eq!(on_grid(epoch, epoch + tick, tick), epoch + tick);
     }
 }

@@ -1,5 +1,5 @@
 //! How a stream (HTTP/2, HTTP/3) waits where its answer's [`Delivery`] says: until a step's
-//! instant, on the precise timer; queued in a pool, until the pool decides (woken through the
+//! instant, on the precise timer (on its tick, for a stream's next event: [`Delivery::tick`]); queued in a pool, until the pool decides (woken through the
 //! task's waker, from whichever thread freed a server) or the queue timeout comes. What to wait
 //! for, and what comes after, is the delivery's; the two protocols share this wait.
 //!
@@ -37,7 +37,7 @@ pub async fn wait<G: Future<Output = ()>>(
         Step::Queued(at) => (*at, true),
         _ => return true,
     };
-    let timer = crate::kernel::timer::sleep_until(until);
+    let timer = crate::kernel::timer::sleep_until_within(until, delivery.tick());
     if !delivery.admitting() {
         timer.await;
         return true;

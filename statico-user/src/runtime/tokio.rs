@@ -443,7 +443,7 @@ async fn serve_http1(
         let paced = precise && why.is_pacing();
         let deadline = Instant::from_std(at);
         if paced {
-            pacing.reset(at);
+            pacing.reset(at, why.tick());
         } else if fired || deadline < timer.deadline() {
             timer.as_mut().reset(deadline);
         }

@@ -23,7 +23,7 @@ use std::ops::Range;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::events::{fits, Events, Next};
+use super::events::{fits, Events, Next, EVENT_TICK};
 use super::fault::Fault;
 use super::hold::{Hold, TruthKey, PACE_TICK};
 use super::load::Ticket;
@@ -278,6 +278,16 @@ impl Delivery {
     /// away then is counted `gone` (the delivery is dropped) rather than answered.
     pub fn admitting(&self) -> bool {
         self.stage == Stage::Admit && self.ticket.is_some()
+    }
+
+    /// How late the driver's timer may end the [`Step::Wait`] just given: a stream's wait for its
+    /// next event (or for room for it) ends on a tick of [`EVENT_TICK`], shared with the other
+    /// streams' events due in it; every other wait is exact (zero).
+    pub fn tick(&self) -> Duration {
+        match self.stage {
+            Stage::Event => EVENT_TICK,
+            _ => Duration::ZERO,
+        }
     }
 
     /// Whether the head has been given out (a [`Step::Wait`] then holds the body, not the answer).
@@ -821,6 +831,36 @@ mod tests {
         let truth_of = Some((recorder.clone(), key, 1));
         let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, truth_of);
         (events, recorder, key)
+    }
+
+    #[test]
+    fn only_a_streams_waits_for_its_events_may_share_a_tick() {
+        let t0 = Instant::now();
+        let hold = Hold {
+            delay: MS,
+            ..Hold::default()
+        };
+        let mut held = Delivery::new(hold, 4, None, None, None);
+        let mut now = t0;
+        assert_eq!(held.next(&mut now, usize::MAX), Step::Wait(t0 + MS));
+        assert_eq!(
+            held.tick(),
+            Duration::ZERO,
+            "a held answer's delay is exact"
+        );
+        let mut s = stream(1, 2, None);
+        assert_eq!(s.next(&mut now, usize::MAX), Step::Head { end: false });
+        assert_eq!(s.next(&mut now, usize::MAX), Step::Sent);
+        assert_eq!(s.next(&mut now, usize::MAX), Step::Wait(t0 + 10 * MS));
+        assert_eq!(s.tick(), EVENT_TICK, "the first event's wait");
+        now = t0 + 10 * MS;
+        assert_eq!(s.next(&mut now, usize::MAX), event(b"0", false));
+        assert_eq!(s.next(&mut now, usize::MAX), Step::Wait(t0 + 15 * MS));
+        assert_eq!(s.tick(), EVENT_TICK, "a gap");
+        now = t0 + 15 * MS;
+        assert_eq!(s.next(&mut now, usize::MAX), event(b"1", true));
+        assert_eq!(s.next(&mut now, usize::MAX), Step::Done);
+        assert_eq!(s.tick(), Duration::ZERO);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! A timeout per held answer cost a timer interrupt and a trip through `io_uring_enter` per
 //! request: a held route's answer cost 1.85× the CPU of the same route unheld at 1 000
-//! connections. Here deadlines are rounded up to the next [`QUANTUM`] (as the tokio runtime's
-//! precise timer does), kept in a heap, and one absolute timeout is armed for the earliest: every
+//! connections. Here deadlines are rounded up to the next [`QUANTUM`](crate::kernel::timer::QUANTUM) (as the tokio runtime's
+//! precise timer does), or to the next tick of a wait that may share one (a stream's next event:
+//! [`crate::kernel::timer::sleep_until_within`]), kept in a heap, and one absolute timeout is armed for the earliest: every
 //! connection due in the same quantum is released by the same expiry. A deadline that moves leaves
 //! its old entry behind, skipped when popped (the connection no longer names it). Pure: the worker
 //! arms the timeouts this asks for.
@@ -13,14 +14,15 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-pub use crate::kernel::timer::QUANTUM;
+use crate::kernel::timer::on_grid;
 
 /// One connection's deadline: when, and the connection by slot and generation.
 pub type Due = (Instant, usize, u32);
 
 #[derive(Debug)]
 pub struct Deadlines {
-    heap: BinaryHeap<Reverse<Due>>,
+    /// Each deadline under the expiry that releases it, earliest first.
+    heap: BinaryHeap<Reverse<(Instant, Due)>>,
     /// The expiries of the timeouts armed and not yet fired (they fire in this order).
     armed: BinaryHeap<Reverse<Instant>>,
     /// Where quanta are counted from.
@@ -36,11 +38,12 @@ impl Deadlines {
         }
     }
 
-    /// A connection waits until `at`. Returns the expiry to arm the timeout for, when it is
-    /// earlier than the one armed.
-    pub fn add(&mut self, at: Instant, slot: usize, gen: u32) -> Option<Instant> {
-        self.heap.push(Reverse((at, slot, gen)));
-        let expiry = self.rounded(at);
+    /// A connection waits until `at`, released on the next tick of `tick` (at least a
+    /// [`QUANTUM`](crate::kernel::timer::QUANTUM)). Returns the expiry to arm the timeout for, when it is earlier than the one
+    /// armed.
+    pub fn add(&mut self, at: Instant, tick: Duration, slot: usize, gen: u32) -> Option<Instant> {
+        let expiry = on_grid(at, self.epoch, tick);
+        self.heap.push(Reverse((expiry, (at, slot, gen))));
         self.arm_if_earlier(expiry)
     }
 
@@ -59,28 +62,22 @@ impl Deadlines {
     /// expiry to arm next.
     pub fn fired(&mut self, now: Instant, due: &mut Vec<Due>) -> Option<Instant> {
         self.armed.pop();
-        while let Some(&Reverse(d)) = self.heap.peek() {
-            if d.0 > now {
+        while let Some(&Reverse((expiry, d))) = self.heap.peek() {
+            if expiry > now {
                 break;
             }
             self.heap.pop();
             due.push(d);
         }
-        let next = self.heap.peek().map(|Reverse(d)| self.rounded(d.0))?;
+        let next = self.heap.peek().map(|Reverse((expiry, _))| *expiry)?;
         self.arm_if_earlier(next)
-    }
-
-    /// `at` rounded up to the next [`QUANTUM`] since `epoch`.
-    fn rounded(&self, at: Instant) -> Instant {
-        let quantum = QUANTUM.as_nanos();
-        let since = at.saturating_duration_since(self.epoch).as_nanos();
-        self.epoch + Duration::from_nanos((since.div_ceil(quantum) * quantum) as u64)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::timer::QUANTUM;
 
     const US: Duration = Duration::from_micros(1);
 
@@ -88,14 +85,17 @@ mod tests {
     fn deadlines_in_one_quantum_share_one_expiry() {
         let t0 = Instant::now();
         let mut d = Deadlines::new(t0);
-        assert_eq!(d.add(t0 + 10 * US, 1, 0), Some(t0 + QUANTUM));
-        assert_eq!(d.add(t0 + 20 * US, 2, 0), None);
         assert_eq!(
-            d.add(t0 + 5 * US, 3, 0),
+            d.add(t0 + 10 * US, Duration::ZERO, 1, 0),
+            Some(t0 + QUANTUM)
+        );
+        assert_eq!(d.add(t0 + 20 * US, Duration::ZERO, 2, 0), None);
+        assert_eq!(
+            d.add(t0 + 5 * US, Duration::ZERO, 3, 0),
             None,
             "same quantum: already armed"
         );
-        assert_eq!(d.add(t0 + 100 * US, 4, 0), None);
+        assert_eq!(d.add(t0 + 100 * US, Duration::ZERO, 4, 0), None);
         let mut due = Vec::new();
         let next = d.fired(t0 + QUANTUM, &mut due);
         let slots: Vec<usize> = due.iter().map(|d| d.1).collect();
@@ -110,8 +110,14 @@ mod tests {
     fn an_earlier_deadline_arms_an_earlier_expiry() {
         let t0 = Instant::now();
         let mut d = Deadlines::new(t0);
-        assert_eq!(d.add(t0 + 1000 * US, 1, 0), Some(t0 + 1000 * US));
-        assert_eq!(d.add(t0 + 30 * US, 2, 0), Some(t0 + 2 * QUANTUM));
+        assert_eq!(
+            d.add(t0 + 1000 * US, Duration::ZERO, 1, 0),
+            Some(t0 + 1000 * US)
+        );
+        assert_eq!(
+            d.add(t0 + 30 * US, Duration::ZERO, 2, 0),
+            Some(t0 + 2 * QUANTUM)
+        );
         let mut due = Vec::new();
         // The earlier expiry fires; the later one is still armed, so nothing new is.
         assert_eq!(d.fired(t0 + 2 * QUANTUM, &mut due), None);
@@ -120,6 +126,31 @@ mod tests {
         assert_eq!(d.fired(t0 + 1000 * US, &mut due), None);
         assert_eq!(due.len(), 1);
         // Nothing armed, nothing waiting: a new deadline arms again.
-        assert_eq!(d.add(t0 + 2000 * US, 5, 0), Some(t0 + 2000 * US));
+        assert_eq!(
+            d.add(t0 + 2000 * US, Duration::ZERO, 5, 0),
+            Some(t0 + 2000 * US)
+        );
+    }
+
+    #[test]
+    fn waits_that_may_share_a_tick_are_released_on_it_never_before_their_deadline() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(t0);
+        let tick = 4 * QUANTUM;
+        assert_eq!(d.add(t0 + 10 * US, tick, 1, 0), Some(t0 + tick));
+        assert_eq!(d.add(t0 + 90 * US, tick, 2, 0), None, "the same tick");
+        // An exact wait keeps its quantum, before the tick.
+        assert_eq!(
+            d.add(t0 + 30 * US, Duration::ZERO, 3, 0),
+            Some(t0 + 2 * QUANTUM)
+        );
+        assert_eq!(d.add(t0 + 101 * US, tick, 4, 0), None, "armed for the tick");
+        let mut due = Vec::new();
+        assert_eq!(d.fired(t0 + 2 * QUANTUM, &mut due), None);
+        assert_eq!(due, [(t0 + 30 * US, 3, 0)]);
+        due.clear();
+        let next = d.fired(t0 + tick, &mut due);
+        assert_eq!(due, [(t0 + 10 * US, 1, 0), (t0 + 90 * US, 2, 0)]);
+        assert_eq!(next, Some(t0 + 2 * tick), "the next tick, not 101 us");
     }
 }

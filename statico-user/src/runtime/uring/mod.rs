@@ -822,7 +822,7 @@ impl<'a> Worker<'a> {
             return;
         }
         c.timer = Some(at);
-        if let Some(expiry) = self.deadlines.add(at, slot, c.gen) {
+        if let Some(expiry) = self.deadlines.add(at, timer.tick(), slot, c.gen) {
             self.arm_pacing(expiry);
         }
     }
