@@ -8,7 +8,7 @@
 //! others; the counters must balance at the end. (The silent client is in `http2.rs`.)
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use statico_tests::{rss_kib, run_client, scratch_dir, Server};
@@ -649,6 +649,7 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
     ]);
     let before = rss_kib(s.pid());
     let mut c = s.connect();
+    let ends = (c.local_addr().unwrap(), c.peer_addr().unwrap());
     // The largest windows there are, and not a byte read: the events wait for the socket.
     let mut hello = PREFACE.to_vec();
     hello.extend_from_slice(&settings(&[(INITIAL_WINDOW, 0x7fff_ffff)]));
@@ -664,8 +665,27 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
         closed < Duration::from_secs(6),
         "closed {closed:?} after the request (output stalled at once; idle 2 s, grace 2 s)"
     );
+    // Closed with a reset: the kernel keeps no closed socket retrying the unread events.
+    let gone_at = Instant::now();
+    while server_end_open(ends) {
+        assert!(
+            gone_at.elapsed() < Duration::from_secs(1),
+            "the server's end of a stalled connection is left open after its close (FIN_WAIT1, \
+             its unsent events queued), not reset"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let stopped = balanced(s);
     assert_eq!(stopped.total("timeouts"), 1);
+}
+
+/// Whether the server's end of the connection between `(client, server)` is still in the
+/// kernel's table, in any state.
+pub(crate) fn server_end_open((client, server): (SocketAddr, SocketAddr)) -> bool {
+    let (local, peer) = (client.port(), server.port());
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let ends = format!(":{peer:04X} 0100007F:{local:04X} ");
+    table.lines().any(|l| l.contains(&ends))
 }
 
 /// Waits for the server to close `c` ([`connection_gone`]), at most 10 s (a client that reads
@@ -694,12 +714,13 @@ pub(crate) fn until_gone(
 /// Whether the server has closed `c`, probed without reading what it sent: the kernel's view of
 /// both ends in /proc/net/tcp. The server's end leaves ESTABLISHED when it closes (FIN_WAIT1 while
 /// the bytes a client that reads nothing left unread are still queued), the client's when the
-/// server's FIN or reset reaches it.
+/// server's FIN or reset reaches it (a reset leaves it without a peer).
 pub(crate) fn connection_gone(c: &TcpStream) -> bool {
-    let (local, peer) = (
-        c.local_addr().unwrap().port(),
-        c.peer_addr().unwrap().port(),
-    );
+    // A client's socket that a reset reached has no peer left.
+    let Ok(peer) = c.peer_addr() else {
+        return true;
+    };
+    let (local, peer) = (c.local_addr().unwrap().port(), peer.port());
     let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
     // Each line: "sl local_address rem_address st ...", state 01 being ESTABLISHED.
     let established = |from: u16, to: u16| {

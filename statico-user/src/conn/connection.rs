@@ -142,7 +142,9 @@ pub enum Status {
     Close,
     /// Everything is sent and the connection speaks HTTP/2 from here: [`Connection::into_h2`].
     Upgrade,
-    /// Everything is sent: close with a reset (`SO_LINGER` 0, so the kernel sends RST, not FIN).
+    /// Close with a reset (`SO_LINGER` 0, so the kernel sends RST, not FIN): once everything is sent
+    /// (a route's `reset` fault), or at once, dropping what is unsent (a client that took nothing for
+    /// the idle timeout).
     Reset,
 }
 
@@ -175,7 +177,8 @@ enum After {
     Linger,
     /// Switch to HTTP/2: by prior knowledge (`None`), or after `101` for this request.
     Upgrade(Option<Box<UpgradeRequest>>),
-    /// Reset the connection (a route's `reset` fault).
+    /// Reset the connection (a route's `reset` fault, or a client that took nothing for the idle
+    /// timeout).
     Reset,
 }
 
@@ -392,7 +395,10 @@ impl Connection {
     /// What the runtime does next (see [`Status`]).
     pub fn status(&self) -> Status {
         if self.phase == Phase::Closed {
-            return Status::Close;
+            return match self.after {
+                After::Reset => Status::Reset,
+                _ => Status::Close,
+            };
         }
         if self.phase != Phase::Exchange || self.unsent() > 0 || self.out.in_flight() {
             return Status::Open;
@@ -459,9 +465,16 @@ impl Connection {
                 env.counters.add(Counter::Timeouts, 1);
                 self.phase = Phase::Closed;
             }
-            Timer::Idle | Timer::Header | Timer::Send => {
+            Timer::Idle | Timer::Header => {
                 env.counters.add(Counter::Timeouts, 1);
                 self.phase = Phase::Closed;
+            }
+            // A client that took nothing for the idle timeout: closed with a reset, so that the
+            // kernel drops what it holds unsent rather than retrying it for minutes from a closed
+            // socket (FIN_WAIT1).
+            Timer::Send => {
+                env.counters.add(Counter::Timeouts, 1);
+                (self.phase, self.after) = (Phase::Closed, After::Reset);
             }
         }
         self.answer_pending(now, env);
@@ -917,7 +930,7 @@ mod tests {
         c.sent(0, w.at(900), w.env()); // nothing taken: no progress
         assert_eq!(c.deadline().0, w.at(500) + 60 * SEC);
         c.on_deadline(w.at(500) + 60 * SEC, w.env());
-        assert_eq!(c.status(), Status::Close);
+        assert_eq!(c.status(), Status::Reset, "what it did not take is dropped");
         assert_eq!(w.total(Counter::Timeouts), 1);
     }
 
@@ -1309,7 +1322,7 @@ mod routes {
                 c.output().len()
             );
         }
-        assert_eq!(c.status(), Status::Close);
+        assert_eq!(c.status(), Status::Reset);
         assert_eq!(ms, 2000, "closed by the send timeout (--idle-timeout 2s)");
     }
 

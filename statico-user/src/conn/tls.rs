@@ -459,7 +459,9 @@ impl TlsSession {
     /// still to be sent.
     pub fn status(&self, conn: &Connection) -> Status {
         if conn.is_closed() {
-            return Status::Close; // the peer is gone or timed out: records left unsent stay so
+            // The peer is gone or timed out: records left unsent stay so (a stalled client's are
+            // dropped by a reset).
+            return conn.status();
         }
         let records_out = self.out.len() == self.sent && !self.in_flight;
         match conn.status() {

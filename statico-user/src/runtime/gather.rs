@@ -8,6 +8,9 @@
 //! answer made in one turn leaves in one send, however often `h2` flushes within the turn — as
 //! io_uring's pipe sends them ([`crate::proto::http2::pipe`]). A write of a large payload goes
 //! straight through (after what was kept), not copied.
+//!
+//! A connection that ends stalled ([`OutputState::stall`](crate::proto::http2::OutputState::stall))
+//! is closed with a reset: as [`Gathered`] drops, before its socket closes, it sets `SO_LINGER` 0.
 
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
@@ -17,6 +20,8 @@ use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::proto::http2::OutputMoved;
 
 /// Kept output past which a write first sends it.
 const GATHER_MAX: usize = 64 * 1024;
@@ -40,9 +45,30 @@ pub async fn in_turns<F: Future>(turns: &Turns, future: F) -> F::Output {
     .await
 }
 
+/// A socket whose close can be made a reset.
+pub trait Abortable {
+    /// Sets `SO_LINGER` 0: the socket's close sends RST and drops what it holds unsent.
+    fn abort_on_close(&self);
+}
+
+impl Abortable for tokio::net::TcpStream {
+    fn abort_on_close(&self) {
+        let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
+    }
+}
+
+/// A socket not yet registered with tokio (a new connection's first exchange).
+impl Abortable for std::net::TcpStream {
+    fn abort_on_close(&self) {
+        let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
+    }
+}
+
 /// A transport whose writes are gathered (see the module doc).
-pub struct Gathered<T> {
+pub struct Gathered<T: Abortable> {
     inner: T,
+    /// The connection's output, shared with its protocol: whether it ended stalled.
+    output: OutputMoved,
     out: Vec<u8>,
     /// How much of `out` the socket took.
     sent: usize,
@@ -52,12 +78,13 @@ pub struct Gathered<T> {
     yielded_in: Option<u64>,
 }
 
-impl<T> Gathered<T> {
+impl<T: Abortable> Gathered<T> {
     /// `inner`'s writes gathered per turn of `turns`, which must count the polls of the task that
-    /// writes (see [`in_turns`]).
-    pub fn new(inner: T, turns: Turns) -> Gathered<T> {
+    /// writes (see [`in_turns`]); `output`: the connection's, as its protocol sees it.
+    pub fn new(inner: T, turns: Turns, output: OutputMoved) -> Gathered<T> {
         Gathered {
             inner,
+            output,
             out: Vec::new(),
             sent: 0,
             turns,
@@ -66,7 +93,15 @@ impl<T> Gathered<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> Gathered<T> {
+impl<T: Abortable> Drop for Gathered<T> {
+    fn drop(&mut self) {
+        if self.output.stalled() {
+            self.inner.abort_on_close();
+        }
+    }
+}
+
+impl<T: Abortable + AsyncWrite + Unpin> Gathered<T> {
     /// Sends the kept output; `Pending` while the socket is full.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.sent < self.out.len() {
@@ -82,7 +117,7 @@ impl<T: AsyncWrite + Unpin> Gathered<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Gathered<T> {
+impl<T: Abortable + AsyncRead + Unpin> AsyncRead for Gathered<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -92,7 +127,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Gathered<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
+impl<T: Abortable + AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -160,11 +195,19 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gathered<T> {
 mod tests {
     use super::*;
 
+    impl Abortable for Vec<u8> {
+        fn abort_on_close(&self) {}
+    }
+
     #[test]
     fn writes_are_kept_until_a_flush_in_a_later_turn_then_sent_whole() {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let turns = Turns::default();
-        let mut g = Gathered::new(Vec::new(), turns.clone());
+        let mut g = Gathered::new(
+            Vec::new(),
+            turns.clone(),
+            crate::proto::http2::output_moved_now(),
+        );
         for piece in [&b"head"[..], b"body"] {
             assert!(matches!(
                 Pin::new(&mut g).poll_write(&mut cx, piece),

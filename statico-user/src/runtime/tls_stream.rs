@@ -27,6 +27,12 @@ pub struct TlsStream<'a> {
     close_notify_sent: bool,
 }
 
+impl super::gather::Abortable for TlsStream<'_> {
+    fn abort_on_close(&self) {
+        self.io.abort_on_close();
+    }
+}
+
 impl<'a> TlsStream<'a> {
     pub fn new(io: TcpStream, tls: rustls::ServerConnection, counters: &'a WorkerCounters) -> Self {
         TlsStream {

@@ -44,7 +44,8 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
-use super::{gather, AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
+use super::gather::{self, Abortable as _};
+use super::{AcceptErrors, AcceptRetry, Settings, WorkerSetup, ACCEPT_RETRY};
 use crate::catalog::response::DateClock;
 use crate::conn::connection::{Connection, Env, Status};
 use crate::conn::layer::Layer;
@@ -267,8 +268,8 @@ fn serve_accepted(worker: &Rc<Worker>, stream: std::net::TcpStream) {
     match status {
         Status::Close => {}
         Status::Reset => {
-            // SO_LINGER 0: the close sends RST (a route's `reset` fault).
-            let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+            // The close sends RST (a route's `reset` fault).
+            stream.abort_on_close();
         }
         Status::Open | Status::ShutdownWrite | Status::Upgrade => {
             return spawn_connection(worker, stream, conn, layer);
@@ -419,9 +420,8 @@ async fn serve_http1(
             }
             Status::Close => return None,
             Status::Reset => {
-                // SO_LINGER 0: the close sends RST (a route's `reset` fault).
-                let _ =
-                    socket2::SockRef::from(&*stream).set_linger(Some(std::time::Duration::ZERO));
+                // The close sends RST (a route's `reset` fault, or a client that took nothing).
+                stream.abort_on_close();
                 return None;
             }
             Status::Upgrade => {
@@ -596,7 +596,7 @@ async fn wait(
 
 /// Hands a connection to the HTTP/2 server (`h2c`, or h2 after ALPN), which drains by itself with
 /// GOAWAY when the worker does.
-async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
+async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin + gather::Abortable>(
     w: &Worker,
     stream: T,
     read: Vec<u8>,
@@ -620,7 +620,7 @@ async fn serve_h2<T: AsyncRead + AsyncWrite + Unpin>(
     let verbose = w.settings.policy.verbose;
     let moved = http2::output_moved_now();
     let turns = gather::Turns::default();
-    let stream = gather::Gathered::new(stream, turns.clone());
+    let stream = gather::Gathered::new(stream, turns.clone(), moved.clone());
     let serving = http2::serve_switched(
         stream, read, upgrade, h2, &response, counters, verbose, drain, moved,
     );

@@ -75,7 +75,7 @@ impl Idle {
     /// The timer fired; `h2_holds_streams`: `h2` still has a stream (a body going out).
     pub fn fired(&mut self, h2_holds_streams: bool) -> Fired {
         let streaming = std::mem::take(&mut self.answered) || h2_holds_streams;
-        let rest = still_moving(self.moved.get(), self.wait()).filter(|_| streaming);
+        let rest = still_moving(self.moved.moved(), self.wait()).filter(|_| streaming);
         match (rest, self.draining) {
             (Some(rest), _) => {
                 self.timer.reset(rest);
@@ -117,7 +117,10 @@ mod tests {
         let _in_runtime = rt.enter();
         check(&mut Idle::new(
             Duration::from_secs(60),
-            Rc::new(Cell::new(moved)),
+            Rc::new(super::super::OutputState {
+                moved: Cell::new(moved),
+                stalled: Cell::new(false),
+            }),
         ));
     }
 

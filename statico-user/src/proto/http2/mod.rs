@@ -128,7 +128,8 @@ pub async fn serve<T>(
             },
         };
         if ended == Ended::Stalled {
-            break; // dropping the connection closes it
+            moved.stall();
+            break; // dropping the connection closes it, with a reset
         }
         if ended == Ended::CloseConnection && !idle.draining() {
             // A route's `close` fault: GOAWAY now, and the connection ends with it.
@@ -138,13 +139,48 @@ pub async fn serve<T>(
     }
 }
 
-/// When a connection's output last moved: the instant `io` last took bytes, or (on io_uring, whose
-/// pipe takes a send's worth at a time) the socket did.
-pub type OutputMoved = Rc<Cell<Instant>>;
+/// A connection's output as its protocol and its runtime both see it, shared between them: when
+/// it last moved — the instant `io` last took bytes, or (on io_uring, whose pipe takes a send's
+/// worth at a time) the socket did — and whether the connection ended stalled.
+pub type OutputMoved = Rc<OutputState>;
+
+/// See [`OutputMoved`].
+#[derive(Debug)]
+pub struct OutputState {
+    moved: Cell<Instant>,
+    stalled: Cell<bool>,
+}
+
+impl OutputState {
+    /// When the output last moved.
+    pub fn moved(&self) -> Instant {
+        self.moved.get()
+    }
+
+    /// The output moved now.
+    pub fn moved_now(&self) {
+        self.moved.set(Instant::now());
+    }
+
+    /// The connection ends because its client took nothing for an idle timeout: the runtime
+    /// closes it with a reset (`SO_LINGER` 0), so that the kernel drops what it holds unsent at
+    /// once rather than keeping the closed socket (FIN_WAIT1) while it retries for minutes.
+    pub fn stall(&self) {
+        self.stalled.set(true);
+    }
+
+    /// Whether the connection ended stalled ([`OutputState::stall`]).
+    pub fn stalled(&self) -> bool {
+        self.stalled.get()
+    }
+}
 
 /// An [`OutputMoved`] that starts now.
 pub fn output_moved_now() -> OutputMoved {
-    Rc::new(Cell::new(Instant::now()))
+    Rc::new(OutputState {
+        moved: Cell::new(Instant::now()),
+        stalled: Cell::new(false),
+    })
 }
 
 /// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`, and
@@ -182,7 +218,7 @@ impl<'a, T> Rewind<'a, T> {
     fn wrote(&self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         if let Poll::Ready(Ok(n)) = r {
             if n > 0 {
-                self.moved.set(Instant::now());
+                self.moved.moved_now();
             }
             self.counters.add(Counter::BytesOut, n as u64);
             self.counters.add(Counter::Writes, 1);

@@ -294,7 +294,7 @@ impl Delivering {
         }
         let (now, idle) = (Instant::now(), settings.idle_timeout);
         let since = *since.get_or_insert(now);
-        let moved = self.moved.get();
+        let moved = self.moved.moved();
         if now.duration_since(since.max(moved.min(since + idle))) < idle {
             return None;
         }

@@ -299,13 +299,18 @@ impl<'a> H2Conn<'a> {
     /// A send of [`H2Conn::output`] took `n` bytes.
     pub fn sent(&mut self, n: usize) {
         if n > 0 {
-            self.moved.set(Instant::now());
+            self.moved.moved_now();
         }
         self.sent = (self.sent + n).min(self.sending.len());
         if self.sent == self.sending.len() {
             self.sent = 0;
             http2::pipe::release(&mut self.sending);
         }
+    }
+
+    /// The connection ended stalled: it closes with a reset ([`http2::OutputState::stall`]).
+    pub fn stalled(&self) -> bool {
+        self.moved.stalled()
     }
 
     /// The future has ended and everything it wrote is out: the connection can close.

@@ -595,7 +595,7 @@ impl<'a> Worker<'a> {
                 // HTTP/2 keeps its own time. Once its server has ended (after its own grace, if the
                 // client stalled), what it left unsent gets a tick, as tokio drops its socket.
                 if h.ended.is_some_and(|t| self.now.duration_since(t) >= TICK) {
-                    self.close(slot);
+                    self.close_h2(slot);
                 }
                 continue;
             }
@@ -768,7 +768,7 @@ impl<'a> Worker<'a> {
             }
         }
         if h.finished() {
-            return self.close(slot);
+            return self.close_h2(slot);
         }
         self.steer_recv(slot);
     }
@@ -889,6 +889,20 @@ impl<'a> Worker<'a> {
         self.close_as(slot, Closing::Shutdown);
     }
 
+    /// Closes an HTTP/2 connection whose server has ended: with a reset if it ended stalled (what
+    /// its client did not take is dropped, not retried for minutes by a closed socket).
+    fn close_h2(&mut self, slot: usize) {
+        let stalled = self
+            .conns
+            .at(slot)
+            .and_then(|c| c.h2.as_ref())
+            .is_some_and(|h| h.stalled());
+        match stalled {
+            true => self.close_as(slot, Closing::Reset),
+            false => self.close(slot),
+        }
+    }
+
     /// Closes a connection: after a shutdown (FIN), or with `SO_LINGER` 0 so that the close sends
     /// RST (a route's `reset` fault).
     fn close_as(&mut self, slot: usize, how: Closing) {
@@ -901,8 +915,9 @@ impl<'a> Worker<'a> {
         }
         // Hard links: the close runs even if a step before it fails (a peer that already reset).
         // A reset sets `SO_LINGER` 0 first, and shuts down only the reading side (which sends
-        // nothing): either shutdown ends the receive or send in flight, whose hold on the socket would
-        // otherwise outlive the close. Without either, the close alone sends the FIN.
+        // nothing) — both sides if a send is in flight (a client that took nothing), since that
+        // send, like a receive, holds the socket past the close until a shutdown ends it; the close
+        // then sends the RST. Without either, the close alone sends the FIN.
         let token = token(Op::Close, slot, gen);
         let shut = match how {
             Closing::Shutdown if c.recv == Recv::Off && !c.sending => {
@@ -923,7 +938,10 @@ impl<'a> Worker<'a> {
                 let linger = linger.flags(squeue::Flags::IO_HARDLINK).user_data(token);
                 // SAFETY: the socket option is a static, never written.
                 unsafe { self.ring.push(linger) };
-                libc::SHUT_RD
+                match c.sending {
+                    true => libc::SHUT_RDWR,
+                    false => libc::SHUT_RD,
+                }
             }
         };
         let shutdown = on_fd!(self.fixed, c.fd, |fd| opcode::Shutdown::new(fd, shut)
