@@ -451,8 +451,14 @@ impl Delivery {
         let ticket = &self.ticket;
         let in_flight = || ticket.as_ref().map_or(0, Ticket::in_flight);
         if let Some(until) = paused(self.pauses.as_ref(), clock) {
-            let due = events.due(now, in_flight);
-            return Step::Wait(due.map_or(until, |due| due.max(until)));
+            // Held to the pause's end, unless the stream's cut (a gRPC deadline) comes first.
+            let due = events
+                .due(now, in_flight)
+                .map_or(until, |due| due.max(until));
+            match events.cut_at() {
+                Some(cut) if cut <= now => events.end_here(),
+                cut => return Step::Wait(cut.map_or(due, |cut| due.min(cut))),
+            }
         }
         let (step, stage) = match events.next(now, room, PACE_TICK, in_flight) {
             Next::Event { bytes, last } => {
@@ -899,6 +905,42 @@ mod tests {
         assert_eq!(late["count"], 3, "{json}");
         let max = late["max"].as_f64().unwrap();
         assert!((6990.0..7010.0).contains(&max), "{late}");
+    }
+
+    #[test]
+    fn a_pause_does_not_hold_a_stream_past_its_cut() {
+        use crate::catalog::model::events::{Events, StreamDraw};
+        use crate::catalog::model::schedule::Window;
+        // Events due 10, 15 and 20 ms after the head, cut at 12 ms (a gRPC deadline); the server
+        // paused from 11 to 30 ms.
+        let t0 = Instant::now();
+        let window = Window {
+            at: 11 * MS,
+            length: 19 * MS,
+            every: None,
+        };
+        let draw = StreamDraw {
+            events: 3,
+            from: 0,
+            seed: 1,
+            cut: Some(12 * MS),
+        };
+        let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, None);
+        let mut d = Delivery::new(Hold::default(), 0, None, None, None)
+            .paused_by(Some(Pauses::starting(t0, vec![window])))
+            .with_events(Some(Box::new(events)));
+        assert_eq!(
+            drive(&mut d, t0),
+            [
+                (0, Step::Head { end: false }),
+                (0, Step::Sent),
+                (0, Step::Wait(t0 + 10 * MS)),
+                (10, event(b"0", false)),
+                (10, Step::Wait(t0 + 12 * MS)),
+                // The cut, in the pause: the stream ends there, not at the pause's end.
+                (12, Step::Done),
+            ]
+        );
     }
 
     #[test]

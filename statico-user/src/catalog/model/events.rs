@@ -261,6 +261,17 @@ impl Events {
         due
     }
 
+    /// When the stream is cut ([`StreamDraw::cut`] after its head), once its first wait is drawn.
+    pub(super) fn cut_at(&self) -> Option<Instant> {
+        Some(self.began? + self.cut?)
+    }
+
+    /// Ends the stream here: the events not given out yet are not sent (its cut came).
+    pub(super) fn end_here(&mut self) {
+        self.end = self.next;
+        self.made = None;
+    }
+
     /// The next event at `now`, if it [`fits`] in `room` bytes (else it waits a tick: `tick`);
     /// `in_flight()`: its route's requests in flight, read if a wait is drawn.
     pub fn next(
@@ -282,7 +293,7 @@ impl Events {
             if now < end {
                 return Next::Wait(end);
             }
-            self.end = self.next;
+            self.end_here();
             return Next::Done;
         }
         if due > now {
