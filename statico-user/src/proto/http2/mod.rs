@@ -118,7 +118,14 @@ pub async fn serve<T>(
             },
             () = idle.due(), if streams.is_empty() => match idle.fired(conn.has_streams()) {
                 Fired::Rearmed => continue,
-                Fired::Over => break, // the grace is over: dropping the connection closes it
+                Fired::Over => {
+                    // The grace is over: dropping the connection closes it, with a reset if
+                    // streams' output is still waiting for a client that takes none.
+                    if conn.has_streams() {
+                        moved.stall();
+                    }
+                    break;
+                }
                 Fired::Idle => {
                     counters.add(Counter::Timeouts, 1);
                     conn.graceful_shutdown();
@@ -162,9 +169,10 @@ impl OutputState {
         self.moved.set(Instant::now());
     }
 
-    /// The connection ends because its client took nothing for an idle timeout: the runtime
-    /// closes it with a reset (`SO_LINGER` 0), so that the kernel drops what it holds unsent at
-    /// once rather than keeping the closed socket (FIN_WAIT1) while it retries for minutes.
+    /// The connection ends with output its client did not take (nothing taken for an idle
+    /// timeout, or a GOAWAY's grace): the runtime closes it with a reset (`SO_LINGER` 0), so that
+    /// the kernel drops what it holds unsent at once rather than keeping the closed socket
+    /// (FIN_WAIT1) while it retries for minutes.
     pub fn stall(&self) {
         self.stalled.set(true);
     }
