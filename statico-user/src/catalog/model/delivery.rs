@@ -869,22 +869,29 @@ mod tests {
         assert_eq!(s.tick(), Duration::ZERO);
     }
 
-    #[test]
-    fn a_pause_holds_the_events_due_in_it_to_its_end_and_the_truth_has_how_late() {
-        use crate::catalog::model::schedule::Window;
-        // Events due 10, 15 and 20 ms after the head; the server paused from 12 to 22 ms.
-        let t0 = Instant::now();
-        let window = Window {
-            at: 12 * MS,
-            length: 10 * MS,
+    /// `events` delivered from `t0`, the server paused over `pause` (from `t0`).
+    fn paused_stream(
+        events: crate::catalog::model::events::Events,
+        t0: Instant,
+        pause: Range<Duration>,
+    ) -> Delivery {
+        let window = crate::catalog::model::schedule::Window {
+            at: pause.start,
+            length: pause.end - pause.start,
             every: None,
         };
-        let pauses = Pauses::starting(t0, vec![window]);
+        Delivery::new(Hold::default(), 0, None, None, None)
+            .paused_by(Some(Pauses::starting(t0, vec![window])))
+            .with_events(Some(Box::new(events)))
+    }
+
+    #[test]
+    fn a_pause_holds_the_events_due_in_it_to_its_end_and_the_truth_has_how_late() {
+        // Events due 10, 15 and 20 ms after the head; the server paused from 12 to 22 ms.
+        let t0 = Instant::now();
         let truth = streamed_truth();
         let (events, _, _) = three_events(&truth);
-        let mut d = Delivery::new(Hold::default(), 0, None, None, None)
-            .paused_by(Some(pauses))
-            .with_events(Some(Box::new(events)));
+        let mut d = paused_stream(events, t0, 12 * MS..22 * MS);
         assert_eq!(
             drive(&mut d, t0),
             [
@@ -910,15 +917,9 @@ mod tests {
     #[test]
     fn a_pause_does_not_hold_a_stream_past_its_cut() {
         use crate::catalog::model::events::{Events, StreamDraw};
-        use crate::catalog::model::schedule::Window;
         // Events due 10, 15 and 20 ms after the head, cut at 12 ms (a gRPC deadline); the server
         // paused from 11 to 30 ms.
         let t0 = Instant::now();
-        let window = Window {
-            at: 11 * MS,
-            length: 19 * MS,
-            every: None,
-        };
         let draw = StreamDraw {
             events: 3,
             from: 0,
@@ -926,9 +927,7 @@ mod tests {
             cut: Some(12 * MS),
         };
         let events = Events::new(Arc::new(Ticks { size: 1 }), draw, false, None, None);
-        let mut d = Delivery::new(Hold::default(), 0, None, None, None)
-            .paused_by(Some(Pauses::starting(t0, vec![window])))
-            .with_events(Some(Box::new(events)));
+        let mut d = paused_stream(events, t0, 11 * MS..30 * MS);
         assert_eq!(
             drive(&mut d, t0),
             [
