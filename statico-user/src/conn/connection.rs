@@ -1288,6 +1288,29 @@ mod routes {
     }
 
     #[test]
+    fn a_streams_waits_for_its_events_may_share_a_tick_a_paced_bodys_do_not() {
+        let w = World::new(&["/sse stream=sse events=2 first=10ms gap=10ms"]);
+        let mut c = w.sent(&get("/sse"));
+        assert!(w.flush(&mut c, 0).ends_with("\r\n\r\n"), "the head first");
+        for (ms, last) in [(10, false), (20, true)] {
+            let (at, timer) = c.deadline();
+            assert_eq!(
+                (at, timer),
+                (w.at(ms), Timer::Event),
+                "event due at {ms} ms"
+            );
+            assert!(timer.is_pacing());
+            assert_eq!(timer.tick(), crate::catalog::model::events::EVENT_TICK);
+            c.on_deadline(at, w.env());
+            let event = w.flush(&mut c, ms);
+            assert!(event.contains("data:"), "{event:?}");
+            assert_eq!(event.ends_with("0\r\n\r\n"), last, "{event:?}");
+        }
+        assert!(c.is_idle());
+        assert_eq!(Timer::BodyDelay.tick(), Duration::ZERO);
+    }
+
+    #[test]
     fn a_paced_body_goes_a_piece_a_tick() {
         let w = World::new(&["/p size=300 rate=10k"]); // 102 bytes a tick
         let mut c = w.sent(&get("/p"));

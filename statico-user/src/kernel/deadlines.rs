@@ -225,4 +225,43 @@ mod tests {
         drop(a);
         assert!(d.is_empty());
     }
+
+    #[test]
+    fn sleeps_that_may_share_a_tick_end_on_it_never_before_their_deadline() {
+        let d = Rc::new(Deadlines::default());
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let (tick, us) = (Duration::from_millis(50), Duration::from_micros(1));
+        let grid = crate::kernel::timer::on_grid(Instant::now() + tick, d.epoch, tick);
+        let mut a = Box::pin(Sleep::within(d.clone(), grid - tick + 10 * us, tick));
+        let mut b = Box::pin(Sleep::within(d.clone(), grid - 10 * us, tick));
+        let mut exact = Box::pin(Sleep::new(d.clone(), grid - tick + 20 * us));
+        for s in [&mut a, &mut b, &mut exact] {
+            assert!(s.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(
+            d.earliest(),
+            Some(grid - tick + 20 * us),
+            "an exact sleep keeps its deadline"
+        );
+        assert_eq!(
+            (a.key.unwrap().0, b.key.unwrap().0),
+            (grid, grid),
+            "one tick for both"
+        );
+        std::thread::sleep((grid - tick + 20 * us).saturating_duration_since(Instant::now()));
+        d.fire(grid - Duration::from_nanos(1));
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            1,
+            "only the exact one before the tick"
+        );
+        assert!(exact.as_mut().poll(&mut cx).is_ready());
+        std::thread::sleep(grid.saturating_duration_since(Instant::now()));
+        d.fire(grid);
+        assert_eq!(count.0.load(Ordering::Relaxed), 3);
+        assert!(a.as_mut().poll(&mut cx).is_ready() && b.as_mut().poll(&mut cx).is_ready());
+        assert!(d.is_empty());
+    }
 }
