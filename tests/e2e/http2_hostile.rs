@@ -676,10 +676,17 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
 /// Whether the server's end of the connection between `(client, server)` is still in the
 /// kernel's table, in any state.
 pub(crate) fn server_end_open((client, server): (SocketAddr, SocketAddr)) -> bool {
-    let (local, peer) = (client.port(), server.port());
+    tcp_state(server.port(), client.port()).is_some()
+}
+
+/// The kernel's state of the loopback socket from port `from` to port `to`, if it has one: the `st`
+/// of its line in /proc/net/tcp ("01" ESTABLISHED, "04" FIN_WAIT1).
+fn tcp_state(from: u16, to: u16) -> Option<String> {
     let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let ends = format!(":{peer:04X} 0100007F:{local:04X} ");
-    table.lines().any(|l| l.contains(&ends))
+    // Each line: "sl local_address rem_address st ...".
+    let ends = format!(":{from:04X} 0100007F:{to:04X} ");
+    let line = table.lines().find(|l| l.contains(&ends))?;
+    line.split_whitespace().nth(3).map(str::to_owned)
 }
 
 /// Waits for the server to close `c` ([`connection_gone`]), at most 10 s (a client that reads
@@ -715,12 +722,7 @@ pub(crate) fn connection_gone(c: &TcpStream) -> bool {
         return true;
     };
     let (local, peer) = (c.local_addr().unwrap().port(), peer.port());
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    // Each line: "sl local_address rem_address st ...", state 01 being ESTABLISHED.
-    let established = |from: u16, to: u16| {
-        let ends = format!(":{from:04X} 0100007F:{to:04X} ");
-        (table.lines()).any(|l| l.contains(&ends) && l.split_whitespace().nth(3) == Some("01"))
-    };
+    let established = |from, to| tcp_state(from, to).as_deref() == Some("01");
     !(established(local, peer) && established(peer, local))
 }
 

@@ -178,7 +178,7 @@ enum After {
     /// Switch to HTTP/2: by prior knowledge (`None`), or after `101` for this request.
     Upgrade(Option<Box<UpgradeRequest>>),
     /// Reset the connection (a route's `reset` fault, or a client that took nothing for the idle
-    /// timeout).
+    /// timeout); a connection that closes for another reason once this is set resets too.
     Reset,
 }
 

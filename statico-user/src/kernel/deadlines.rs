@@ -3,13 +3,12 @@
 //! wake them.
 //!
 //! Each sleep is an entry in one ordered map, keyed by when it ends — its deadline, or for a sleep
-//! that may share a tick ([`crate::kernel::timer::sleep_until_within`]) the tick after it — and a
-//! number; the loop asks for the
-//! earliest ([`Deadlines::earliest`]), bounds its wait for completions by it (the kernel's timeout on
-//! `io_uring_enter`), and then [`Deadlines::fire`]s what is due, which wakes those
-//! sleeps' tasks. A sleep dropped or moved before its deadline takes its entry out at once (O(log n)),
-//! so a timeout that never fires — a stream's body that arrived in time, an idle timer re-armed each
-//! time streams end — leaves nothing behind. [`crate::kernel::timer`]'s sleeps and timeouts land here
+//! that may share a tick ([`crate::kernel::timer::sleep_until_within`]) the tick at or after it —
+//! and a number; the loop asks for the earliest end ([`Deadlines::earliest`]), bounds its wait for
+//! completions by it (the kernel's timeout on `io_uring_enter`), and then [`Deadlines::fire`]s what
+//! is due, which wakes those sleeps' tasks. A sleep dropped or moved before its end takes its entry
+//! out at once (O(log n)), so a timeout that never fires — a stream's body that arrived in time, an
+//! idle timer re-armed each time streams end — leaves nothing behind. [`crate::kernel::timer`]'s sleeps and timeouts land here
 //! on a thread that [`install`]ed it.
 //!
 //! Only the io_uring worker (Linux) installs and fires them: off Linux they are built, not used.
@@ -32,9 +31,10 @@ pub fn current() -> Option<Rc<Deadlines>> {
     DEADLINES.with(|d| d.borrow().clone())
 }
 
-/// Makes sleeps on this thread entries of the returned [`Deadlines`], which the caller's loop fires.
-pub fn install() -> Rc<Deadlines> {
-    let deadlines = Rc::new(Deadlines::default());
+/// Makes sleeps on this thread entries of the returned [`Deadlines`], which the caller's loop fires;
+/// their ticks are counted from `epoch`.
+pub fn install(epoch: Instant) -> Rc<Deadlines> {
+    let deadlines = Rc::new(Deadlines::new(epoch));
     DEADLINES.with(|d| *d.borrow_mut() = Some(deadlines.clone()));
     deadlines
 }
@@ -48,23 +48,24 @@ pub struct Deadlines {
     epoch: Instant,
 }
 
-impl Default for Deadlines {
-    fn default() -> Deadlines {
+impl Deadlines {
+    /// No sleeps yet; ticks counted from `epoch`.
+    pub fn new(epoch: Instant) -> Deadlines {
         Deadlines {
             waiting: RefCell::default(),
             next: Cell::new(0),
-            epoch: Instant::now(),
+            epoch,
         }
     }
 }
 
 impl Deadlines {
-    /// The earliest deadline a sleep waits for.
+    /// The earliest end a sleep waits for.
     pub fn earliest(&self) -> Option<Instant> {
         self.waiting.borrow().first_key_value().map(|(k, _)| k.0)
     }
 
-    /// Wakes every sleep whose deadline is at or before `now`.
+    /// Wakes every sleep whose end is at or before `now`.
     pub fn fire(&self, now: Instant) {
         loop {
             let due = {
@@ -193,7 +194,7 @@ mod tests {
 
     #[test]
     fn sleeps_wake_at_their_deadline_and_leave_nothing_when_dropped() {
-        let d = Rc::new(Deadlines::default());
+        let d = Rc::new(Deadlines::new(Instant::now()));
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
@@ -228,7 +229,7 @@ mod tests {
 
     #[test]
     fn sleeps_that_may_share_a_tick_end_on_it_never_before_their_deadline() {
-        let d = Rc::new(Deadlines::default());
+        let d = Rc::new(Deadlines::new(Instant::now()));
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);

@@ -4,14 +4,15 @@
 //!
 //! Each thread that serves (a tokio worker, a QUIC thread) installs one [`Timers`]: a `timerfd` armed
 //! for the earliest deadline (`CLOCK_MONOTONIC`, the clock of [`Instant`]), rounded up to the next
-//! [`QUANTUM`] so that deadlines close together share one expiry, a binary heap of deadlines, and a
-//! task that wakes the sleeps whose deadline has passed when the `timerfd` fires. A sleep costs a
+//! [`QUANTUM`] so that deadlines close together share one expiry — or, for a sleep that may share a
+//! coarser tick ([`sleep_until_within`]: a stream's next event), to the next such tick — a binary
+//! heap of those expiries, and a task that wakes the sleeps whose expiry has passed when the
+//! `timerfd` fires. A sleep costs a
 //! heap push and, when it is the earliest, one `timerfd_settime`; firing costs a heap pop per sleep
 //! and one `timerfd_settime` per expiry — O(log n) each with n sleeps waiting. A sleep
 //! dropped before its deadline (its connection closed) leaves its heap entry behind, which is popped
 //! and ignored at that deadline. The io_uring runtime needs none of this: its loop arms the ring's
-//! own timeout for its earliest deadline, rounded up to the same [`QUANTUM`]
-//! (`runtime/uring/deadlines.rs`).
+//! own timeout for its earliest deadline, rounded up the same way (`runtime/uring/deadlines.rs`).
 //!
 //! On a thread that runs its own loop (the io_uring worker), sleeps are entries of its
 //! [`deadlines`](super::deadlines), which the loop fires. On a thread with neither, and off Linux,
@@ -32,7 +33,9 @@ pub async fn sleep_until(deadline: Instant) {
 }
 
 /// Sleeps until `deadline`, ending on the next of this thread's ticks of `tick` (at most that
-/// late, so that sleeps due within one tick end together; one [`QUANTUM`] when `tick` is shorter).
+/// late, so that sleeps due within one tick end together; one [`QUANTUM`] when `tick` is shorter,
+/// and exact on a thread with its own loop when `tick` is zero). Off Linux, or on a thread with
+/// neither timer, tokio's wheel ignores `tick`.
 pub async fn sleep_until_within(deadline: Instant, tick: Duration) {
     #[cfg(target_os = "linux")]
     if let Some(timers) = precise::current() {
@@ -290,7 +293,7 @@ mod precise {
         wakers: RefCell<HashMap<u64, Waker, BuildHasherDefault<Numbered>>>,
         /// What the `timerfd` is armed for.
         armed: Cell<Option<Instant>>,
-        /// Where the [`super::QUANTUM`]s are counted from.
+        /// Where quanta and ticks are counted from.
         epoch: Instant,
         next: Cell<u64>,
     }
@@ -334,7 +337,7 @@ mod precise {
             }
         }
 
-        /// Wakes every sleep whose deadline has passed; arms for the next.
+        /// Wakes every sleep whose expiry has passed; arms for the next.
         fn fire(&self) {
             let now = Instant::now();
             let mut heap = self.heap.borrow_mut();

@@ -1,7 +1,8 @@
 //! How a stream (HTTP/2, HTTP/3) waits where its answer's [`Delivery`] says: until a step's
-//! instant, on the precise timer (on its tick, for a stream's next event: [`Delivery::tick`]); queued in a pool, until the pool decides (woken through the
-//! task's waker, from whichever thread freed a server) or the queue timeout comes. What to wait
-//! for, and what comes after, is the delivery's; the two protocols share this wait.
+//! instant, on the precise timer (on its tick, for a stream's next event: [`Delivery::tick`]);
+//! queued in a pool, until the pool decides (woken through the task's waker, from whichever thread
+//! freed a server) or the queue timeout comes. What to wait for, and what comes after, is the
+//! delivery's; the two protocols share this wait.
 //!
 //! While the answer holds its place in its pool (queued, or in service), a client that goes away
 //! (`gone` resolves: a stream reset) ends the wait: the stream drops its delivery, whose ticket

@@ -53,15 +53,19 @@ pub trait Abortable {
 
 impl Abortable for tokio::net::TcpStream {
     fn abort_on_close(&self) {
-        let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
+        linger_zero(socket2::SockRef::from(self));
     }
 }
 
 /// A socket not yet registered with tokio (a new connection's first exchange).
 impl Abortable for std::net::TcpStream {
     fn abort_on_close(&self) {
-        let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
+        linger_zero(socket2::SockRef::from(self));
     }
+}
+
+fn linger_zero(socket: socket2::SockRef<'_>) {
+    let _ = socket.set_linger(Some(std::time::Duration::ZERO));
 }
 
 /// A transport whose writes are gathered (see the module doc).

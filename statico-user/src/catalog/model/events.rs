@@ -288,8 +288,7 @@ impl Events {
             return Next::Done;
         }
         let (due, drawn) = self.draw(now, in_flight);
-        let began = self.began.unwrap_or(now);
-        if let Some(end) = self.cut.map(|cut| began + cut).filter(|end| due >= *end) {
+        if let Some(end) = self.cut_at().filter(|end| due >= *end) {
             if now < end {
                 return Next::Wait(end);
             }

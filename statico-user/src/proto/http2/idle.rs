@@ -105,8 +105,6 @@ fn still_moving(moved: Instant, wait: Duration) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
-    use std::rc::Rc;
 
     /// An `Idle` whose output last moved at `moved`, run with `check` (its timer is tokio's here).
     fn idle_moved_at(moved: Instant, check: impl FnOnce(&mut Idle)) {
@@ -117,10 +115,7 @@ mod tests {
         let _in_runtime = rt.enter();
         check(&mut Idle::new(
             Duration::from_secs(60),
-            Rc::new(super::super::OutputState {
-                moved: Cell::new(moved),
-                stalled: Cell::new(false),
-            }),
+            super::super::OutputState::moved_at(moved),
         ));
     }
 

@@ -159,6 +159,14 @@ pub struct OutputState {
 }
 
 impl OutputState {
+    /// Output that last moved at `at`, not stalled.
+    pub fn moved_at(at: Instant) -> OutputMoved {
+        Rc::new(OutputState {
+            moved: Cell::new(at),
+            stalled: Cell::new(false),
+        })
+    }
+
     /// When the output last moved.
     pub fn moved(&self) -> Instant {
         self.moved.get()
@@ -185,10 +193,7 @@ impl OutputState {
 
 /// An [`OutputMoved`] that starts now.
 pub fn output_moved_now() -> OutputMoved {
-    Rc::new(OutputState {
-        moved: Cell::new(Instant::now()),
-        stalled: Cell::new(false),
-    })
+    OutputState::moved_at(Instant::now())
 }
 
 /// Reads from `prefix` first, then from `inner`, counting bytes both ways; writes go to `inner`, and

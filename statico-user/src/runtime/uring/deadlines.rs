@@ -3,12 +3,15 @@
 //!
 //! A timeout per held answer cost a timer interrupt and a trip through `io_uring_enter` per
 //! request: a held route's answer cost 1.85× the CPU of the same route unheld at 1 000
-//! connections. Here deadlines are rounded up to the next [`QUANTUM`](crate::kernel::timer::QUANTUM) (as the tokio runtime's
+//! connections. Here deadlines are rounded up to the next [`QUANTUM`] (as the tokio runtime's
 //! precise timer does), or to the next tick of a wait that may share one (a stream's next event:
-//! [`crate::kernel::timer::sleep_until_within`]), kept in a heap, and one absolute timeout is armed for the earliest: every
-//! connection due in the same quantum is released by the same expiry. A deadline that moves leaves
+//! [`crate::kernel::timer::sleep_until_within`]), kept in a heap, and one absolute timeout is armed
+//! for the earliest: every connection due in the same quantum or tick is released by the same
+//! expiry. A deadline that moves leaves
 //! its old entry behind, skipped when popped (the connection no longer names it). Pure: the worker
 //! arms the timeouts this asks for.
+//!
+//! [`QUANTUM`]: crate::kernel::timer::QUANTUM
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -25,7 +28,7 @@ pub struct Deadlines {
     heap: BinaryHeap<Reverse<(Instant, Due)>>,
     /// The expiries of the timeouts armed and not yet fired (they fire in this order).
     armed: BinaryHeap<Reverse<Instant>>,
-    /// Where quanta are counted from.
+    /// Where quanta and ticks are counted from.
     epoch: Instant,
 }
 
@@ -38,9 +41,9 @@ impl Deadlines {
         }
     }
 
-    /// A connection waits until `at`, released on the next tick of `tick` (at least a
-    /// [`QUANTUM`](crate::kernel::timer::QUANTUM)). Returns the expiry to arm the timeout for, when it is earlier than the one
-    /// armed.
+    /// A connection waits until `at`, released on the next tick of `tick` (at least a quantum,
+    /// [`crate::kernel::timer::QUANTUM`]). Returns the expiry to arm the timeout for, when it is
+    /// earlier than the one armed.
     pub fn add(&mut self, at: Instant, tick: Duration, slot: usize, gen: u32) -> Option<Instant> {
         let expiry = on_grid(at, self.epoch, tick);
         self.heap.push(Reverse((expiry, (at, slot, gen))));

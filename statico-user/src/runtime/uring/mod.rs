@@ -290,6 +290,8 @@ impl<'a> Worker<'a> {
             .is_ok();
         let mailbox = wake::Mailbox::new()
             .map_err(|e| format!("worker {id}: cannot create an eventfd: {e}"))?;
+        // One epoch for both kinds of deadlines: their ticks coincide, one wake-up for both.
+        let epoch = Instant::now();
         let mut w = Worker {
             ring: Ring::new(ring),
             bufs,
@@ -309,7 +311,7 @@ impl<'a> Worker<'a> {
             h2: H2Worker {
                 ready: h2::ReadyList::new(mailbox.clone()),
                 polling: Vec::new(),
-                deadlines: crate::kernel::deadlines::install(),
+                deadlines: crate::kernel::deadlines::install(epoch),
                 draining: Rc::default(),
             },
             tick: Box::new(types::Timespec::from(TICK)),
@@ -320,7 +322,7 @@ impl<'a> Worker<'a> {
             cqes: Vec::with_capacity(1024),
             mailbox,
             wake_buf: Box::new(0),
-            deadlines: deadlines::Deadlines::new(Instant::now()),
+            deadlines: deadlines::Deadlines::new(epoch),
             pace_ts: Box::new(types::Timespec::new()),
             due: Vec::new(),
         };
