@@ -314,7 +314,8 @@ pub struct Cli {
     pub header_timeout: Duration,
 
     /// Time a keep-alive connection may wait for its next request, and output the client does not
-    /// read may stall; HTTP/2: GOAWAY after this long with no stream open and no stream's output moving
+    /// read may stall (then the connection is reset); HTTP/2: GOAWAY after this long with no stream
+    /// open and no stream's output moving
     #[arg(long, default_value = "60s", value_parser = parse_timeout)]
     pub idle_timeout: Duration,
 
