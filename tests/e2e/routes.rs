@@ -62,8 +62,9 @@ fn read_all(stream: &mut TcpStream) -> (Vec<u8>, Option<std::io::Error>) {
 /// error if it ended with one, and how long after the request it ended.
 fn get_until_closed(s: &Server, path: &str) -> (Vec<u8>, Option<std::io::Error>, Duration) {
     let mut c = s.connect();
-    c.write_all(&get(path)).unwrap();
+    // Timed from before the write: the server may take the request before the write returns here.
     let sent = Instant::now();
+    c.write_all(&get(path)).unwrap();
     let (got, err) = read_all(&mut c);
     (got, err, sent.elapsed())
 }
@@ -77,8 +78,10 @@ struct Timed {
 
 /// Sends a GET for `path` and reads one response (with a Content-Length), timing it.
 fn timed_get(stream: &mut TcpStream, path: &str) -> Timed {
-    stream.write_all(&get(path)).unwrap();
+    // Timed from before the write: the server may take the request (and start its delay) before
+    // the write returns here, and a delay must never look shorter than it was.
     let sent = Instant::now();
+    stream.write_all(&get(path)).unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
     let mut head = None;
