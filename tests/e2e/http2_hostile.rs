@@ -150,14 +150,7 @@ fn a_client_that_never_reads_big_bodies_holds_bounded_memory_and_is_closed_when_
         "closed {closed:?} after the requests (idle timeout 2 s, grace 2 s)"
     );
     // With a reset, the answers still queued: the kernel keeps no closed socket retrying them.
-    let gone_at = Instant::now();
-    while server_end_open(ends) {
-        assert!(
-            gone_at.elapsed() < Duration::from_secs(1),
-            "the server's end is left open after its close (FIN_WAIT1, the bodies queued)"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_closed_with_a_reset(ends, "the bodies");
     let stopped = s.stop();
     assert_eq!(
         stopped.total("conns_closed"),
@@ -660,23 +653,24 @@ fn a_client_that_never_reads_a_stream_routes_events_holds_bounded_memory_and_is_
         "closed {closed:?} after the request (output stalled at once; idle 2 s, grace 2 s)"
     );
     // Closed with a reset: the kernel keeps no closed socket retrying the unread events.
-    let gone_at = Instant::now();
-    while server_end_open(ends) {
-        assert!(
-            gone_at.elapsed() < Duration::from_secs(1),
-            "the server's end of a stalled connection is left open after its close (FIN_WAIT1, \
-             its unsent events queued), not reset"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_closed_with_a_reset(ends, "the events");
     let stopped = balanced(s);
     assert_eq!(stopped.total("timeouts"), 1);
 }
 
-/// Whether the server's end of the connection between `(client, server)` is still in the
-/// kernel's table, in any state.
-pub(crate) fn server_end_open((client, server): (SocketAddr, SocketAddr)) -> bool {
-    tcp_state(server.port(), client.port()).is_some()
+/// Asserts that the server's end of the connection between `ends` (client, server), which the
+/// server has just closed, leaves the kernel's table within 1 s: closed with a reset, not left in
+/// FIN_WAIT1 with `queued` (what the client did not read) for the kernel to retry.
+pub(crate) fn assert_closed_with_a_reset(ends: (SocketAddr, SocketAddr), queued: &str) {
+    let (client, server) = ends;
+    let since = Instant::now();
+    while tcp_state(server.port(), client.port()).is_some() {
+        assert!(
+            since.elapsed() < Duration::from_secs(1),
+            "the server's end is left open after its close (FIN_WAIT1, {queued} queued), not reset"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The kernel's state of the loopback socket from port `from` to port `to`, if it has one: the `st`

@@ -57,9 +57,7 @@ impl Deadlines {
             epoch,
         }
     }
-}
 
-impl Deadlines {
     /// The earliest end a sleep waits for.
     pub fn earliest(&self) -> Option<Instant> {
         self.waiting.borrow().first_key_value().map(|(k, _)| k.0)
@@ -192,11 +190,16 @@ mod tests {
         }
     }
 
+    /// A waker that counts its wakes.
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
     #[test]
     fn sleeps_wake_at_their_deadline_and_leave_nothing_when_dropped() {
         let d = Rc::new(Deadlines::new(Instant::now()));
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         let now = Instant::now();
         let mut a = Box::pin(Sleep::new(d.clone(), now + Duration::from_secs(60)));
@@ -230,8 +233,7 @@ mod tests {
     #[test]
     fn sleeps_that_may_share_a_tick_end_on_it_never_before_their_deadline() {
         let d = Rc::new(Deadlines::new(Instant::now()));
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         let (tick, us) = (Duration::from_millis(50), Duration::from_micros(1));
         let grid = crate::kernel::timer::on_grid(Instant::now() + tick, d.epoch, tick);
