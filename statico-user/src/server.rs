@@ -36,6 +36,7 @@ use StartError::{Runtime as Machine, Usage};
 pub fn run(cli: Cli) -> Result<(), StartError> {
     let mut plan = plan(cli)?;
     let fd_limit = crate::kernel::sys::raise_fd_limit();
+    crate::kernel::sys::reserve_fd_table(fd_limit);
     let auto = runtime::resolve(&mut plan.runtime, fd_limit);
     let settings = Arc::new(settings(&plan).map_err(Usage)?);
     let runtime_line = runtime::available(&plan.runtime, fd_limit).map_err(Machine)? + &auto;

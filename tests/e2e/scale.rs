@@ -1,6 +1,7 @@
 //! Many connections at once: 10 000 concurrent keep-alive connections each get their answers, in bounded
 //! memory, and 10 000 idle HTTP/2 connections cost bounded memory each and all close at the idle
-//! timeout; the descriptor limit and the io_uring direct-descriptor table that make that possible.
+//! timeout; the descriptor limit, the descriptor table grown before connections come, and the io_uring
+//! direct-descriptor table that make that possible.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -212,6 +213,28 @@ fn soft_fd_limit_is_raised_to_the_hard_limit() {
     for c in conns.iter_mut() {
         assert_eq!(c.response(false).status, 200);
     }
+}
+
+/// The process's descriptor table is grown to the open-files limit (at most 65 536 slots) at
+/// start-up: grown later, by doubling as connections come, each growth would stop the accepting
+/// worker for an RCU grace period (tens of milliseconds on a VM) in the middle of a burst.
+#[test]
+fn descriptor_table_is_grown_before_connections_come() {
+    let s = Server::start(&["-t", "1"]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let size: u64 = field(&status, "FDSize:").parse().unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid())).unwrap();
+    let soft: u64 = field(&limits, "Max open files").parse().unwrap();
+    assert!(
+        size >= soft.min(65_536),
+        "descriptor table of {size} slots, open-files limit {soft}"
+    );
+}
+
+/// The first number after `label` on its line of a /proc file.
+fn field<'a>(text: &'a str, label: &str) -> &'a str {
+    let line = text.lines().find(|l| l.starts_with(label)).unwrap();
+    line[label.len()..].split_whitespace().next().unwrap()
 }
 
 /// With io_uring, connections are accepted as direct descriptors into the ring's registered file table:

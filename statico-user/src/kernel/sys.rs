@@ -46,6 +46,38 @@ pub fn raise_fd_limit() -> u64 {
     limit
 }
 
+/// The most descriptor slots [`reserve_fd_table`] makes room for at start-up (about 8 bytes each).
+#[cfg(target_os = "linux")]
+const MAX_RESERVED_FDS: u64 = 1 << 16;
+
+/// Grows this process's descriptor table to `limit` slots (at most [`MAX_RESERVED_FDS`]) before
+/// the workers take connections. The kernel grows the table by doubling as descriptors are taken,
+/// and in a process of several threads each doubling waits for an RCU grace period (`expand_files`
+/// → `synchronize_rcu`, 10–20 ms on a VM) with the accepting worker stopped inside `accept4`; a
+/// burst of 1 000 new connections took five of them, and stream events due meanwhile went tens of
+/// milliseconds late. The kernel never shrinks the table, so this is paid once, here.
+#[cfg(target_os = "linux")]
+pub fn reserve_fd_table(limit: u64) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let Ok(top) = libc::c_int::try_from(limit.min(MAX_RESERVED_FDS).saturating_sub(1)) else {
+        return;
+    };
+    let Ok(null) = std::fs::File::open("/dev/null") else {
+        return;
+    };
+    // SAFETY: F_DUPFD_CLOEXEC duplicates an open descriptor of ours onto the lowest free number at
+    // or above `top`, closing none; the new descriptor is owned below and closed at once.
+    let fd = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD_CLOEXEC, top) };
+    if fd >= 0 {
+        // SAFETY: `fd` was just returned by fcntl: open, and owned by nothing else.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+}
+
+/// Elsewhere the table's growth waits for no grace period: nothing to reserve.
+#[cfg(not(target_os = "linux"))]
+pub fn reserve_fd_table(_: u64) {}
+
 /// The most open files the soft limit can be raised to: the hard limit.
 #[cfg(all(unix, not(target_os = "macos")))]
 fn fd_ceiling(hard: libc::rlim_t) -> libc::rlim_t {
