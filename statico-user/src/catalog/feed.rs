@@ -63,21 +63,24 @@ impl Feed {
     }
 
     /// Appends event `i`, its payload written by `payload`, framed: the payload goes straight into
-    /// `out`, and an SSE payload's newlines become `data:` lines there.
+    /// `out`, and each line of an SSE payload becomes a `data:` line there (a line ends at CRLF, LF
+    /// or CR, as an SSE parser reads it).
     fn frame(self, i: u32, out: &mut Vec<u8>, payload: impl FnOnce(&mut Vec<u8>)) {
         match self {
             Feed::Sse => {
                 let _ = write!(out, "id: {i}\ndata: ");
                 let start = out.len();
                 payload(out);
-                if out[start..].contains(&b'\n') {
-                    let lines = out.split_off(start);
-                    for (n, line) in lines.split(|&b| b == b'\n').enumerate() {
-                        if n > 0 {
-                            out.extend_from_slice(b"\ndata: ");
-                        }
-                        out.extend_from_slice(line);
+                if out[start..].iter().any(|&b| b == b'\n' || b == b'\r') {
+                    let text = out.split_off(start);
+                    let mut rest = &text[..];
+                    while let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+                        out.extend_from_slice(&rest[..end]);
+                        out.extend_from_slice(b"\ndata: ");
+                        let crlf = rest[end..].starts_with(b"\r\n");
+                        rest = &rest[end + if crlf { 2 } else { 1 }..];
                     }
+                    out.extend_from_slice(rest);
                 }
                 out.extend_from_slice(b"\n\n");
             }
@@ -170,8 +173,10 @@ impl EventSource {
     /// number), and a seed for the rest.
     pub fn choose(&self, last_event_id: Option<&[u8]>, draw: &mut impl Rng) -> StreamDraw {
         let from = last_event_id
-            .and_then(|id| std::str::from_utf8(id).ok()?.trim().parse::<u32>().ok())
-            .map_or(0, |id| id.saturating_add(1));
+            .and_then(|id| std::str::from_utf8(id).ok()?.trim().parse::<u64>().ok())
+            .map_or(0, |id| {
+                u32::try_from(id.saturating_add(1)).unwrap_or(u32::MAX)
+            });
         StreamDraw {
             events: self.events.sample(draw),
             from,
@@ -252,6 +257,21 @@ mod tests {
             &Bytes::new(),
         );
         assert_eq!(events(&lines, 7..8, false), "id: 7\ndata: a\ndata: b\n\n");
+        let ends = EventSource::new(
+            &StreamSpec {
+                feed: Feed::Sse,
+                events: Count::Fixed(1),
+                first: None,
+                gap: None,
+                event: EventSpec::Text("a\rb\r\nc\n\rd".into()),
+            },
+            &Bytes::new(),
+        );
+        assert_eq!(
+            events(&ends, 0..1, false),
+            "id: 0\ndata: a\ndata: b\ndata: c\ndata: \ndata: d\n\n",
+            "CR, CRLF and LF each end a line"
+        );
     }
 
     #[test]
@@ -262,6 +282,13 @@ mod tests {
         assert_eq!(events(&s, 3..5, false), "{\"i\":3}\n{\"i\":4}\n");
         let ignored = s.choose(Some(b"x"), &mut SmallRng::seed_from_u64(0));
         assert_eq!(ignored.from, 0);
+        for past in ["4", "4294967295", "4294967296", "18446744073709551615"] {
+            let done = s.choose(Some(past.as_bytes()), &mut SmallRng::seed_from_u64(0));
+            assert!(
+                done.from >= 5,
+                "Last-Event-ID {past} is past the last event"
+            );
+        }
     }
 
     #[test]
