@@ -1712,6 +1712,56 @@ fn with_capacity_1_an_http2_stream_the_client_cancels_frees_the_slot_at_once() {
     assert_eq!((outcome(e, "gone"), outcome(e, "200")), (1, 1), "{e}");
 }
 
+#[test]
+fn with_capacity_1_a_client_that_leaves_a_whole_answer_frees_the_slot_at_once() {
+    let _quiet = quiet();
+    // 50 tokens 100 ms apart: a whole answer would hold the slot for 5 s.
+    let s = start(
+        &["/v1/* openai=on tokens=50 gap=100ms capacity=1"],
+        &["--http2"],
+    );
+    let long = Kind::Completion.body(json!({"max_tokens": 100}));
+    let short = Kind::Completion.body(json!({"max_tokens": 1}));
+    let running = |n: f64| [("vllm:num_requests_running", n)];
+    // Over HTTP/1.1 the client closes its connection; the next request is served at once.
+    let mut first = Wire::open(&s);
+    first.send(&post("/v1/completions", &long));
+    metrics_when(&s, "statico", &running(1.0)).unwrap();
+    drop(first);
+    let left = Instant::now();
+    metrics_when(&s, "statico", &running(0.0)).unwrap();
+    let (r, _) = ask(&s, "/v1/completions", &short);
+    assert_eq!(r.status, 200);
+    assert!(
+        left.elapsed() < ms(1000),
+        "the next answer {:?} after the first client left (its answer had ~5 s to go)",
+        left.elapsed()
+    );
+    // Over HTTP/2 the client cancels its stream (dropping its answer to come).
+    let addr = s.addr;
+    let waited = runtime().block_on(async move {
+        let (client, _) = h2_connect(addr).await;
+        let first = h2_send(client.clone(), "/v1/completions", &long).await;
+        let early = tokio::time::timeout(ms(300), first).await;
+        assert!(early.is_err(), "a 5 s answer came within 300 ms");
+        let left = Instant::now();
+        let second = h2_send(client, "/v1/completions", &short).await;
+        let head = tokio::time::timeout(WAIT, second).await.expect("a head");
+        let mut body = head.expect("a head").into_body();
+        let out = h2_body(&mut body, left).await;
+        assert!(out.error.is_none(), "the answer: {:?}", out.error);
+        left.elapsed()
+    });
+    assert!(
+        waited < ms(1000),
+        "the next answer {waited:?} after the first was cancelled (its answer had ~5 s to go)"
+    );
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 2);
+    let e = entry(&t, "/v1/*");
+    assert_eq!((outcome(e, "gone"), outcome(e, "200")), (2, 2), "{e}");
+    metrics_when(&s, "statico", &running(0.0)).unwrap();
+}
+
 // ---- Start-up errors ----
 
 #[test]

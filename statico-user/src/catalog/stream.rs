@@ -44,12 +44,14 @@ pub struct StreamAnswer {
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
-/// its route has a load model, its `gone` outcome, the answer it gets if its pool sheds it with a
-/// status, and where its ticket's id comes from.
+/// its route has a load model, its `gone` outcome, whether its requests are an inference server's
+/// (an openai route's: aborted when their client leaves), the answer it gets if its pool sheds it
+/// with a status, and where its ticket's id comes from.
 #[derive(Clone, Debug)]
 pub struct Admission {
     pub loads: Option<std::sync::Arc<Loads>>,
     pub gone: u8,
+    pub inference: bool,
     pub shed: Option<StreamAnswer>,
     pub tickets: TicketIds,
 }
@@ -77,7 +79,8 @@ impl Admission {
         (now, sequence): (std::time::Instant, bool),
     ) -> Ticket {
         let ticket = Ticket::new(recorder, key, drawn, self.gone, now, self.tickets.next())
-            .for_sequence(sequence);
+            .for_sequence(sequence)
+            .for_inference(self.inference);
         match &self.loads {
             Some(loads) => loads.admit(ticket, now),
             None => ticket,

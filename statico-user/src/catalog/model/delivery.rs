@@ -1080,12 +1080,18 @@ mod tests {
 
         /// A request complete at `now`, served for `service`, whose shed answer has a body of 3.
         fn delivery(&self, service: Duration, now: Instant) -> Delivery {
+            self.whole(service, now, false)
+        }
+
+        /// As [`Pooled::delivery`], an inference request's (an openai route's whole answer) if
+        /// `inference`.
+        fn whole(&self, service: Duration, now: Instant, inference: bool) -> Delivery {
             let key = TruthKey {
                 generation: self.truth.generation(),
                 ..KEY
             };
             let recorder = Recorder::new(self.truth.clone(), 0);
-            let ticket = Ticket::new(recorder, key, service, 1, now, 0);
+            let ticket = Ticket::new(recorder, key, service, 1, now, 0).for_inference(inference);
             let ticket = self.loads.admit(ticket, now);
             let hold = Hold {
                 delay: service,
@@ -1239,6 +1245,33 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(p.outcomes().contains("\"gone\":1"), "{}", p.outcomes());
+    }
+
+    #[test]
+    fn a_whole_answer_left_in_service_keeps_its_server_unless_it_is_an_inference_request() {
+        for inference in [false, true] {
+            let p = Pooled::new(1, None, None);
+            let t0 = Instant::now();
+            let mut first = p.whole(Duration::from_secs(1), t0, inference);
+            let mut second = p.delivery(5 * MS, t0);
+            let mut now = t0;
+            let served = first.next(&mut now, usize::MAX);
+            assert_eq!(served, Step::Wait(t0 + Duration::from_secs(1)));
+            assert!(matches!(second.next(&mut now, usize::MAX), Step::Queued(_)));
+            drop(first);
+            let mut later = Instant::now();
+            let step = second.next(&mut later, usize::MAX);
+            match inference {
+                // Aborted: the second is served from the moment the first's client left.
+                true => assert!(
+                    matches!(step, Step::Wait(at) if at <= later + 5 * MS),
+                    "{step:?}"
+                ),
+                // Kept to the end of its service: the second waits for it.
+                false => assert!(matches!(step, Step::Queued(_)), "{step:?}"),
+            }
+            assert!(p.outcomes().contains("\"gone\":1"), "{}", p.outcomes());
+        }
     }
 
     #[test]

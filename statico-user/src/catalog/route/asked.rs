@@ -6,8 +6,10 @@
 //!
 //! A completion is scheduled like any held route answer: its ticket takes its pool's server (the
 //! inference server's `max-num-seqs`) for its delay, and a stream, a sequence, keeps it through
-//! its tokens. An answer refused before any token (a 4xx of the API's own) and the model list
-//! are answered at once, without a ticket, as an inference server validates before it schedules.
+//! its tokens; whole or streamed, it is aborted when its client leaves, its server freed at once
+//! ([`crate::catalog::stream::Admission::inference`]). An answer refused before any token (a 4xx
+//! of the API's own) and the model list are answered at once, without a ticket, as an inference
+//! server validates before it schedules.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -672,6 +672,7 @@ impl Route {
         Admission {
             loads: self.loaded.then(|| loads.clone()),
             gone: self.gone_outcome(),
+            inference: self.openai.is_some(),
             shed,
             tickets: tickets.clone(),
         }
