@@ -2044,6 +2044,58 @@ fn vllm_counters_count_the_tokens_and_e2e_latency_every_request() {
 }
 
 #[test]
+fn vllm_e2e_latency_leaves_out_requests_refused_before_they_are_scheduled() {
+    let _quiet = quiet();
+    let s = after_three_whole_answers_and_two_streams();
+    let mut w = Wire::open(&s);
+    w.send(&post("/v1/completions", "not json"));
+    assert_eq!(w.whole().status, 400);
+    w.send(&post("/v1/embeddings", "{}"));
+    assert_eq!(w.whole().status, 404);
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "404") >= 1);
+    let e = entry(&t, "/v1/*");
+    assert_eq!((outcome(e, "400"), outcome(e, "200")), (1, 5), "{e}");
+    let want = [
+        ("vllm:e2e_request_latency_seconds_count", 5.0),
+        ("vllm:generation_tokens_total", 20.0),
+    ];
+    metrics_when(&s, "m1", &want).unwrap();
+}
+
+#[test]
+fn a_whole_answer_whose_client_left_counts_no_completion_tokens() {
+    let _quiet = quiet();
+    // 30 tokens 100 ms apart: a whole answer goes after 3 s.
+    let s = start(&["/v1/* openai=on tokens=30 gap=100ms"], &["--http2"]);
+    let long = Kind::Completion.body(json!({"max_tokens": 100}));
+    // One client leaves over HTTP/1.1, one cancels its HTTP/2 stream, both before their answers.
+    let mut first = Wire::open(&s);
+    first.send(&post("/v1/completions", &long));
+    assert!(first.quiet_for(ms(200)), "a 3 s answer came within 200 ms");
+    drop(first);
+    let addr = s.addr;
+    runtime().block_on(async move {
+        let (client, _) = h2_connect(addr).await;
+        let second = h2_send(client, "/v1/completions", &long).await;
+        let early = tokio::time::timeout(ms(200), second).await;
+        assert!(early.is_err(), "a 3 s answer came within 200 ms");
+    });
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "gone") >= 2);
+    let (r, v) = ask(
+        &s,
+        "/v1/completions",
+        &Kind::Completion.body(json!({"max_tokens": 2})),
+    );
+    assert_eq!(whole_answer(Kind::Completion, &r, &v).tokens.len(), 2);
+    let left = num(&entry(&t, "/v1/*")["stream"], &["completion_tokens"]);
+    assert_eq!(left, 0.0, "the tokens of two answers never given: {t}");
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 1);
+    let e = entry(&t, "/v1/*");
+    assert_eq!(num(&e["stream"], &["completion_tokens"]), 2.0, "{e}");
+    metrics_when(&s, "statico", &[("vllm:generation_tokens_total", 2.0)]).unwrap();
+}
+
+#[test]
 fn a_client_that_never_reads_a_long_stream_holds_bounded_memory() {
     // 100 000 tokens (the most an answer has) due at once, each chunk 1 KB with the model's name it
     // echoes: 100 MB of chunks if the server made them faster than the client takes them.

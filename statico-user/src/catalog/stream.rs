@@ -68,19 +68,21 @@ impl Admission {
         Some(shed)
     }
 
-    /// The ticket of a request whose answer `key` (held for `drawn` before its head, a
+    /// The ticket of a request whose answer `key` (held as `hold` says before its head, a
     /// `sequence`'s if it is a stream of events) is complete at `now`: through the route's load
     /// state if it has one, else served at once — for HTTP/1.1 and the streams alike.
     pub fn ticket(
         &self,
         key: TruthKey,
-        drawn: std::time::Duration,
+        hold: &Hold,
         recorder: Recorder,
         (now, sequence): (std::time::Instant, bool),
     ) -> Ticket {
-        let ticket = Ticket::new(recorder, key, drawn, self.gone, now, self.tickets.next())
+        let id = self.tickets.next();
+        let ticket = Ticket::new(recorder, key, hold.delay, self.gone, now, id)
             .for_sequence(sequence)
-            .for_inference(self.inference);
+            .for_inference(self.inference)
+            .giving(hold.tokens);
         match &self.loads {
             Some(loads) => loads.admit(ticket, now),
             None => ticket,
@@ -229,7 +231,7 @@ impl StreamAnswer {
     fn admit(&self, now: std::time::Instant, sequence: bool) -> Option<Ticket> {
         let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
         let recorder = self.recorder.clone()?;
-        Some(admission.ticket(key, self.hold.delay, recorder, (now, sequence)))
+        Some(admission.ticket(key, &self.hold, recorder, (now, sequence)))
     }
 
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {

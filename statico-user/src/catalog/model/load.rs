@@ -151,6 +151,8 @@ pub struct Ticket {
     sequence: bool,
     /// An inference request's (an openai route's): its client leaving aborts it.
     inference: bool,
+    /// The output tokens a whole answer gives out, counted when it is answered.
+    tokens: u64,
     /// Set when the route has a load model: where to give back the in-flight count.
     loads: Option<Arc<Loads>>,
     /// Its place in the route's pool.
@@ -181,6 +183,7 @@ impl Ticket {
             delay,
             sequence: false,
             inference: false,
+            tokens: 0,
             loads: None,
             slot: None,
             gone,
@@ -201,6 +204,13 @@ impl Ticket {
     /// or whole). Before [`Loads::admit`].
     pub fn for_inference(mut self, inference: bool) -> Ticket {
         self.inference = inference;
+        self
+    }
+
+    /// The same ticket, its answer a whole one of `tokens` output tokens (an openai route's),
+    /// counted when it is answered — not if its client leaves first or it is shed.
+    pub fn giving(mut self, tokens: u64) -> Ticket {
+        self.tokens = tokens;
         self
     }
 
@@ -297,6 +307,9 @@ impl Ticket {
                 let wait = pooled.then(|| start.saturating_duration_since(self.arrived));
                 let drawn = self.delay.saturating_add(tail);
                 self.record(self.key.outcome, Some(drawn), wait, held);
+                if self.tokens > 0 {
+                    self.recorder.record_tokens(self.key, 0, self.tokens);
+                }
                 match self.pool() {
                     Some(pool) if due > now => pool.cut_short(due, now),
                     Some(pool) => pool.advance(now),

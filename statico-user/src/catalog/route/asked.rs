@@ -145,6 +145,7 @@ impl Asking {
             },
             false => Hold {
                 delay: (choice.hold.delay + reply.wait).min(LONGEST_HOLD),
+                tokens: reply.tokens.1,
                 ..choice.hold
             },
         };
@@ -220,12 +221,13 @@ impl Asked {
         }
     }
 
-    /// Records the answer's tokens (a counted answer's: not a copy written for `-v`'s dump).
+    /// Records the prompt's tokens (a counted answer's: not a copy written for `-v`'s dump); a
+    /// whole answer's own are counted by its ticket when it is given out ([`Hold::tokens`]).
     fn record_tokens(&self, recorder: Option<&Recorder>) {
-        let (prompt, whole) = self.reply.tokens;
+        let (prompt, _) = self.reply.tokens;
         if let (Some(recorder), Some(key)) = (recorder, self.choice.hold.truth) {
-            if prompt + whole > 0 {
-                recorder.record_tokens(key, prompt, whole);
+            if prompt > 0 {
+                recorder.record_tokens(key, prompt, 0);
             }
         }
     }
