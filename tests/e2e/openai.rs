@@ -1712,6 +1712,56 @@ fn with_capacity_1_an_http2_stream_the_client_cancels_frees_the_slot_at_once() {
     assert_eq!((outcome(e, "gone"), outcome(e, "200")), (1, 1), "{e}");
 }
 
+#[test]
+fn with_capacity_1_a_client_that_leaves_a_whole_answer_frees_the_slot_at_once() {
+    let _quiet = quiet();
+    // 50 tokens 100 ms apart: a whole answer would hold the slot for 5 s.
+    let s = start(
+        &["/v1/* openai=on tokens=50 gap=100ms capacity=1"],
+        &["--http2"],
+    );
+    let long = Kind::Completion.body(json!({"max_tokens": 100}));
+    let short = Kind::Completion.body(json!({"max_tokens": 1}));
+    let running = |n: f64| [("vllm:num_requests_running", n)];
+    // Over HTTP/1.1 the client closes its connection; the next request is served at once.
+    let mut first = Wire::open(&s);
+    first.send(&post("/v1/completions", &long));
+    metrics_when(&s, "statico", &running(1.0)).unwrap();
+    drop(first);
+    let left = Instant::now();
+    metrics_when(&s, "statico", &running(0.0)).unwrap();
+    let (r, _) = ask(&s, "/v1/completions", &short);
+    assert_eq!(r.status, 200);
+    assert!(
+        left.elapsed() < ms(1000),
+        "the next answer {:?} after the first client left (its answer had ~5 s to go)",
+        left.elapsed()
+    );
+    // Over HTTP/2 the client cancels its stream (dropping its answer to come).
+    let addr = s.addr;
+    let waited = runtime().block_on(async move {
+        let (client, _) = h2_connect(addr).await;
+        let first = h2_send(client.clone(), "/v1/completions", &long).await;
+        let early = tokio::time::timeout(ms(300), first).await;
+        assert!(early.is_err(), "a 5 s answer came within 300 ms");
+        let left = Instant::now();
+        let second = h2_send(client, "/v1/completions", &short).await;
+        let head = tokio::time::timeout(WAIT, second).await.expect("a head");
+        let mut body = head.expect("a head").into_body();
+        let out = h2_body(&mut body, left).await;
+        assert!(out.error.is_none(), "the answer: {:?}", out.error);
+        left.elapsed()
+    });
+    assert!(
+        waited < ms(1000),
+        "the next answer {waited:?} after the first was cancelled (its answer had ~5 s to go)"
+    );
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 2);
+    let e = entry(&t, "/v1/*");
+    assert_eq!((outcome(e, "gone"), outcome(e, "200")), (2, 2), "{e}");
+    metrics_when(&s, "statico", &running(0.0)).unwrap();
+}
+
 // ---- Start-up errors ----
 
 #[test]
@@ -1991,6 +2041,58 @@ fn vllm_counters_count_the_tokens_and_e2e_latency_every_request() {
         sum >= drawn - 0.001 && sum < drawn + 0.1,
         "e2e sum {sum} s, drawn {drawn} s"
     );
+}
+
+#[test]
+fn vllm_e2e_latency_leaves_out_requests_refused_before_they_are_scheduled() {
+    let _quiet = quiet();
+    let s = after_three_whole_answers_and_two_streams();
+    let mut w = Wire::open(&s);
+    w.send(&post("/v1/completions", "not json"));
+    assert_eq!(w.whole().status, 400);
+    w.send(&post("/v1/embeddings", "{}"));
+    assert_eq!(w.whole().status, 404);
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "404") >= 1);
+    let e = entry(&t, "/v1/*");
+    assert_eq!((outcome(e, "400"), outcome(e, "200")), (1, 5), "{e}");
+    let want = [
+        ("vllm:e2e_request_latency_seconds_count", 5.0),
+        ("vllm:generation_tokens_total", 20.0),
+    ];
+    metrics_when(&s, "m1", &want).unwrap();
+}
+
+#[test]
+fn a_whole_answer_whose_client_left_counts_no_completion_tokens() {
+    let _quiet = quiet();
+    // 30 tokens 100 ms apart: a whole answer goes after 3 s.
+    let s = start(&["/v1/* openai=on tokens=30 gap=100ms"], &["--http2"]);
+    let long = Kind::Completion.body(json!({"max_tokens": 100}));
+    // One client leaves over HTTP/1.1, one cancels its HTTP/2 stream, both before their answers.
+    let mut first = Wire::open(&s);
+    first.send(&post("/v1/completions", &long));
+    assert!(first.quiet_for(ms(200)), "a 3 s answer came within 200 ms");
+    drop(first);
+    let addr = s.addr;
+    runtime().block_on(async move {
+        let (client, _) = h2_connect(addr).await;
+        let second = h2_send(client, "/v1/completions", &long).await;
+        let early = tokio::time::timeout(ms(200), second).await;
+        assert!(early.is_err(), "a 3 s answer came within 200 ms");
+    });
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "gone") >= 2);
+    let (r, v) = ask(
+        &s,
+        "/v1/completions",
+        &Kind::Completion.body(json!({"max_tokens": 2})),
+    );
+    assert_eq!(whole_answer(Kind::Completion, &r, &v).tokens.len(), 2);
+    let left = num(&entry(&t, "/v1/*")["stream"], &["completion_tokens"]);
+    assert_eq!(left, 0.0, "the tokens of two answers never given: {t}");
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "200") >= 1);
+    let e = entry(&t, "/v1/*");
+    assert_eq!(num(&e["stream"], &["completion_tokens"]), 2.0, "{e}");
+    metrics_when(&s, "statico", &[("vllm:generation_tokens_total", 2.0)]).unwrap();
 }
 
 #[test]

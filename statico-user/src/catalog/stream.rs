@@ -44,12 +44,14 @@ pub struct StreamAnswer {
 }
 
 /// What a route's held stream answer needs for its [`Ticket`]: the routes' shared load state when
-/// its route has a load model, its `gone` outcome, the answer it gets if its pool sheds it with a
-/// status, and where its ticket's id comes from.
+/// its route has a load model, its `gone` outcome, whether its requests are an inference server's
+/// (an openai route's: aborted when their client leaves), the answer it gets if its pool sheds it
+/// with a status, and where its ticket's id comes from.
 #[derive(Clone, Debug)]
 pub struct Admission {
     pub loads: Option<std::sync::Arc<Loads>>,
     pub gone: u8,
+    pub inference: bool,
     pub shed: Option<StreamAnswer>,
     pub tickets: TicketIds,
 }
@@ -66,18 +68,21 @@ impl Admission {
         Some(shed)
     }
 
-    /// The ticket of a request whose answer `key` (held for `drawn` before its head, a
+    /// The ticket of a request whose answer `key` (held as `hold` says before its head, a
     /// `sequence`'s if it is a stream of events) is complete at `now`: through the route's load
     /// state if it has one, else served at once — for HTTP/1.1 and the streams alike.
     pub fn ticket(
         &self,
         key: TruthKey,
-        drawn: std::time::Duration,
+        hold: &Hold,
         recorder: Recorder,
         (now, sequence): (std::time::Instant, bool),
     ) -> Ticket {
-        let ticket = Ticket::new(recorder, key, drawn, self.gone, now, self.tickets.next())
-            .for_sequence(sequence);
+        let id = self.tickets.next();
+        let ticket = Ticket::new(recorder, key, hold.delay, self.gone, now, id)
+            .for_sequence(sequence)
+            .for_inference(self.inference)
+            .giving(hold.tokens);
         match &self.loads {
             Some(loads) => loads.admit(ticket, now),
             None => ticket,
@@ -226,7 +231,7 @@ impl StreamAnswer {
     fn admit(&self, now: std::time::Instant, sequence: bool) -> Option<Ticket> {
         let (admission, key) = (self.admission.as_ref()?, self.hold.truth?);
         let recorder = self.recorder.clone()?;
-        Some(admission.ticket(key, self.hold.delay, recorder, (now, sequence)))
+        Some(admission.ticket(key, &self.hold, recorder, (now, sequence)))
     }
 
     pub fn set_date(&mut self, date: &[u8; DATE_LEN]) {

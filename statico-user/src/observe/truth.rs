@@ -77,6 +77,9 @@ pub struct RouteInfo {
     /// An OpenAI-compatible backend's (`openai=on`): the model it names first, the `model_name`
     /// of its vLLM metrics. Its tokens are counted.
     pub model: Option<String>,
+    /// An openai route's: the outcome of its first refusal of its own (400, then 404 and 405),
+    /// answered before it is scheduled — which vLLM's end-to-end latency does not count.
+    pub refusals: Option<usize>,
     /// A gRPC route's or built-in method's: each outcome's `grpc-status` number, for those that are
     /// statuses (the `grpc_status` label); empty for another route.
     pub grpc_status: Vec<Option<u16>>,
@@ -168,7 +171,7 @@ pub struct StreamTruth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u64>,
     /// An openai route's output tokens given out: its streams' events and its whole answers'
-    /// tokens.
+    /// tokens (none of a whole answer whose client left before it was given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u64>,
 }
@@ -256,6 +259,15 @@ struct StreamTally {
     first: Histogram<u64>,
     gap: Histogram<u64>,
     late: Histogram<u64>,
+    /// The time held of the requests scheduled: an openai route's refusals left out.
+    e2e: Histogram<u64>,
+}
+
+impl RouteInfo {
+    /// Whether `outcome` is one of an openai route's refusals (see [`RouteInfo::refusals`]).
+    fn refused(&self, outcome: usize) -> bool {
+        (self.refusals).is_some_and(|first| (first..first + 3).contains(&outcome))
+    }
 }
 
 impl StreamTally {
@@ -268,15 +280,21 @@ impl StreamTally {
             first: empty_histogram(),
             gap: empty_histogram(),
             late: empty_histogram(),
+            e2e: empty_histogram(),
         }
     }
 
-    fn histograms_mut(&mut self) -> [&mut Histogram<u64>; 3] {
-        [&mut self.first, &mut self.gap, &mut self.late]
+    fn histograms_mut(&mut self) -> [&mut Histogram<u64>; 4] {
+        [
+            &mut self.first,
+            &mut self.gap,
+            &mut self.late,
+            &mut self.e2e,
+        ]
     }
 
-    fn histograms(&self) -> [&Histogram<u64>; 3] {
-        [&self.first, &self.gap, &self.late]
+    fn histograms(&self) -> [&Histogram<u64>; 4] {
+        [&self.first, &self.gap, &self.late, &self.e2e]
     }
 
     fn subtract(&mut self, other: &StreamTally) {
@@ -548,9 +566,13 @@ impl GroundTruth {
         held: Duration,
     ) {
         if let Some(mut slot) = self.slot(recorder, route) {
+            let scheduled = !self.routes[route].info.refused(outcome);
             let tally = self.tally(&mut slot, route);
             tally.count(outcome);
             tally.held.saturating_record(nanos(held));
+            if let Some(stream) = tally.stream.as_mut().filter(|_| scheduled) {
+                stream.e2e.saturating_record(nanos(held));
+            }
             if let Some(drawn) = drawn {
                 let scheduled = drawn + wait.unwrap_or_default();
                 tally.drawn.saturating_record(nanos(drawn));
@@ -586,8 +608,8 @@ impl GroundTruth {
         }
     }
 
-    /// An openai route made an answer for a prompt of `prompt` tokens, `whole` of its tokens in a
-    /// whole answer (a stream's are counted as its events).
+    /// An openai route made an answer for a prompt of `prompt` tokens, or gave out a whole answer
+    /// of `whole` tokens (a stream's are counted as its events).
     pub fn record_tokens(&self, recorder: usize, route: usize, prompt: u64, whole: u64) {
         if let Some(mut slot) = self.slot(recorder, route) {
             if let Some(stream) = self.tally(&mut slot, route).stream.as_mut() {
@@ -848,7 +870,8 @@ impl GroundTruth {
     /// token counters; and as histograms, the drawn wait from the head to the first token
     /// (`vllm:time_to_first_token_seconds`), the drawn gaps (`vllm:inter_token_latency_seconds`)
     /// and the time held, from the request's last byte to the last token
-    /// (`vllm:e2e_request_latency_seconds`). Nothing when no route is one.
+    /// (`vllm:e2e_request_latency_seconds`, of the requests scheduled: not those refused before).
+    /// Nothing when no route is one.
     fn vllm_families(&self, merged: &[Tally]) -> Vec<Family> {
         let served: Vec<Served> = (self.routes.iter().zip(merged).enumerate())
             .filter_map(|(i, (route, tally))| {
@@ -914,8 +937,8 @@ impl GroundTruth {
             ),
             (
                 "vllm:e2e_request_latency_seconds",
-                "Time held, from the request's last byte to its last token.",
-                |t, _| &t.held,
+                "Time held, from the request's last byte to its last token (requests refused before they are scheduled left out).",
+                |_, s| &s.e2e,
             ),
         ];
         let bounds_ns = bucket_bounds_ns(None);
@@ -1240,6 +1263,7 @@ mod tests {
             streamed: false,
             pool: None,
             model: None,
+            refusals: None,
             grpc_status: Vec::new(),
         }
     }
@@ -1634,6 +1658,31 @@ mod tests {
             "# TYPE statico_routes_generation gauge\nstatico_routes_generation 3\n",
             "statico_pauses_total 2\n",
             "statico_paused_seconds_total 1.234567\n",
+        ] {
+            assert!(page.contains(line), "{line} in {page}");
+        }
+    }
+
+    #[test]
+    fn vllm_end_to_end_latency_leaves_out_an_openai_routes_refusals() {
+        let outcomes = ["200", "gone", "400", "404", "405"];
+        let info = RouteInfo {
+            streamed: true,
+            model: Some("m".into()),
+            refusals: Some(2),
+            ..route("/v1/*", &outcomes, None)
+        };
+        let truth = GroundTruth::new(vec![info], 1);
+        let held = Duration::from_millis(30);
+        for outcome in 0..outcomes.len() {
+            truth.record_sample(0, 0, outcome, Some(held), None, held);
+        }
+        let mut page = String::new();
+        truth.prometheus(&mut page);
+        for line in [
+            "vllm:e2e_request_latency_seconds_count{model_name=\"m\"} 2\n",
+            "statico_route_held_seconds_count{route=\"/v1/*\"} 5\n",
+            "statico_route_requests_total{route=\"/v1/*\",outcome=\"404\"} 1\n",
         ] {
             assert!(page.contains(line), "{line} in {page}");
         }

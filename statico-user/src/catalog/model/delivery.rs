@@ -812,6 +812,7 @@ mod tests {
             streamed: true,
             pool: None,
             model: None,
+            refusals: None,
             grpc_status: Vec::new(),
         };
         Arc::new(GroundTruth::new(vec![route], 1))
@@ -1067,6 +1068,7 @@ mod tests {
                 streamed: false,
                 pool: Some(0),
                 model: None,
+                refusals: None,
                 grpc_status: Vec::new(),
             };
             Pooled {
@@ -1080,12 +1082,18 @@ mod tests {
 
         /// A request complete at `now`, served for `service`, whose shed answer has a body of 3.
         fn delivery(&self, service: Duration, now: Instant) -> Delivery {
+            self.whole(service, now, false)
+        }
+
+        /// As [`Pooled::delivery`], an inference request's (an openai route's whole answer) if
+        /// `inference`.
+        fn whole(&self, service: Duration, now: Instant, inference: bool) -> Delivery {
             let key = TruthKey {
                 generation: self.truth.generation(),
                 ..KEY
             };
             let recorder = Recorder::new(self.truth.clone(), 0);
-            let ticket = Ticket::new(recorder, key, service, 1, now, 0);
+            let ticket = Ticket::new(recorder, key, service, 1, now, 0).for_inference(inference);
             let ticket = self.loads.admit(ticket, now);
             let hold = Hold {
                 delay: service,
@@ -1239,6 +1247,79 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(p.outcomes().contains("\"gone\":1"), "{}", p.outcomes());
+    }
+
+    #[test]
+    fn a_whole_answer_left_in_service_keeps_its_server_unless_it_is_an_inference_request() {
+        for inference in [false, true] {
+            let p = Pooled::new(1, None, None);
+            let t0 = Instant::now();
+            let mut first = p.whole(Duration::from_secs(1), t0, inference);
+            let mut second = p.delivery(5 * MS, t0);
+            let mut now = t0;
+            let served = first.next(&mut now, usize::MAX);
+            assert_eq!(served, Step::Wait(t0 + Duration::from_secs(1)));
+            assert!(matches!(second.next(&mut now, usize::MAX), Step::Queued(_)));
+            drop(first);
+            let mut later = Instant::now();
+            let step = second.next(&mut later, usize::MAX);
+            match inference {
+                // Aborted: the second is served from the moment the first's client left.
+                true => assert!(
+                    matches!(step, Step::Wait(at) if at <= later + 5 * MS),
+                    "{step:?}"
+                ),
+                // Kept to the end of its service: the second waits for it.
+                false => assert!(matches!(step, Step::Queued(_)), "{step:?}"),
+            }
+            assert!(p.outcomes().contains("\"gone\":1"), "{}", p.outcomes());
+        }
+    }
+
+    #[test]
+    fn a_whole_answers_tokens_count_when_it_is_given_out_and_not_when_its_client_left() {
+        let route = RouteInfo {
+            name: "POST /v1/*".into(),
+            phase: None,
+            outcomes: ["200", "gone"].map(String::from).to_vec(),
+            expected: None,
+            pooled: false,
+            streamed: true,
+            pool: None,
+            model: Some("m".into()),
+            refusals: None,
+            grpc_status: Vec::new(),
+        };
+        let truth = Arc::new(GroundTruth::new(vec![route], 1));
+        let key = TruthKey {
+            generation: truth.generation(),
+            ..KEY
+        };
+        let t0 = Instant::now();
+        let whole = |tokens: u64| {
+            let recorder = Recorder::new(truth.clone(), 0);
+            let ticket = Ticket::new(recorder, key, 10 * MS, 1, t0, 0)
+                .for_inference(true)
+                .giving(tokens);
+            let hold = Hold {
+                delay: 10 * MS,
+                truth: Some(key),
+                tokens,
+                ..Hold::default()
+            };
+            Delivery::new(hold, 10, Some(ticket), Some(t0), None)
+        };
+        let completion = || {
+            let json: serde_json::Value = serde_json::from_str(&truth.json()).unwrap();
+            json["routes"][0]["stream"]["completion_tokens"].as_u64()
+        };
+        let mut left = whole(100);
+        let mut now = t0;
+        assert_eq!(left.next(&mut now, usize::MAX), Step::Wait(t0 + 10 * MS));
+        drop(left);
+        assert_eq!(completion(), Some(0), "a whole answer left before it went");
+        drive(&mut whole(7), t0);
+        assert_eq!(completion(), Some(7), "a whole answer given out");
     }
 
     #[test]

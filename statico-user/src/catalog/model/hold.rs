@@ -22,6 +22,10 @@ pub struct Hold {
     pub rate: u64,
     /// Where the ground truth of this answer is recorded (a route's answers only).
     pub truth: Option<TruthKey>,
+    /// The output tokens of an openai route's whole answer: counted in its truth by its ticket
+    /// when the answer is given out, none if its client leaves first (a stream's count as its
+    /// events).
+    pub tokens: u64,
 }
 
 /// A route and the outcome drawn for one request, as the ground truth counts them.
@@ -95,8 +99,8 @@ impl Recorder {
         }
     }
 
-    /// An openai answer `key` was made for a prompt of `prompt` tokens, `whole` of its tokens in
-    /// a whole answer (a stream's count as its events).
+    /// An openai answer `key` was made for a prompt of `prompt` tokens, or a whole answer of
+    /// `whole` tokens was given out (a stream's count as its events).
     pub fn record_tokens(&self, key: TruthKey, prompt: u64, whole: u64) {
         if key.generation == self.truth.generation() {
             (self.truth).record_tokens(self.slot, usize::from(key.route), prompt, whole);

@@ -16,6 +16,11 @@
 //! pool holds its server without an end, and the sequence's end — its last event, a fault, its
 //! client leaving — frees it at that moment.
 //!
+//! A client that leaves in service keeps its server busy to the end of its service time, as a
+//! real server would — unless its ticket *aborts* ([`Ticket::aborts`]): a sequence's (its end is
+//! not known) or an inference request's (an openai route's, streamed or whole, which an inference
+//! server aborts), whose server is freed at once.
+//!
 //! A route without a load model and without a hold never makes a ticket: its hot path is unchanged.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,6 +149,10 @@ pub struct Ticket {
     delay: Duration,
     /// A sequence: it keeps its server past its head, to its end (see the module doc).
     sequence: bool,
+    /// An inference request's (an openai route's): its client leaving aborts it.
+    inference: bool,
+    /// The output tokens a whole answer gives out, counted when it is answered.
+    tokens: u64,
     /// Set when the route has a load model: where to give back the in-flight count.
     loads: Option<Arc<Loads>>,
     /// Its place in the route's pool.
@@ -173,6 +182,8 @@ impl Ticket {
             arrived: now,
             delay,
             sequence: false,
+            inference: false,
+            tokens: 0,
             loads: None,
             slot: None,
             gone,
@@ -189,9 +200,29 @@ impl Ticket {
         self
     }
 
+    /// The same ticket, an inference request's if `inference` (an openai route's answer, streamed
+    /// or whole). Before [`Loads::admit`].
+    pub fn for_inference(mut self, inference: bool) -> Ticket {
+        self.inference = inference;
+        self
+    }
+
+    /// The same ticket, its answer a whole one of `tokens` output tokens (an openai route's),
+    /// counted when it is answered — not if its client leaves first or it is shed.
+    pub fn giving(mut self, tokens: u64) -> Ticket {
+        self.tokens = tokens;
+        self
+    }
+
     /// Whether it is a sequence's.
     pub(super) fn is_sequence(&self) -> bool {
         self.sequence
+    }
+
+    /// Whether its client leaving in service frees its server at once (see the module doc): a
+    /// sequence's, whose end is not known, or an inference request's, which is aborted.
+    pub fn aborts(&self) -> bool {
+        self.sequence || self.inference
     }
 
     /// How long it keeps a server: its delay, or for a sequence until its end (cut short then,
@@ -276,6 +307,9 @@ impl Ticket {
                 let wait = pooled.then(|| start.saturating_duration_since(self.arrived));
                 let drawn = self.delay.saturating_add(tail);
                 self.record(self.key.outcome, Some(drawn), wait, held);
+                if self.tokens > 0 {
+                    self.recorder.record_tokens(self.key, 0, self.tokens);
+                }
                 match self.pool() {
                     Some(pool) if due > now => pool.cut_short(due, now),
                     Some(pool) => pool.advance(now),
@@ -301,8 +335,8 @@ impl Ticket {
     }
 
     /// Its client left at `now`: counted `gone` with the time held and waited so far; it leaves
-    /// the queue, or keeps its server to the end of its service (a sequence frees it at once, as
-    /// an inference server aborts a sequence).
+    /// the queue, or keeps its server to the end of its service — unless it aborts
+    /// ([`Ticket::aborts`]), which frees it at once.
     fn depart(&mut self, now: Instant) {
         let held = now.saturating_duration_since(self.arrived);
         let fate = self.fate();
@@ -315,7 +349,7 @@ impl Ticket {
         if let (Some(pool), Some(slot)) = (self.pool(), &self.slot) {
             match fate {
                 Fate::Waiting { .. } => pool.cancel(slot),
-                Fate::Serving { due, .. } if due > now && self.sequence => pool.cut_short(due, now),
+                Fate::Serving { due, .. } if due > now && self.aborts() => pool.cut_short(due, now),
                 Fate::Serving { due, .. } if due > now => pool.abandon(due),
                 Fate::Serving { .. } => pool.advance(now),
                 _ => {}

@@ -6,8 +6,10 @@
 //!
 //! A completion is scheduled like any held route answer: its ticket takes its pool's server (the
 //! inference server's `max-num-seqs`) for its delay, and a stream, a sequence, keeps it through
-//! its tokens. An answer refused before any token (a 4xx of the API's own) and the model list
-//! are answered at once, without a ticket, as an inference server validates before it schedules.
+//! its tokens; whole or streamed, it is aborted when its client leaves, its server freed at once
+//! ([`crate::catalog::stream::Admission::inference`]). An answer refused before any token (a 4xx
+//! of the API's own) and the model list are answered at once, without a ticket, as an inference
+//! server validates before it schedules.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -143,6 +145,7 @@ impl Asking {
             },
             false => Hold {
                 delay: (choice.hold.delay + reply.wait).min(LONGEST_HOLD),
+                tokens: reply.tokens.1,
                 ..choice.hold
             },
         };
@@ -218,12 +221,13 @@ impl Asked {
         }
     }
 
-    /// Records the answer's tokens (a counted answer's: not a copy written for `-v`'s dump).
+    /// Records the prompt's tokens (a counted answer's: not a copy written for `-v`'s dump); a
+    /// whole answer's own are counted by its ticket when it is given out ([`Hold::tokens`]).
     fn record_tokens(&self, recorder: Option<&Recorder>) {
-        let (prompt, whole) = self.reply.tokens;
+        let (prompt, _) = self.reply.tokens;
         if let (Some(recorder), Some(key)) = (recorder, self.choice.hold.truth) {
-            if prompt + whole > 0 {
-                recorder.record_tokens(key, prompt, whole);
+            if prompt > 0 {
+                recorder.record_tokens(key, prompt, 0);
             }
         }
     }

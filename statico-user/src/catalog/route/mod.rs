@@ -324,7 +324,7 @@ impl Routes {
             return None;
         }
         let admission = route.admission.as_ref()?;
-        Some(admission.ticket(key, choice.hold.delay, recorder.clone(), (now, sequence)))
+        Some(admission.ticket(key, &choice.hold, recorder.clone(), (now, sequence)))
     }
 
     /// What a gRPC route's `choice` becomes for a call whose `grpc-timeout` is `deadline`: the
@@ -672,6 +672,7 @@ impl Route {
         Admission {
             loads: self.loaded.then(|| loads.clone()),
             gone: self.gone_outcome(),
+            inference: self.openai.is_some(),
             shed,
             tickets: tickets.clone(),
         }
@@ -793,6 +794,7 @@ impl Route {
                     outcome: outcome as u8,
                     generation,
                 }),
+                tokens: 0,
             },
             stream,
             asks,
@@ -1272,7 +1274,8 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
     if pooled {
         outcomes.push("shed".into());
     }
-    if spec.openai.is_some() {
+    let refusals = spec.openai.is_some().then_some(outcomes.len());
+    if refusals.is_some() {
         outcomes.extend(["400", "404", "405"].map(String::from));
     }
     if spec.is_grpc() {
@@ -1287,6 +1290,7 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
         },
         outcomes,
         pooled,
+        refusals,
         streamed: spec.stream.is_some() || spec.openai.is_some(),
         pool,
         model: (spec.openai.as_ref()).map(|o| {
@@ -1316,6 +1320,7 @@ fn builtin_info(path: &str) -> RouteInfo {
         streamed: false,
         pool: None,
         model: None,
+        refusals: None,
     }
 }
 
