@@ -968,7 +968,8 @@ fn parse_grpc_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
 }
 
 /// A mix of codes as `status=` and `grpc-status=` write it: the base (`default` unless an entry has
-/// no percentage) and the others with their fractions.
+/// no percentage) and the others with their fractions. The base may be spelled out with the share
+/// the others leave it (`200:90%,503:10%` is `503:10%`); any other share for it is refused.
 fn parse_mix(
     value: &str,
     default: u16,
@@ -987,6 +988,7 @@ fn parse_mix(
             Some(p) => mix.push((
                 code,
                 parse_percent(p).map_err(|e| format!("{value:?}: {e}"))?,
+                entry,
             )),
             None if base.is_some() => {
                 return Err(format!(
@@ -996,16 +998,26 @@ fn parse_mix(
             None => base = Some(code),
         }
     }
-    let base_code = base.unwrap_or(default);
-    let mut seen = vec![base_code];
-    for &(code, _) in &mix {
-        if seen.contains(&code) {
-            return Err(format!("{value:?}: status {code} is listed twice; {form}"));
+    for (i, &(code, _, entry)) in mix.iter().enumerate() {
+        if base == Some(code) || mix[..i].iter().any(|&(c, _, _)| c == code) {
+            return Err(format!(
+                "{value:?}: {entry} lists a status given before; {form}"
+            ));
         }
-        seen.push(code);
     }
-    check_total(value, mix.iter().map(|&(_, f)| f))?;
-    Ok((base_code, mix))
+    check_total(value, mix.iter().map(|&(_, f, _)| f))?;
+    let base_code = base.unwrap_or(default);
+    if let Some(i) = mix.iter().position(|&(code, _, _)| code == base_code) {
+        let (_, share, entry) = mix.remove(i);
+        let rest = 1.0 - mix.iter().map(|&(_, f, _)| f).sum::<f64>();
+        if (share - rest).abs() > 1e-9 {
+            return Err(format!(
+                "{value:?}: {entry} is the base status, which answers the share the others leave ({}%); leave it out or give it that share",
+                (rest * 1e8).round() / 1e6
+            ));
+        }
+    }
+    Ok((base_code, mix.into_iter().map(|(c, f, _)| (c, f)).collect()))
 }
 
 /// `reset:0.1%,close:0.5%,stall:0.01%,truncate:0.1%`; a fault without a percentage is 100%.
@@ -1334,6 +1346,27 @@ mod tests {
             "status \"503:60%,429:50%\": the percentages add up to 110%, over 100%"
         );
         assert_eq!(spec("/ status=503:60%,429:40%").status_mix.len(), 2);
+    }
+
+    #[test]
+    fn a_mix_may_spell_out_the_base_with_the_share_the_others_leave() {
+        let r = spec("/ status=200:90%,503:10%");
+        assert_eq!((r.status, r.status_mix), (200, vec![(503, 0.1)]));
+        let r = spec("/ status=503:10%,200:90%");
+        assert_eq!((r.status, r.status_mix), (200, vec![(503, 0.1)]));
+        assert_eq!(spec("/ status=200:100%").status_mix, []);
+        let r = spec("/pkg.Svc/M grpc-status=OK:90%,UNAVAILABLE:10%");
+        assert_eq!((r.status, r.status_mix), (0, vec![(14, 0.1)]));
+        assert_eq!(
+            spec_err("/ status=200:50%,503:10%"),
+            "status \"200:50%,503:10%\": 200:50% is the base status, which answers the share the others leave (90%); leave it out or give it that share"
+        );
+        assert!(spec_err("/ status=503:10%,503:5%")
+            .starts_with("status \"503:10%,503:5%\": 503:5% lists a status given before"));
+        assert!(spec_err("/ status=404,404:5%")
+            .starts_with("status \"404,404:5%\": 404:5% lists a status given before"));
+        assert!(spec_err("/pkg.Svc/M grpc-status=OK:90%,0:10%")
+            .contains("0:10% lists a status given before"));
     }
 
     #[test]
