@@ -1333,6 +1333,10 @@ fn a_bad_put_is_400_naming_its_line_and_the_table_in_force_stays() {
             "[[route]]\npath = \"/x\"\n\n[[phase]]\npath = \"/nope\"\nat = \"1s\"\nfor = \"1s\"\nstatus = 503\n",
             "/nope",
         ),
+        (
+            "[[route]]\npath = \"/x\"\n\n[[route]]\npath = \"/v1\"\nopenai = \"on\"\n",
+            "PUT /routes:4: openai=on needs a path ending in /*",
+        ),
     ] {
         let r = admin(&s, "PUT", "/routes", toml.as_bytes());
         assert_eq!(r.status, 400, "{toml}: {r:?}");

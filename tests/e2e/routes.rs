@@ -588,6 +588,18 @@ fn bad_routes_files_exit_2_naming_the_file_and_line() {
     );
     assert_refused(&["--routes", &unknown], "--routes", &format!("{unknown}:3"));
     assert_refused(&["--routes", &unknown], "--routes", "colour");
+    // Refused when the route is built, after the file is read: still the file and line.
+    let openai = file(
+        "openai-exact",
+        "openai.toml",
+        b"[[route]]\npath = \"/a\"\n\n[[route]]\npath = \"/v1\"\nopenai = \"on\"\n",
+    );
+    let line = statico_tests::refused_in_one_line(&["--routes", &openai]);
+    assert!(
+        line.contains(&format!("{openai}:4: openai=on needs a path ending in /*")),
+        "{line}"
+    );
+    assert!(!line.contains("--route "), "{line}");
     assert_refused(
         &["--routes", "/nonexistent/routes.toml"],
         "--routes",

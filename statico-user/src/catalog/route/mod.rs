@@ -238,8 +238,8 @@ impl Routes {
         let mut routes = Vec::with_capacity(phased.specs.len());
         for (spec, pool) in phased.specs.iter().zip(&pool_of) {
             let shed = pool.map(|i| pools[i].1.shed);
-            let route = Route::build(spec, common, &generated, shed)
-                .with_context(|| format!("--route {}", spec.name))?;
+            let route =
+                Route::build(spec, common, &generated, shed).with_context(|| spec.at.clone())?;
             routes.push(route);
         }
         for (i, windows) in phased.windows.iter().enumerate() {
@@ -1096,15 +1096,15 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
             + usize::from(spec.is_grpc());
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
-                "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
-                spec.name
+                "{}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
+                spec.at
             );
         }
         if let BodySpec::Size(n) = spec.body {
             if n > MAX_SIZE {
                 anyhow::bail!(
-                    "--route {}: size={n} is over 1g, the largest body made at start-up",
-                    spec.name
+                    "{}: size={n} is over 1g, the largest body made at start-up",
+                    spec.at
                 );
             }
         }
@@ -1399,7 +1399,7 @@ fn resolve_pools(
             },
             Some(RoutePool::Own(pool)) => {
                 if let Some((same, _)) = pools.iter().find(|p| p.0.name == pool.name) {
-                    anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
+                    anyhow::bail!("{}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.at, pool.name, same.capacity);
                 }
                 pools.push(pool_for(pool, kept, orphans));
                 Some(pools.len() - 1)
@@ -1442,6 +1442,43 @@ mod tests {
     }
 
     use super::*;
+
+    /// Building `table` (with HTTP/2): the error, in one line.
+    fn build_error(table: &Table) -> String {
+        let base = ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let common = Common::new(base, true, 1, None);
+        format!("{:#}", Routes::build(table, &common, None).unwrap_err())
+    }
+
+    #[test]
+    fn a_routes_build_errors_name_where_it_was_written() {
+        let put = |text: &str| Table::of_toml(text, std::path::Path::new("PUT /routes")).unwrap();
+        let e = build_error(&put(
+            "[[route]]\npath = \"/a\"\n\n[[route]]\npath = \"/v1\"\nopenai = \"on\"\n",
+        ));
+        assert!(
+            e.starts_with("PUT /routes:4: openai=on needs a path ending in /*"),
+            "{e}"
+        );
+        let e = build_error(&put("[[pool]]\nname = \"db\"\ncapacity = 1\n\n[[route]]\nname = \"db\"\npath = \"/a\"\ncapacity = 2\n\n[[route]]\npath = \"/b\"\npool = \"db\"\n"));
+        assert!(
+            e.starts_with("PUT /routes:5: its own pool is named \"db\""),
+            "{e}"
+        );
+        let flags = Table {
+            routes: vec![spec::parse_spec("/v1 openai=on").unwrap()],
+            ..Table::default()
+        };
+        let e = build_error(&flags);
+        assert!(
+            e.starts_with("--route \"/v1 openai=on\": openai=on needs a path"),
+            "{e}"
+        );
+    }
 
     /// The fields of the HTTP/1.1 and the stream answer `path` gets from `routes` and `phases`,
     /// with `-H` fields `defaults`.

@@ -197,7 +197,10 @@ impl Phased {
                 route.name
             );
         }
-        let version = phase.patch.apply(route, &phase.name);
+        let version = RouteSpec {
+            at: format!("{}: on route {}", phase.at, route.name),
+            ..phase.patch.apply(route, &phase.name)
+        };
         let keeps_pool = phase.patch.keeps_pool();
         let index = u16::try_from(self.specs.len())
             .map_err(|_| anyhow::anyhow!("{}: too many routes with phases", phase.at))?;

@@ -117,6 +117,9 @@ pub struct RouteSpec {
     /// A label: the route as written without its keys (`GET,HEAD /api/*`, `/health`), or a
     /// TOML route's `name`.
     pub name: String,
+    /// Where it was written, for errors: `--route "…"`, `FILE:LINE`, `PUT /routes:LINE`; a phase's
+    /// version, its phase's place and the route's name.
+    pub at: String,
     /// The methods answered, uppercased; empty for any method.
     pub methods: Vec<String>,
     /// The paths answered.
@@ -214,6 +217,7 @@ impl RouteSpec {
     fn new(name: String, methods: Vec<String>, path: PathMatch) -> RouteSpec {
         RouteSpec {
             name,
+            at: String::new(),
             methods,
             path,
             status: 200,
@@ -431,8 +435,9 @@ impl<'a> Builder<'a> {
     }
 
     /// The route, once every key is in: its pool named or its own (not both). `at` says where
-    /// the route was written, for a `pool=NAME` no pool turns out to have.
+    /// the route was written, for the errors of building it (and a `pool=NAME` no pool has).
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
+        self.route.at.clone_from(&at);
         let grpc = self.route.is_grpc();
         (self.route.stream, self.route.openai) = self.stream_spec(Some(grpc))?;
         self.check_grpc()?;
@@ -1299,7 +1304,10 @@ mod tests {
         let r = spec("/health");
         assert_eq!(
             r,
-            RouteSpec::new("/health".into(), vec![], PathMatch::Exact("/health".into()))
+            RouteSpec {
+                at: "--route \"/health\"".into(),
+                ..RouteSpec::new("/health".into(), vec![], PathMatch::Exact("/health".into()))
+            }
         );
     }
 
