@@ -800,10 +800,10 @@ impl Route {
     }
 }
 
-/// A stream fits its route: on a gRPC route its messages (no `stream=` feed), elsewhere a feed
-/// whose events are the body (no `body`, `size`, `rate` or `body-delay` beside it); and `health=`
-/// is a gRPC route's. A phase's keys are parsed without their route, so this is where a phase's
-/// stream and health meet it.
+/// A stream fits its route: on a gRPC route its messages (no `stream=` feed, `rate` or
+/// `body-delay`), elsewhere a feed whose events are the body (no `body`, `size`, `rate` or
+/// `body-delay` beside it); and `health=` is a gRPC route's. A phase's keys are parsed without
+/// their route, so this is where a phase's stream and health meet it.
 fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
     if spec.health.is_some() && !spec.is_grpc() {
         anyhow::bail!("health= needs a gRPC method path, like /grpc.health.v1.Health/*");
@@ -812,6 +812,7 @@ fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
         return Ok(());
     };
     match (spec.is_grpc(), stream.feed) {
+        (true, Feed::Grpc) if spec.rate.is_some() || spec.body_delay.is_some() => anyhow::bail!("rate and body-delay can't be given with events=, first= or gap=: each message of a server-streaming gRPC route goes whole, on the stream's times"),
         (true, Feed::Grpc) if waits_in_flight(spec) => anyhow::bail!("first= and gap= can't be inflight:BASE:PER on a gRPC route: a call's messages are timed ahead, against its grpc-timeout"),
         (true, Feed::Grpc) => Ok(()),
         (true, _) => anyhow::bail!("stream= can't be given on a gRPC route: events=, first= and gap= make it server-streaming, each message its reply (size= or body=)"),
@@ -1476,6 +1477,43 @@ mod tests {
         let e = build_error(&flags);
         assert!(
             e.starts_with("--route \"/v1 openai=on\": openai=on needs a path"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_phase_retiming_a_stream_or_an_openai_route_builds() {
+        for (route, phase) in [
+            (
+                "/sse stream=sse events=5 gap=10ms",
+                "at=3600s for=1s /sse gap=1s",
+            ),
+            (
+                "/v1/* openai=on gap=10ms",
+                "at=3600s for=1s /v1/* gap=1s first=5ms",
+            ),
+        ] {
+            let table = Table {
+                routes: vec![spec::parse_spec(route).unwrap()],
+                phases: vec![phase_spec::parse_phase(phase, 0).unwrap()],
+                ..Table::default()
+            };
+            let base = ResponseSpec {
+                status: 200,
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
+            let built = Routes::build(&table, &Common::new(base, true, 1, None), None);
+            assert!(built.is_ok(), "{route} {phase}: {:#}", built.unwrap_err());
+        }
+        let table = Table {
+            routes: vec![spec::parse_spec("/pkg.Svc/M events=2").unwrap()],
+            phases: vec![phase_spec::parse_phase("at=1s for=1s /pkg.Svc/M rate=1m", 0).unwrap()],
+            ..Table::default()
+        };
+        let e = build_error(&table);
+        assert!(
+            e.starts_with("--phase \"at=1s for=1s /pkg.Svc/M rate=1m\": on route /pkg.Svc/M: rate and body-delay can't be given with events="),
             "{e}"
         );
     }
