@@ -223,6 +223,28 @@ fn probe(
     got
 }
 
+/// One GET for `path` on a connection of its own, sent `send` after `origin`'s latest and read
+/// until the server closes it (a stream's end, over HTTP/1.1 without chunks): the whole answer is
+/// the probe's body.
+fn probe_to_close(addr: SocketAddr, origin: Origin, path: &str, send: Duration) -> Probe {
+    let mut c = connect(addr);
+    origin.sleep_until(send);
+    let sent = Instant::now();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    c.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).unwrap();
+    let done = Instant::now();
+    let body = String::from_utf8_lossy(&answer).into_owned();
+    Probe {
+        sent: origin.span(sent, sent),
+        span: origin.span(sent, done),
+        status: body.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0),
+        body,
+        took: done - sent,
+    }
+}
+
 /// [`probe`] on `conns` connections at once, their sends interleaved (`step` apart in all), so that
 /// one held answer does not hold the next send: all the probes, in order of sending.
 fn probe_many(
@@ -659,6 +681,29 @@ fn a_delay_phase_holds_the_answers_chosen_during_it_only() {
 }
 
 #[test]
+fn a_gap_phase_spaces_a_streams_events_during_it_only() {
+    let (s, origin) = start(
+        &["/sse stream=sse events=3 gap=10ms"],
+        &["--phase", "at=1s for=1s /sse gap=150ms"],
+    );
+    let origin = origin.narrowed(&truth(&s));
+    let probes: Vec<Probe> = (0..27)
+        .map(|i| probe_to_close(s.addr, origin, "/sse", ms(200 + 100 * i)))
+        .collect();
+    // Two gaps: 300 ms (not less: the server can only be late) in the phase, 20 ms outside it.
+    assert_timed(
+        &probes,
+        win(1000, 1000, None),
+        3,
+        |p| {
+            assert_eq!(p.body.matches("data: ").count(), 3, "{p:?}");
+            p.took + MS >= ms(300)
+        },
+        "at=1s for=1s gap=150ms",
+    );
+}
+
+#[test]
 fn a_phase_that_gives_a_route_a_pool_sheds_a_burst_during_it_only() {
     let (s, origin) = start(
         &["/p delay=300ms"],
@@ -800,6 +845,21 @@ fn bad_phases_exit_2_naming_the_flag_and_the_bad_part() {
             args.extend_from_slice(&["--phase", p]);
         }
         assert_refused(&args, &["--phase", bad]);
+    }
+    // A stream key the route has nothing for: the phase is named, not the route.
+    for (route, phase, bad) in [
+        ("/x body=ok", "at=1s for=1s /x gap=1s", "gap needs stream="),
+        (
+            "/v1/* openai=on",
+            "at=1s for=1s /v1/* events=3",
+            "events can't be given for an openai route",
+        ),
+    ] {
+        let line = assert_refused(&["--route", route, "--phase", phase], &[bad]);
+        assert!(
+            line.contains(&format!("--phase {phase:?}: on route ")),
+            "{line}"
+        );
     }
     // Phases of different routes may overlap.
     let (s, _) = start(
@@ -1333,6 +1393,14 @@ fn a_bad_put_is_400_naming_its_line_and_the_table_in_force_stays() {
             "[[route]]\npath = \"/x\"\n\n[[phase]]\npath = \"/nope\"\nat = \"1s\"\nfor = \"1s\"\nstatus = 503\n",
             "/nope",
         ),
+        (
+            "[[route]]\npath = \"/x\"\n\n[[route]]\npath = \"/v1\"\nopenai = \"on\"\n",
+            "PUT /routes:4: openai=on needs a path ending in /*",
+        ),
+        (
+            "[[route]]\npath = \"/x\"\n\n[[phase]]\npath = \"/x\"\nat = \"1s\"\nfor = \"1s\"\ngap = \"1s\"\n",
+            "PUT /routes:4: on route /x: gap needs stream=",
+        ),
     ] {
         let r = admin(&s, "PUT", "/routes", toml.as_bytes());
         assert_eq!(r.status, 400, "{toml}: {r:?}");
@@ -1345,6 +1413,10 @@ fn a_bad_put_is_400_naming_its_line_and_the_table_in_force_stays() {
     assert_eq!(admin(&s, "GET", "/routes", b"").body, before);
     let t = admin_json(&s, "GET", "/ground-truth", b"");
     assert_eq!(num(&t, &["generation"]), 1.0, "{t}");
+    // A phase's gap= on a stream route is the stream's gap in the phase.
+    let retimed = "[[route]]\npath = \"/sse\"\nstream = \"sse\"\nevents = 3\n\n\
+                   [[phase]]\npath = \"/sse\"\nat = \"3600s\"\nfor = \"1s\"\ngap = \"1s\"\n";
+    assert_eq!(put_routes(&s, retimed), 2);
 }
 
 #[test]

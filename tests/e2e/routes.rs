@@ -312,6 +312,21 @@ fn a_status_without_a_percentage_is_the_base_of_the_mix() {
     assert!((55..=145).contains(&failed), "{failed} of 500 were 503");
 }
 
+#[test]
+fn a_mix_that_spells_out_the_base_share_is_the_mix_without_it() {
+    let s = start(&["/spelled status=200:80%,503:20%"], &[]);
+    let got = statuses(&s, "/spelled", 500);
+    let failed = got.iter().filter(|&&c| c == 503).count();
+    assert!(got.iter().all(|&c| c == 200 || c == 503), "{got:?}");
+    // Binomial(500, 0.2): mean 100, sigma 9.
+    assert!((55..=145).contains(&failed), "{failed} of 500 were 503");
+    assert_refused(
+        &["--route", "/x status=200:50%,503:10%"],
+        "--route",
+        "200:50% is the base status",
+    );
+}
+
 // ---- Faults over HTTP/1.1 ----
 
 #[test]
@@ -573,6 +588,18 @@ fn bad_routes_files_exit_2_naming_the_file_and_line() {
     );
     assert_refused(&["--routes", &unknown], "--routes", &format!("{unknown}:3"));
     assert_refused(&["--routes", &unknown], "--routes", "colour");
+    // Refused when the route is built, after the file is read: still the file and line.
+    let openai = file(
+        "openai-exact",
+        "openai.toml",
+        b"[[route]]\npath = \"/a\"\n\n[[route]]\npath = \"/v1\"\nopenai = \"on\"\n",
+    );
+    let line = statico_tests::refused_in_one_line(&["--routes", &openai]);
+    assert!(
+        line.contains(&format!("{openai}:4: openai=on needs a path ending in /*")),
+        "{line}"
+    );
+    assert!(!line.contains("--route "), "{line}");
     assert_refused(
         &["--routes", "/nonexistent/routes.toml"],
         "--routes",

@@ -144,10 +144,11 @@ fn reads_back(table: &Table) -> Table {
     }
 }
 
-/// Routes without where a `pool=NAME` was written (the flag, or the document's line).
+/// Routes without where they and a `pool=NAME` were written (the flag, or the document's line).
 fn unplaced(routes: &[RouteSpec]) -> Vec<RouteSpec> {
     let mut routes = routes.to_vec();
     for r in &mut routes {
+        r.at.clear();
         if let Some(RoutePool::Named { at, .. }) = r.pool.as_mut() {
             at.clear();
         }

@@ -238,8 +238,8 @@ impl Routes {
         let mut routes = Vec::with_capacity(phased.specs.len());
         for (spec, pool) in phased.specs.iter().zip(&pool_of) {
             let shed = pool.map(|i| pools[i].1.shed);
-            let route = Route::build(spec, common, &generated, shed)
-                .with_context(|| format!("--route {}", spec.name))?;
+            let route =
+                Route::build(spec, common, &generated, shed).with_context(|| spec.at.clone())?;
             routes.push(route);
         }
         for (i, windows) in phased.windows.iter().enumerate() {
@@ -802,10 +802,10 @@ impl Route {
     }
 }
 
-/// A stream fits its route: on a gRPC route its messages (no `stream=` feed), elsewhere a feed
-/// whose events are the body (no `body`, `size`, `rate` or `body-delay` beside it); and `health=`
-/// is a gRPC route's. A phase's keys are parsed without their route, so this is where a phase's
-/// stream and health meet it.
+/// A stream fits its route: on a gRPC route its messages (no `stream=` feed, `rate` or
+/// `body-delay`), elsewhere a feed whose events are the body (no `body`, `size`, `rate` or
+/// `body-delay` beside it); and `health=` is a gRPC route's. A phase's keys are parsed without
+/// their route, so this is where a phase's stream and health meet it.
 fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
     if spec.health.is_some() && !spec.is_grpc() {
         anyhow::bail!("health= needs a gRPC method path, like /grpc.health.v1.Health/*");
@@ -814,6 +814,7 @@ fn check_stream(spec: &RouteSpec, body: &Bytes) -> Result<()> {
         return Ok(());
     };
     match (spec.is_grpc(), stream.feed) {
+        (true, Feed::Grpc) if spec.rate.is_some() || spec.body_delay.is_some() => anyhow::bail!("rate and body-delay can't be given with events=, first= or gap=: each message of a server-streaming gRPC route goes whole, on the stream's times"),
         (true, Feed::Grpc) if waits_in_flight(spec) => anyhow::bail!("first= and gap= can't be inflight:BASE:PER on a gRPC route: a call's messages are timed ahead, against its grpc-timeout"),
         (true, Feed::Grpc) => Ok(()),
         (true, _) => anyhow::bail!("stream= can't be given on a gRPC route: events=, first= and gap= make it server-streaming, each message its reply (size= or body=)"),
@@ -1098,15 +1099,15 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
             + usize::from(spec.is_grpc());
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
-                "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
-                spec.name
+                "{}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
+                spec.at
             );
         }
         if let BodySpec::Size(n) = spec.body {
             if n > MAX_SIZE {
                 anyhow::bail!(
-                    "--route {}: size={n} is over 1g, the largest body made at start-up",
-                    spec.name
+                    "{}: size={n} is over 1g, the largest body made at start-up",
+                    spec.at
                 );
             }
         }
@@ -1404,7 +1405,7 @@ fn resolve_pools(
             },
             Some(RoutePool::Own(pool)) => {
                 if let Some((same, _)) = pools.iter().find(|p| p.0.name == pool.name) {
-                    anyhow::bail!("--route {}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.name, pool.name, same.capacity);
+                    anyhow::bail!("{}: its own pool is named {:?}, as another pool is (capacity {}); give the route another name (TOML name = \"...\") or the other pool another", spec.at, pool.name, same.capacity);
                 }
                 pools.push(pool_for(pool, kept, orphans));
                 Some(pools.len() - 1)
@@ -1447,6 +1448,80 @@ mod tests {
     }
 
     use super::*;
+
+    /// Building `table` (with HTTP/2): the error, in one line.
+    fn build_error(table: &Table) -> String {
+        let base = ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let common = Common::new(base, true, 1, None);
+        format!("{:#}", Routes::build(table, &common, None).unwrap_err())
+    }
+
+    #[test]
+    fn a_routes_build_errors_name_where_it_was_written() {
+        let put = |text: &str| Table::of_toml(text, std::path::Path::new("PUT /routes")).unwrap();
+        let e = build_error(&put(
+            "[[route]]\npath = \"/a\"\n\n[[route]]\npath = \"/v1\"\nopenai = \"on\"\n",
+        ));
+        assert!(
+            e.starts_with("PUT /routes:4: openai=on needs a path ending in /*"),
+            "{e}"
+        );
+        let e = build_error(&put("[[pool]]\nname = \"db\"\ncapacity = 1\n\n[[route]]\nname = \"db\"\npath = \"/a\"\ncapacity = 2\n\n[[route]]\npath = \"/b\"\npool = \"db\"\n"));
+        assert!(
+            e.starts_with("PUT /routes:5: its own pool is named \"db\""),
+            "{e}"
+        );
+        let flags = Table {
+            routes: vec![spec::parse_spec("/v1 openai=on").unwrap()],
+            ..Table::default()
+        };
+        let e = build_error(&flags);
+        assert!(
+            e.starts_with("--route \"/v1 openai=on\": openai=on needs a path"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_phase_retiming_a_stream_or_an_openai_route_builds() {
+        for (route, phase) in [
+            (
+                "/sse stream=sse events=5 gap=10ms",
+                "at=3600s for=1s /sse gap=1s",
+            ),
+            (
+                "/v1/* openai=on gap=10ms",
+                "at=3600s for=1s /v1/* gap=1s first=5ms",
+            ),
+        ] {
+            let table = Table {
+                routes: vec![spec::parse_spec(route).unwrap()],
+                phases: vec![phase_spec::parse_phase(phase, 0).unwrap()],
+                ..Table::default()
+            };
+            let base = ResponseSpec {
+                status: 200,
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
+            let built = Routes::build(&table, &Common::new(base, true, 1, None), None);
+            assert!(built.is_ok(), "{route} {phase}: {:#}", built.unwrap_err());
+        }
+        let table = Table {
+            routes: vec![spec::parse_spec("/pkg.Svc/M events=2").unwrap()],
+            phases: vec![phase_spec::parse_phase("at=1s for=1s /pkg.Svc/M rate=1m", 0).unwrap()],
+            ..Table::default()
+        };
+        let e = build_error(&table);
+        assert!(
+            e.starts_with("--phase \"at=1s for=1s /pkg.Svc/M rate=1m\": on route /pkg.Svc/M: rate and body-delay can't be given with events="),
+            "{e}"
+        );
+    }
 
     /// The fields of the HTTP/1.1 and the stream answer `path` gets from `routes` and `phases`,
     /// with `-H` fields `defaults`.

@@ -197,7 +197,11 @@ impl Phased {
                 route.name
             );
         }
-        let version = phase.patch.apply(route, &phase.name);
+        // Its errors, found now or when it is built, name the phase and the route.
+        let at = format!("{}: on route {}", phase.at, route.name);
+        let mut version =
+            (phase.patch.apply(route, &phase.name)).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        version.at = at;
         let keeps_pool = phase.patch.keeps_pool();
         let index = u16::try_from(self.specs.len())
             .map_err(|_| anyhow::anyhow!("{}: too many routes with phases", phase.at))?;
@@ -233,8 +237,10 @@ impl Phased {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::feed::Feed;
     use crate::catalog::model::dist::Dist;
-    use crate::catalog::route::spec::{parse_spec, BodySpec, RoutePool};
+    use crate::catalog::model::events::Count;
+    use crate::catalog::route::spec::{parse_spec, BodySpec, EventSpec, RoutePool};
     use std::time::Duration;
 
     #[test]
@@ -296,6 +302,80 @@ mod tests {
             (&version.name, version.status, &version.delay),
             (&route.name, route.status, &route.delay)
         );
+    }
+
+    /// Route `route`'s version for phase `phase`, or the error naming the phase.
+    fn version(route: &str, phase: &str) -> Result<RouteSpec, String> {
+        let route = parse_spec(route).unwrap();
+        let phase = parse_phase(phase, 0).unwrap();
+        with_phases(&[route], &[phase])
+            .map(|mut phased| phased.specs.remove(1))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_phases_stream_keys_replace_its_routes_own() {
+        let v = version(
+            "/sse stream=sse events=5 gap=10ms",
+            "at=1s for=1s /sse gap=1s",
+        )
+        .unwrap();
+        let stream = v.stream.unwrap();
+        assert_eq!(stream.feed, Feed::Sse);
+        assert_eq!(stream.events, Count::Fixed(5));
+        assert_eq!(stream.gap, Some(Dist::Fixed(Duration::from_secs(1))));
+        let v = version(
+            "/sse stream=ndjson event=x",
+            "at=1s for=1s /sse events=2 first=1ms",
+        )
+        .unwrap();
+        let stream = v.stream.unwrap();
+        assert_eq!(
+            (stream.feed, stream.events),
+            (Feed::Ndjson, Count::Fixed(2))
+        );
+        assert_eq!(stream.event, EventSpec::Text("x".into()));
+        assert_eq!(stream.first, Some(Dist::Fixed(Duration::from_millis(1))));
+        let v = version(
+            "/v1/* openai=on model=m gap=10ms",
+            "at=1s for=1s /v1/* gap=1s tokens=5",
+        )
+        .unwrap();
+        let openai = v.openai.unwrap();
+        assert_eq!(openai.gap, Some(Dist::Fixed(Duration::from_secs(1))));
+        assert_eq!(
+            (openai.tokens, openai.models),
+            (Some(Count::Fixed(5)), vec!["m".to_string()])
+        );
+        // On a gRPC route they make it server-streaming, as on the route.
+        let v = version("/pkg.Svc/M size=8", "at=1s for=1s /pkg.Svc/M events=3").unwrap();
+        let stream = v.stream.unwrap();
+        assert_eq!((stream.feed, stream.events), (Feed::Grpc, Count::Fixed(3)));
+        assert_eq!(stream.event, EventSpec::Reply);
+    }
+
+    #[test]
+    fn a_phases_stream_key_its_route_has_nothing_for_is_refused_naming_the_phase() {
+        let e = version("/x body=ok", "at=1s for=1s /x gap=1s").unwrap_err();
+        assert!(
+            e.starts_with("--phase \"at=1s for=1s /x gap=1s\": on route /x: gap needs stream=sse|ndjson|chunks (or openai=on)"),
+            "{e}"
+        );
+        let e = version("/v1/* openai=on", "at=1s for=1s /v1/* events=3").unwrap_err();
+        assert!(
+            e.starts_with("--phase \"at=1s for=1s /v1/* events=3\": on route /v1/*: events can't be given for an openai route"),
+            "{e}"
+        );
+        let e = version("/sse stream=sse", "at=1s for=1s /sse tokens=3").unwrap_err();
+        assert!(e.contains("on route /sse: tokens needs openai=on"), "{e}");
+        let e = version("/pkg.Svc/M", "at=1s for=1s /pkg.Svc/M event=x").unwrap_err();
+        assert!(
+            e.contains("on route /pkg.Svc/M: event can't be given for a gRPC route"),
+            "{e}"
+        );
+        // A body given with them takes the stream away first.
+        let e = version("/sse stream=sse", "at=1s for=1s /sse body=x gap=1s").unwrap_err();
+        assert!(e.contains("gap needs stream="), "{e}");
     }
 
     #[test]

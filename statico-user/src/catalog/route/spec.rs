@@ -117,6 +117,9 @@ pub struct RouteSpec {
     /// A label: the route as written without its keys (`GET,HEAD /api/*`, `/health`), or a
     /// TOML route's `name`.
     pub name: String,
+    /// Where it was written, for errors: `--route "…"`, `FILE:LINE`, `PUT /routes:LINE`; a phase's
+    /// version, its phase's place and the route's name.
+    pub at: String,
     /// The methods answered, uppercased; empty for any method.
     pub methods: Vec<String>,
     /// The paths answered.
@@ -182,6 +185,23 @@ pub struct StreamSpec {
     pub event: EventSpec,
 }
 
+impl StreamSpec {
+    /// A stream of `feed` with none of its keys given: [`DEFAULT_EVENTS`] events of
+    /// [`DEFAULT_EVENT`] (a gRPC route's, of its reply), none waited for.
+    fn of(feed: Feed) -> StreamSpec {
+        StreamSpec {
+            feed,
+            events: Count::Fixed(DEFAULT_EVENTS),
+            first: None,
+            gap: None,
+            event: match feed {
+                Feed::Grpc => EventSpec::Reply,
+                _ => EventSpec::Text(DEFAULT_EVENT.into()),
+            },
+        }
+    }
+}
+
 /// What each event carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventSpec {
@@ -214,6 +234,7 @@ impl RouteSpec {
     fn new(name: String, methods: Vec<String>, path: PathMatch) -> RouteSpec {
         RouteSpec {
             name,
+            at: String::new(),
             methods,
             path,
             status: 200,
@@ -431,8 +452,9 @@ impl<'a> Builder<'a> {
     }
 
     /// The route, once every key is in: its pool named or its own (not both). `at` says where
-    /// the route was written, for a `pool=NAME` no pool turns out to have.
+    /// the route was written, for the errors of building it (and a `pool=NAME` no pool has).
     fn finish(mut self, at: String) -> Result<RouteSpec, String> {
+        self.route.at.clone_from(&at);
         let grpc = self.route.is_grpc();
         (self.route.stream, self.route.openai) = self.stream_spec(Some(grpc))?;
         self.check_grpc()?;
@@ -537,14 +559,8 @@ impl<'a> Builder<'a> {
                 key.name()
             ));
         }
-        let keys = std::mem::take(&mut self.stream);
-        let stream = StreamSpec {
-            feed,
-            events: keys.events.unwrap_or(Count::Fixed(DEFAULT_EVENTS)),
-            first: keys.first,
-            gap: keys.gap,
-            event: keys.event.unwrap_or(EventSpec::Text(DEFAULT_EVENT.into())),
-        };
+        let mut stream = StreamSpec::of(feed);
+        std::mem::take(&mut self.stream).onto_stream(&mut stream);
         Ok((Some(stream), None))
     }
 
@@ -560,14 +576,9 @@ impl<'a> Builder<'a> {
                 key.name()
             ));
         }
-        let keys = std::mem::take(&mut self.stream);
-        Ok(StreamSpec {
-            feed: Feed::Grpc,
-            events: keys.events.unwrap_or(Count::Fixed(DEFAULT_EVENTS)),
-            first: keys.first,
-            gap: keys.gap,
-            event: EventSpec::Reply,
-        })
+        let mut stream = StreamSpec::of(Feed::Grpc);
+        std::mem::take(&mut self.stream).onto_stream(&mut stream);
+        Ok(stream)
     }
 
     /// An openai route's keys: a body or a stream's own keys beside them are refused, naming
@@ -644,8 +655,8 @@ impl<'a> Builder<'a> {
 }
 
 /// The stream's and the openai backend's keys as given, in any order.
-#[derive(Debug, Default)]
-struct StreamKeys {
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StreamKeys {
     feed: Option<Feed>,
     events: Option<Count>,
     first: Option<Dist>,
@@ -656,6 +667,79 @@ struct StreamKeys {
     tokens: Option<Count>,
     prefill: Option<Duration>,
     context: Option<u64>,
+}
+
+impl StreamKeys {
+    /// The stream's and the openai backend's own keys given, in [`Key::ALL`]'s order.
+    fn given(&self) -> Vec<Key> {
+        [
+            (Key::Events, self.events.is_some()),
+            (Key::First, self.first.is_some()),
+            (Key::Gap, self.gap.is_some()),
+            (Key::Event, matches!(self.event, Some(EventSpec::Text(_)))),
+            (
+                Key::EventSize,
+                matches!(self.event, Some(EventSpec::Size(_))),
+            ),
+            (Key::Model, !self.models.is_empty()),
+            (Key::Tokens, self.tokens.is_some()),
+            (Key::Prefill, self.prefill.is_some()),
+            (Key::Context, self.context.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, given)| given.then_some(key))
+        .collect()
+    }
+
+    /// The stream keys given, each replacing `stream`'s own.
+    fn onto_stream(&self, stream: &mut StreamSpec) {
+        replace(&mut stream.events, &self.events);
+        replace_some(&mut stream.first, &self.first);
+        replace_some(&mut stream.gap, &self.gap);
+        replace(&mut stream.event, &self.event);
+    }
+
+    /// A phase's keys given without `stream=` or `openai=on`, onto `route`'s own stream or
+    /// openai backend, each replacing the route's; on a gRPC route without a stream `events=`,
+    /// `first=` and `gap=` make it server-streaming, as they do written on the route. A key the
+    /// route has nothing for is refused, naming what it needs.
+    fn onto(&self, route: &mut RouteSpec) -> Result<(), String> {
+        let given = self.given();
+        let any_of = |keys: &[Key]| given.iter().find(|k| keys.contains(k)).copied();
+        if let Some(openai) = &mut route.openai {
+            if let Some(key) = any_of(&Key::OF_EVENTS) {
+                return Err(format!("{} can't be given for an openai route: the request's \"stream\" field chooses a stream, tokens= how many tokens, and the tokens are statico's words", key.name()));
+            }
+            replace_some(&mut openai.first, &self.first);
+            replace_some(&mut openai.gap, &self.gap);
+            replace_some(&mut openai.tokens, &self.tokens);
+            replace_some(&mut openai.prefill, &self.prefill);
+            replace_some(&mut openai.context, &self.context);
+            if !self.models.is_empty() {
+                openai.models.clone_from(&self.models);
+            }
+            return Ok(());
+        }
+        if let Some(key) = any_of(&Key::OF_OPENAI) {
+            return Err(format!("{} needs openai=on, on the route or in the phase: it shapes an OpenAI-compatible backend's tokens", key.name()));
+        }
+        let grpc = route.is_grpc();
+        if let (Some(key), true) = (any_of(&[Key::Event, Key::EventSize]), grpc) {
+            return Err(format!(
+                "{} can't be given for a gRPC route: its messages are its reply (size= or body=)",
+                key.name()
+            ));
+        }
+        if grpc && route.stream.is_none() {
+            route.stream = Some(StreamSpec::of(Feed::Grpc));
+        }
+        let Some(stream) = &mut route.stream else {
+            let key = given.first().map_or("events", |k| k.name());
+            return Err(format!("{key} needs stream=sse|ndjson|chunks (or openai=on), on the route or in the phase: the route has no stream and is not on a gRPC method path (where events=, first= and gap= make it server-streaming)"));
+        };
+        self.onto_stream(stream);
+        Ok(())
+    }
 }
 
 /// The health statuses `health=` takes, by name (any case) and number.
@@ -786,7 +870,8 @@ pub enum PoolChange {
 
 /// What a phase changes in each route it names: the route keys it gives, parsed once, with the
 /// route's own parsers (a key means the same in a phase as on a route). Each key given replaces
-/// the route's own: `header` keys all its headers, `fault` all its faults.
+/// the route's own: `header` keys all its headers, `fault` all its faults, `events=` or `gap=` its
+/// stream's, `gap=` or `tokens=` its openai backend's.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoutePatch {
     /// `status` (or a gRPC route's `grpc-status`): the base status and the mix.
@@ -808,6 +893,9 @@ pub struct RoutePatch {
     /// An OpenAI-compatible backend (`openai=on` and its keys, all given anew), which replaces the
     /// route's body or stream; a body or a stream replaces it.
     pub openai: Option<OpenAiSpec>,
+    /// The stream's or the openai backend's keys given without `stream=` or `openai=on`: each
+    /// replaces the route's own (after `stream`, `openai` and `body` are applied).
+    pub stream_keys: Option<StreamKeys>,
 }
 
 impl RoutePatch {
@@ -823,7 +911,14 @@ impl RoutePatch {
             builder.set(key, value)?;
         }
         let pool = builder.pool("")?;
-        let (stream, openai) = builder.stream_spec(None)?;
+        let anew = builder.stream.feed.is_some() || builder.stream.openai;
+        let (stream, openai) = match anew {
+            true => builder.stream_spec(None)?,
+            false => (None, None),
+        };
+        let keyed =
+            (Key::OF_STREAM.iter().chain(&Key::OF_OPENAI)).any(|k| builder.seen.contains(k));
+        let stream_keys = (!anew && keyed).then(|| std::mem::take(&mut builder.stream));
         let given = |key: Key| builder.seen.contains(&key);
         let status_given = given(Key::Status) || given(Key::GrpcStatus);
         let body_given = given(Key::Body) || given(Key::Size);
@@ -843,6 +938,7 @@ impl RoutePatch {
             pool,
             stream,
             openai,
+            stream_keys,
         })
     }
 
@@ -852,8 +948,9 @@ impl RoutePatch {
     }
 
     /// `base` as phase `phase` changes it. A version that keeps its route's pool names none: it
-    /// shares the route's ([`RoutePatch::keeps_pool`]), which is made once, for the route.
-    pub(crate) fn apply(&self, base: &RouteSpec, phase: &str) -> RouteSpec {
+    /// shares the route's ([`RoutePatch::keeps_pool`]), which is made once, for the route. A stream
+    /// or openai key the route (as changed) has nothing for is refused ([`StreamKeys::onto`]).
+    pub(crate) fn apply(&self, base: &RouteSpec, phase: &str) -> Result<RouteSpec, String> {
         let mut route = base.clone();
         if let Some((status, mix)) = &self.status {
             (route.status, route.status_mix) = (*status, mix.clone());
@@ -881,20 +978,15 @@ impl RoutePatch {
             (route.body, route.rate, route.body_delay) = (BodySpec::Empty, None, None);
             (route.stream, route.openai) = (None, Some(openai.clone()));
         }
+        if let Some(keys) = &self.stream_keys {
+            keys.onto(&mut route)?;
+        }
         replace(&mut route.headers, &self.headers);
         replace(&mut route.faults, &self.faults);
-        if self.grpc_message.is_some() {
-            route.grpc_message = self.grpc_message.clone();
-        }
-        if self.delay.is_some() {
-            route.delay = self.delay.clone();
-        }
-        if self.body_delay.is_some() {
-            route.body_delay = self.body_delay.clone();
-        }
-        if self.rate.is_some() {
-            route.rate = self.rate;
-        }
+        replace_some(&mut route.grpc_message, &self.grpc_message);
+        replace_some(&mut route.delay, &self.delay);
+        replace_some(&mut route.body_delay, &self.body_delay);
+        replace_some(&mut route.rate, &self.rate);
         route.pool = match &self.pool {
             PoolChange::Keep => None,
             PoolChange::Named(name) => Some(RoutePool::Named {
@@ -906,7 +998,7 @@ impl RoutePatch {
                 ..pool.clone()
             })),
         };
-        route
+        Ok(route)
     }
 }
 
@@ -914,6 +1006,13 @@ impl RoutePatch {
 fn replace<T: Clone>(slot: &mut T, patch: &Option<T>) {
     if let Some(value) = patch {
         *slot = value.clone();
+    }
+}
+
+/// An optional `slot` replaced by the patch's value, if it gives one.
+fn replace_some<T: Clone>(slot: &mut Option<T>, patch: &Option<T>) {
+    if patch.is_some() {
+        slot.clone_from(patch);
     }
 }
 
@@ -968,7 +1067,8 @@ fn parse_grpc_status(value: &str) -> Result<(u16, Vec<(u16, f64)>), String> {
 }
 
 /// A mix of codes as `status=` and `grpc-status=` write it: the base (`default` unless an entry has
-/// no percentage) and the others with their fractions.
+/// no percentage) and the others with their fractions. The base may be spelled out with the share
+/// the others leave it (`200:90%,503:10%` is `503:10%`); any other share for it is refused.
 fn parse_mix(
     value: &str,
     default: u16,
@@ -987,6 +1087,7 @@ fn parse_mix(
             Some(p) => mix.push((
                 code,
                 parse_percent(p).map_err(|e| format!("{value:?}: {e}"))?,
+                entry,
             )),
             None if base.is_some() => {
                 return Err(format!(
@@ -996,16 +1097,26 @@ fn parse_mix(
             None => base = Some(code),
         }
     }
-    let base_code = base.unwrap_or(default);
-    let mut seen = vec![base_code];
-    for &(code, _) in &mix {
-        if seen.contains(&code) {
-            return Err(format!("{value:?}: status {code} is listed twice; {form}"));
+    for (i, &(code, _, entry)) in mix.iter().enumerate() {
+        if base == Some(code) || mix[..i].iter().any(|&(c, _, _)| c == code) {
+            return Err(format!(
+                "{value:?}: {entry} lists a status given before; {form}"
+            ));
         }
-        seen.push(code);
     }
-    check_total(value, mix.iter().map(|&(_, f)| f))?;
-    Ok((base_code, mix))
+    check_total(value, mix.iter().map(|&(_, f, _)| f))?;
+    let base_code = base.unwrap_or(default);
+    if let Some(i) = mix.iter().position(|&(code, _, _)| code == base_code) {
+        let (_, share, entry) = mix.remove(i);
+        let rest = 1.0 - mix.iter().map(|&(_, f, _)| f).sum::<f64>();
+        if (share - rest).abs() > 1e-9 {
+            return Err(format!(
+                "{value:?}: {entry} is the base status, which answers the share the others leave ({}%); leave it out or give it that share",
+                (rest * 1e8).round() / 1e6
+            ));
+        }
+    }
+    Ok((base_code, mix.into_iter().map(|(c, f, _)| (c, f)).collect()))
 }
 
 /// `reset:0.1%,close:0.5%,stall:0.01%,truncate:0.1%`; a fault without a percentage is 100%.
@@ -1287,7 +1398,10 @@ mod tests {
         let r = spec("/health");
         assert_eq!(
             r,
-            RouteSpec::new("/health".into(), vec![], PathMatch::Exact("/health".into()))
+            RouteSpec {
+                at: "--route \"/health\"".into(),
+                ..RouteSpec::new("/health".into(), vec![], PathMatch::Exact("/health".into()))
+            }
         );
     }
 
@@ -1334,6 +1448,27 @@ mod tests {
             "status \"503:60%,429:50%\": the percentages add up to 110%, over 100%"
         );
         assert_eq!(spec("/ status=503:60%,429:40%").status_mix.len(), 2);
+    }
+
+    #[test]
+    fn a_mix_may_spell_out_the_base_with_the_share_the_others_leave() {
+        let r = spec("/ status=200:90%,503:10%");
+        assert_eq!((r.status, r.status_mix), (200, vec![(503, 0.1)]));
+        let r = spec("/ status=503:10%,200:90%");
+        assert_eq!((r.status, r.status_mix), (200, vec![(503, 0.1)]));
+        assert_eq!(spec("/ status=200:100%").status_mix, []);
+        let r = spec("/pkg.Svc/M grpc-status=OK:90%,UNAVAILABLE:10%");
+        assert_eq!((r.status, r.status_mix), (0, vec![(14, 0.1)]));
+        assert_eq!(
+            spec_err("/ status=200:50%,503:10%"),
+            "status \"200:50%,503:10%\": 200:50% is the base status, which answers the share the others leave (90%); leave it out or give it that share"
+        );
+        assert!(spec_err("/ status=503:10%,503:5%")
+            .starts_with("status \"503:10%,503:5%\": 503:5% lists a status given before"));
+        assert!(spec_err("/ status=404,404:5%")
+            .starts_with("status \"404,404:5%\": 404:5% lists a status given before"));
+        assert!(spec_err("/pkg.Svc/M grpc-status=OK:90%,0:10%")
+            .contains("0:10% lists a status given before"));
     }
 
     #[test]

@@ -297,10 +297,12 @@ mod tests {
         })];
         let table = Table::of_flags(&pools, &routes, &phases);
         let back = Table::of_toml(&table.toml, Path::new("GET /routes")).unwrap();
-        // Where a `pool=NAME` was written differs: the flag, or the line of the document.
+        // Where a route and its `pool=NAME` were written differ: the flag, or the line of the
+        // document.
         let unplaced = |routes: &[RouteSpec]| -> Vec<RouteSpec> {
             let mut routes = routes.to_vec();
             for r in &mut routes {
+                r.at.clear();
                 if let Some(RoutePool::Named { at, .. }) = r.pool.as_mut() {
                     at.clear();
                 }
@@ -365,6 +367,7 @@ rate = "1m"
             routes[0],
             RouteSpec {
                 body: BodySpec::Text(b"ok".to_vec()),
+                at: format!("{}:2", file.display()),
                 ..spec("/health")
             }
         );
