@@ -169,6 +169,13 @@ struct GrpcRoute {
     deadline_outcome: u8,
 }
 
+impl GrpcRoute {
+    /// How many answers the route has for its deadline.
+    fn answers(self) -> usize {
+        1 + usize::from(self.deadline_stream.is_some())
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Answer {
     /// The head in each framing (no body: it is sent from `body`, or made per request from the
@@ -688,13 +695,13 @@ impl Route {
             || self.pausable
     }
 
-    /// How many statuses it draws from (its answers, less a pool's shed answer and a stream's
-    /// `204`).
+    /// How many statuses it draws from (its answers, less a pool's shed answer, a stream's `204`
+    /// and a gRPC route's own).
     fn statuses(&self) -> usize {
         self.answers.len()
             - usize::from(self.shed_answer.is_some())
             - usize::from(self.done_answer.is_some())
-            - usize::from(self.grpc.is_some())
+            - self.grpc.map_or(0, GrpcRoute::answers)
     }
 
     /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]); a
@@ -1591,6 +1598,37 @@ mod tests {
         assert_eq!(steps, cut_short, "two messages, then the deadline at it");
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
         assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED"]);
+    }
+
+    #[test]
+    fn a_server_streaming_grpc_routes_faults_and_gone_are_their_own_outcomes() {
+        for (spec, fault) in [
+            ("/pkg.Svc/Feed events=5 gap=10ms fault=reset:100%", "reset"),
+            ("/pkg.Svc/Feed events=5 gap=10ms fault=close:100%", "close"),
+        ] {
+            let table = Table {
+                routes: vec![spec::parse_spec(spec).unwrap()],
+                ..Table::default()
+            };
+            let base = ResponseSpec {
+                status: 200,
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
+            let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+            let outcomes = route_info(&table.routes[0], None, None).outcomes;
+            assert_eq!(outcomes, ["OK", fault, "gone", "DEADLINE_EXCEEDED"]);
+            let request = Request {
+                method: b"POST",
+                target: b"/pkg.Svc/Feed",
+                ..Request::default()
+            };
+            let choice = (routes.choose_call(&request, &mut generator(Some(1), 0))).unwrap();
+            let drawn = usize::from(choice.hold.truth.unwrap().outcome);
+            assert_eq!(outcomes[drawn], fault, "{spec}");
+            let gone = usize::from(routes.routes[0].gone_outcome());
+            assert_eq!(outcomes[gone], "gone", "{spec}");
+        }
     }
 
     #[test]
