@@ -945,6 +945,101 @@ fn a_server_streaming_route_sends_its_reply_on_the_streams_times_then_ok_or_dead
     assert_eq!(route["stream"]["events"], 7, "the messages sent: {route}");
 }
 
+/// A call to `path` whose messages are read until `after` of them came, then the stream is reset
+/// (CANCEL); the connection stays open a while after.
+fn call_and_cancel_after(s: &Server, path: &str, after: usize) {
+    let addr = s.addr;
+    runtime().block_on(async move {
+        let (client, _conn) = h2_connect(addr).await;
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::post(format!("http://{addr}{path}"))
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        send.send_data(Bytes::from(framed(0, b"")), true).unwrap();
+        let mut body = response.await.expect("a head").into_body();
+        let mut messages = 0;
+        while messages < after {
+            let data = tokio::time::timeout(Duration::from_secs(10), body.data());
+            let data = data.await.expect("a message").expect("more").expect("data");
+            let _ = body.flow_control().release_capacity(data.len());
+            messages += usize::from(!data.is_empty());
+        }
+        drop(body);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    });
+}
+
+#[test]
+fn a_server_streaming_routes_cancel_is_gone_and_its_faults_are_their_own_outcomes() {
+    let s = start(&[
+        "--route",
+        "/pkg.Svc/Feed events=20 gap=50ms",
+        "--route",
+        "/pkg.Svc/Reset events=5 gap=5ms fault=reset:100%",
+        "--route",
+        "/pkg.Svc/Close events=5 gap=5ms fault=close:100%",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    call_and_cancel_after(&s, "/pkg.Svc/Feed", 3);
+    for path in ["/pkg.Svc/Reset", "/pkg.Svc/Close"] {
+        let o = call(&s, path, "application/grpc", framed(0, b""));
+        assert!(o.broken.is_some() && o.grpc_status.is_none(), "{o:?}");
+    }
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let routes = t["routes"].as_array().into_iter().flatten();
+        routes.filter(|r| r["count"].as_u64() == Some(1)).count() == 3
+    });
+    let route = |path: &str| statico_tests::figures::entry(&truth, path).clone();
+    let counted = |path: &str, name: &str| statico_tests::figures::outcome(&route(path), name);
+    let feed = route("/pkg.Svc/Feed");
+    assert_eq!(counted("/pkg.Svc/Feed", "gone"), 1, "{feed}");
+    assert_eq!(counted("/pkg.Svc/Feed", "DEADLINE_EXCEEDED"), 0, "{feed}");
+    assert_eq!(
+        feed["stream"]["events"], 3,
+        "the messages the client got: {feed}"
+    );
+    for (path, fault) in [("/pkg.Svc/Reset", "reset"), ("/pkg.Svc/Close", "close")] {
+        assert_eq!(counted(path, fault), 1, "{}", route(path));
+        assert_eq!(counted(path, "gone"), 0, "{}", route(path));
+    }
+}
+
+#[test]
+fn a_call_with_a_malformed_grpc_timeout_is_internal_and_counted() {
+    let s = start(&["--route", "/pkg.Svc/M", "--metrics", "127.0.0.1:0"]);
+    let malformed = ["abc", "100", "-5m", "123456789m"];
+    for path in ["/pkg.Svc/M", "/fgrpc.PingServer/Ping"] {
+        for timeout in malformed {
+            let fields = [
+                ("content-type", "application/grpc"),
+                ("grpc-timeout", timeout),
+            ];
+            let o = call_with(&s, path, &fields, framed(0, b""));
+            assert_eq!(
+                o.grpc_status.as_deref(),
+                Some("13"),
+                "{path} {timeout}: {o:?}"
+            );
+        }
+    }
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let routes = t["routes"].as_array().into_iter().flatten();
+        routes.filter(|r| r["count"].as_u64() == Some(4)).count() == 2
+    });
+    for path in ["/pkg.Svc/M", "/fgrpc.PingServer/Ping"] {
+        let route = statico_tests::figures::entry(&truth, path);
+        assert_eq!(
+            statico_tests::figures::outcome(route, "INTERNAL"),
+            4,
+            "{route}"
+        );
+    }
+}
+
 #[test]
 fn a_health_route_takes_the_server_out_of_service_for_a_phase_and_a_watch_sees_it_come_back() {
     let test =
