@@ -158,14 +158,15 @@ struct Route {
     health: Option<ServingStatus>,
 }
 
-/// A gRPC route's own answers: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`.
+/// A gRPC route's own answers: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`; and
+/// its own outcomes, that one's and `INTERNAL`'s (a call with a malformed `grpc-timeout`).
 #[derive(Clone, Copy, Debug)]
 struct GrpcRoute {
     /// Trailers-only, at the deadline.
     deadline_answer: u8,
     /// A server-streaming route's: the messages due before the deadline, then the status.
     deadline_stream: Option<u8>,
-    /// Its outcome in the ground truth: the last.
+    /// Its outcome in the ground truth: the last but one.
     deadline_outcome: u8,
 }
 
@@ -173,6 +174,11 @@ impl GrpcRoute {
     /// How many answers the route has for its deadline.
     fn answers(self) -> usize {
         1 + usize::from(self.deadline_stream.is_some())
+    }
+
+    /// The outcome of a call refused `INTERNAL` for its malformed `grpc-timeout`: the last.
+    fn malformed_outcome(self) -> u8 {
+        self.deadline_outcome + 1
     }
 }
 
@@ -332,6 +338,16 @@ impl Routes {
         }
         let admission = route.admission.as_ref()?;
         Some(admission.ticket(key, choice.hold.delay, recorder.clone(), (now, sequence)))
+    }
+
+    /// The ground truth of a call `choice` would have answered, refused `INTERNAL` for its
+    /// malformed `grpc-timeout` (none for a route that is not gRPC's).
+    pub fn malformed_timeout(&self, choice: &RouteChoice) -> Option<TruthKey> {
+        let grpc = self.routes[usize::from(choice.route)].grpc?;
+        (choice.hold.truth).map(|t| TruthKey {
+            outcome: grpc.malformed_outcome(),
+            ..t
+        })
     }
 
     /// What a gRPC route's `choice` becomes for a call whose `grpc-timeout` is `deadline`: the
@@ -1094,13 +1110,13 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
     }
     for spec in specs {
         // And gone, shed, and an openai route's 400, 404, 405.
-        // And a gRPC route's DEADLINE_EXCEEDED.
+        // And a gRPC route's DEADLINE_EXCEEDED and INTERNAL.
         let outcomes = 1
             + spec.status_mix.len()
             + spec.faults.len()
             + 2
             + 3 * usize::from(spec.openai.is_some())
-            + usize::from(spec.is_grpc());
+            + 2 * usize::from(spec.is_grpc());
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
                 "--route {}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
@@ -1284,6 +1300,7 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
     }
     if spec.is_grpc() {
         outcomes.push(Code::DeadlineExceeded.name().into());
+        outcomes.push(Code::Internal.name().into());
     }
     RouteInfo {
         name: spec.name.clone(),
@@ -1597,11 +1614,11 @@ mod tests {
         let cut_short = [&head[..], &events[..2], &[(45, Step::Trailers)]].concat();
         assert_eq!(steps, cut_short, "two messages, then the deadline at it");
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
-        assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED"]);
+        assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED", "INTERNAL"]);
     }
 
     #[test]
-    fn a_server_streaming_grpc_routes_faults_and_gone_are_their_own_outcomes() {
+    fn a_server_streaming_grpc_routes_faults_gone_and_malformed_timeouts_are_their_own_outcomes() {
         for (spec, fault) in [
             ("/pkg.Svc/Feed events=5 gap=10ms fault=reset:100%", "reset"),
             ("/pkg.Svc/Feed events=5 gap=10ms fault=close:100%", "close"),
@@ -1617,7 +1634,10 @@ mod tests {
             };
             let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
             let outcomes = route_info(&table.routes[0], None, None).outcomes;
-            assert_eq!(outcomes, ["OK", fault, "gone", "DEADLINE_EXCEEDED"]);
+            assert_eq!(
+                outcomes,
+                ["OK", fault, "gone", "DEADLINE_EXCEEDED", "INTERNAL"]
+            );
             let request = Request {
                 method: b"POST",
                 target: b"/pkg.Svc/Feed",
@@ -1628,6 +1648,8 @@ mod tests {
             assert_eq!(outcomes[drawn], fault, "{spec}");
             let gone = usize::from(routes.routes[0].gone_outcome());
             assert_eq!(outcomes[gone], "gone", "{spec}");
+            let malformed = routes.malformed_timeout(&choice).unwrap().outcome;
+            assert_eq!(outcomes[usize::from(malformed)], "INTERNAL", "{spec}");
         }
     }
 
@@ -1686,6 +1708,9 @@ mod tests {
         }
         assert_eq!(seen, [true, true]);
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
-        assert_eq!(outcomes, ["OK", "UNAVAILABLE", "gone", "DEADLINE_EXCEEDED"]);
+        assert_eq!(
+            outcomes,
+            ["OK", "UNAVAILABLE", "gone", "DEADLINE_EXCEEDED", "INTERNAL"]
+        );
     }
 }
