@@ -967,6 +967,7 @@ fn call_and_cancel_after(s: &Server, path: &str, after: usize) {
             let _ = body.flow_control().release_capacity(data.len());
             messages += usize::from(!data.is_empty());
         }
+        send.send_reset(h2::Reason::CANCEL);
         drop(body);
         tokio::time::sleep(Duration::from_millis(300)).await;
     });
