@@ -358,9 +358,7 @@ fn http2_a_stream_the_client_resets_counts_the_events_it_got() {
     runtime().block_on(async move {
         let (client, _conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
-        let get = http::Request::get(format!("http://t/long"))
-            .body(())
-            .unwrap();
+        let get = http::Request::get("http://t/long").body(()).unwrap();
         let (resp, _) = client.send_request(get, true).unwrap();
         let mut body = resp.await.expect("a head").into_body();
         let mut events = 0;

@@ -166,19 +166,17 @@ struct GrpcRoute {
     deadline_answer: u8,
     /// A server-streaming route's: the messages due before the deadline, then the status.
     deadline_stream: Option<u8>,
-    /// Its outcome in the ground truth: the last but one.
+    /// Its outcome in the ground truth (after `gone` and a pool's `shed`).
     deadline_outcome: u8,
+    /// The outcome of a call refused `INTERNAL` for its malformed `grpc-timeout`: the route's own
+    /// `INTERNAL` status if it draws one, else one after `DEADLINE_EXCEEDED`.
+    malformed_outcome: u8,
 }
 
 impl GrpcRoute {
     /// How many answers the route has for its deadline.
     fn answers(self) -> usize {
         1 + usize::from(self.deadline_stream.is_some())
-    }
-
-    /// The outcome of a call refused `INTERNAL` for its malformed `grpc-timeout`: the last.
-    fn malformed_outcome(self) -> u8 {
-        self.deadline_outcome + 1
     }
 }
 
@@ -345,7 +343,7 @@ impl Routes {
     pub fn malformed_timeout(&self, choice: &RouteChoice) -> Option<TruthKey> {
         let grpc = self.routes[usize::from(choice.route)].grpc?;
         (choice.hold.truth).map(|t| TruthKey {
-            outcome: grpc.malformed_outcome(),
+            outcome: grpc.malformed_outcome,
             ..t
         })
     }
@@ -953,11 +951,13 @@ impl Answers {
         };
         // Its DEADLINE_EXCEEDED's outcome follows gone and a pool's shed (see `route_info`).
         let gone = (1 + spec.status_mix.len() + spec.faults.len()) as u8;
+        let deadline_outcome = gone + 1 + u8::from(shed.is_some());
         Ok(Answers {
             grpc: Some(GrpcRoute {
                 deadline_answer,
                 deadline_stream,
-                deadline_outcome: gone + 1 + u8::from(shed.is_some()),
+                deadline_outcome,
+                malformed_outcome: drawn_internal(spec).map_or(deadline_outcome + 1, |i| i as u8),
             }),
             all,
             done: None,
@@ -1300,7 +1300,9 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
     }
     if spec.is_grpc() {
         outcomes.push(Code::DeadlineExceeded.name().into());
-        outcomes.push(Code::Internal.name().into());
+        if drawn_internal(spec).is_none() {
+            outcomes.push(Code::Internal.name().into());
+        }
     }
     RouteInfo {
         name: spec.name.clone(),
@@ -1324,6 +1326,14 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
             .as_ref()
             .map(|d| (d.quantile(0.001), d.quantile(0.9999))),
     }
+}
+
+/// Where a gRPC route draws `INTERNAL` among its statuses, if it does: its outcome for a call
+/// refused `INTERNAL` too.
+fn drawn_internal(spec: &RouteSpec) -> Option<usize> {
+    let mut statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+    let internal = Code::Internal as u16;
+    statuses.position(|s| s == internal)
 }
 
 /// A built-in gRPC method as the truth knows it: named by its path, its outcomes every gRPC status
@@ -1707,6 +1717,22 @@ mod tests {
             );
         }
         assert_eq!(seen, [true, true]);
+        // A route that draws INTERNAL counts a malformed grpc-timeout under it.
+        let drawing = Table {
+            routes: vec![spec::parse_spec("/pkg.Svc/* grpc-status=INTERNAL:50%").unwrap()],
+            ..Table::default()
+        };
+        let outcomes = route_info(&drawing.routes[0], None, None).outcomes;
+        assert_eq!(outcomes, ["OK", "INTERNAL", "gone", "DEADLINE_EXCEEDED"]);
+        let base = ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let drawn = Routes::build(&drawing, &Common::new(base, true, 1, None), None).unwrap();
+        let choice = drawn.choose_call(&request, &mut draw).unwrap();
+        let malformed = drawn.malformed_timeout(&choice).unwrap().outcome;
+        assert_eq!(malformed, 1);
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
         assert_eq!(
             outcomes,
