@@ -1009,6 +1009,77 @@ fn a_server_streaming_routes_cancel_is_gone_and_its_faults_are_their_own_outcome
     }
 }
 
+/// ghz calling `slow.Svc/Stream` (a server-streaming method, from a proto file) `n` times, `c` at
+/// a time: its JSON report.
+fn ghz_stream(ghz: &Path, s: &Server, n: u32, c: u32) -> (serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!("statico-ghz-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proto = dir.join("slow.proto");
+    let service = "syntax = \"proto3\";\npackage slow;\nmessage M { bytes data = 1; }\n\
+        service Svc { rpc Stream(M) returns (stream M); }\n";
+    std::fs::write(&proto, service).unwrap();
+    let (n, c) = (n.to_string(), c.to_string());
+    let args = [
+        "--insecure",
+        "--proto",
+        proto.to_str().unwrap(),
+        "--call",
+        "slow.Svc/Stream",
+        "-n",
+        &n,
+        "-c",
+        &c,
+        "--format",
+        "json",
+        &target(s),
+    ];
+    let (_, out, err) = run(ghz, &args);
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (report, format!("{out}\n{err}"))
+}
+
+#[test]
+fn ghz_sees_a_server_streaming_routes_faults_as_the_ground_truth_counts_them() {
+    let test = "ghz_sees_a_server_streaming_routes_faults_as_the_ground_truth_counts_them";
+    let Some(ghz) = go_tool("ghz", test) else {
+        return;
+    };
+    // One call at a time: each status ghz saw is the outcome counted.
+    for (fault, status) in [("reset", "Internal"), ("close", "Unavailable")] {
+        let route = format!("/slow.Svc/Stream events=5 gap=5ms fault={fault}:10%");
+        let s = start(&["--route", &route, "--metrics", "127.0.0.1:0"]);
+        let (report, out) = ghz_stream(&ghz, &s, 200, 1);
+        let (ok, faulted) = (ghz_count(&report, "OK"), ghz_count(&report, status));
+        assert_eq!(ok + faulted, 200, "{out}");
+        let truth = statico_tests::figures::truth_when(&s, |t| {
+            t["routes"][0]["count"].as_u64() == Some(200)
+        });
+        let entry = &truth["routes"][0];
+        let counted = |name| statico_tests::figures::outcome(entry, name);
+        assert_eq!(
+            (counted("OK"), counted(fault)),
+            (ok, faulted),
+            "{entry}\n{out}"
+        );
+        assert_eq!(counted("gone"), 0, "{entry}");
+    }
+    // Five at a time on one connection: a close cuts the calls beside it, which are gone, never
+    // past a deadline they did not give.
+    let route = "/slow.Svc/Stream events=5 gap=10ms fault=close:10%";
+    let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
+    let (report, out) = ghz_stream(&ghz, &s, 300, 5);
+    assert!(ghz_count(&report, "Unavailable") > 0, "{out}");
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let outcomes = &t["routes"][0]["outcomes"];
+        outcomes["close"].as_u64() > Some(0) && outcomes["gone"].as_u64() > Some(0)
+    });
+    let entry = &truth["routes"][0];
+    let counted = |name| statico_tests::figures::outcome(entry, name);
+    assert_eq!(counted("DEADLINE_EXCEEDED"), 0, "{entry}");
+    assert!(counted("close") > 0 && counted("gone") > 0, "{entry}");
+}
+
 #[test]
 fn a_call_with_a_malformed_grpc_timeout_is_internal_and_counted() {
     let s = start(&["--route", "/pkg.Svc/M", "--metrics", "127.0.0.1:0"]);
