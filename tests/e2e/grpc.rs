@@ -945,6 +945,173 @@ fn a_server_streaming_route_sends_its_reply_on_the_streams_times_then_ok_or_dead
     assert_eq!(route["stream"]["events"], 7, "the messages sent: {route}");
 }
 
+/// A call to `path` whose messages are read until `after` of them came, then the stream is reset
+/// (CANCEL); the connection stays open a while after.
+fn call_and_cancel_after(s: &Server, path: &str, after: usize) {
+    let addr = s.addr;
+    runtime().block_on(async move {
+        let (client, _conn) = h2_connect(addr).await;
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::post(format!("http://{addr}{path}"))
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        send.send_data(Bytes::from(framed(0, b"")), true).unwrap();
+        let mut body = response.await.expect("a head").into_body();
+        let mut messages = 0;
+        while messages < after {
+            let data = tokio::time::timeout(Duration::from_secs(10), body.data());
+            let data = data.await.expect("a message").expect("more").expect("data");
+            let _ = body.flow_control().release_capacity(data.len());
+            messages += usize::from(!data.is_empty());
+        }
+        send.send_reset(h2::Reason::CANCEL);
+        drop(body);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    });
+}
+
+#[test]
+fn a_server_streaming_routes_cancel_is_gone_and_its_faults_are_their_own_outcomes() {
+    let s = start(&[
+        "--route",
+        "/pkg.Svc/Feed events=20 gap=50ms",
+        "--route",
+        "/pkg.Svc/Reset events=5 gap=5ms fault=reset:100%",
+        "--route",
+        "/pkg.Svc/Close events=5 gap=5ms fault=close:100%",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    call_and_cancel_after(&s, "/pkg.Svc/Feed", 3);
+    for path in ["/pkg.Svc/Reset", "/pkg.Svc/Close"] {
+        let o = call(&s, path, "application/grpc", framed(0, b""));
+        assert!(o.broken.is_some() && o.grpc_status.is_none(), "{o:?}");
+    }
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let routes = t["routes"].as_array().into_iter().flatten();
+        routes.filter(|r| r["count"].as_u64() == Some(1)).count() == 3
+    });
+    let route = |path: &str| statico_tests::figures::entry(&truth, path).clone();
+    let counted = |path: &str, name: &str| statico_tests::figures::outcome(&route(path), name);
+    let feed = route("/pkg.Svc/Feed");
+    assert_eq!(counted("/pkg.Svc/Feed", "gone"), 1, "{feed}");
+    assert_eq!(counted("/pkg.Svc/Feed", "DEADLINE_EXCEEDED"), 0, "{feed}");
+    assert_eq!(
+        feed["stream"]["events"], 3,
+        "the messages the client got: {feed}"
+    );
+    for (path, fault) in [("/pkg.Svc/Reset", "reset"), ("/pkg.Svc/Close", "close")] {
+        assert_eq!(counted(path, fault), 1, "{}", route(path));
+        assert_eq!(counted(path, "gone"), 0, "{}", route(path));
+    }
+}
+
+/// ghz calling `slow.Svc/Stream` (a server-streaming method, from a proto file) `n` times, `c` at
+/// a time: its JSON report.
+fn ghz_stream(ghz: &Path, s: &Server, n: u32, c: u32) -> (serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!("statico-ghz-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proto = dir.join("slow.proto");
+    let service = "syntax = \"proto3\";\npackage slow;\nmessage M { bytes data = 1; }\n\
+        service Svc { rpc Stream(M) returns (stream M); }\n";
+    std::fs::write(&proto, service).unwrap();
+    let (n, c) = (n.to_string(), c.to_string());
+    let args = [
+        "--insecure",
+        "--proto",
+        proto.to_str().unwrap(),
+        "--call",
+        "slow.Svc/Stream",
+        "-n",
+        &n,
+        "-c",
+        &c,
+        "--format",
+        "json",
+        &target(s),
+    ];
+    let (_, out, err) = run(ghz, &args);
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (report, format!("{out}\n{err}"))
+}
+
+#[test]
+fn ghz_sees_a_server_streaming_routes_faults_as_the_ground_truth_counts_them() {
+    let test = "ghz_sees_a_server_streaming_routes_faults_as_the_ground_truth_counts_them";
+    let Some(ghz) = go_tool("ghz", test) else {
+        return;
+    };
+    // One call at a time: each status ghz saw is the outcome counted.
+    for (fault, status) in [("reset", "Internal"), ("close", "Unavailable")] {
+        let route = format!("/slow.Svc/Stream events=5 gap=5ms fault={fault}:10%");
+        let s = start(&["--route", &route, "--metrics", "127.0.0.1:0"]);
+        let (report, out) = ghz_stream(&ghz, &s, 200, 1);
+        let (ok, faulted) = (ghz_count(&report, "OK"), ghz_count(&report, status));
+        assert_eq!(ok + faulted, 200, "{out}");
+        let truth = statico_tests::figures::truth_when(&s, |t| {
+            t["routes"][0]["count"].as_u64() == Some(200)
+        });
+        let entry = &truth["routes"][0];
+        let counted = |name| statico_tests::figures::outcome(entry, name);
+        assert_eq!(
+            (counted("OK"), counted(fault)),
+            (ok, faulted),
+            "{entry}\n{out}"
+        );
+        assert_eq!(counted("gone"), 0, "{entry}");
+    }
+    // Five at a time on one connection: a close cuts the calls beside it, which are gone, never
+    // past a deadline they did not give.
+    let route = "/slow.Svc/Stream events=5 gap=10ms fault=close:10%";
+    let s = start(&["--route", route, "--metrics", "127.0.0.1:0"]);
+    let (report, out) = ghz_stream(&ghz, &s, 300, 5);
+    assert!(ghz_count(&report, "Unavailable") > 0, "{out}");
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let outcomes = &t["routes"][0]["outcomes"];
+        outcomes["close"].as_u64() > Some(0) && outcomes["gone"].as_u64() > Some(0)
+    });
+    let entry = &truth["routes"][0];
+    let counted = |name| statico_tests::figures::outcome(entry, name);
+    assert_eq!(counted("DEADLINE_EXCEEDED"), 0, "{entry}");
+    assert!(counted("close") > 0 && counted("gone") > 0, "{entry}");
+}
+
+#[test]
+fn a_call_with_a_malformed_grpc_timeout_is_internal_and_counted() {
+    let s = start(&["--route", "/pkg.Svc/M", "--metrics", "127.0.0.1:0"]);
+    let malformed = ["abc", "100", "-5m", "123456789m"];
+    for path in ["/pkg.Svc/M", "/fgrpc.PingServer/Ping"] {
+        for timeout in malformed {
+            let fields = [
+                ("content-type", "application/grpc"),
+                ("grpc-timeout", timeout),
+            ];
+            let o = call_with(&s, path, &fields, framed(0, b""));
+            assert_eq!(
+                o.grpc_status.as_deref(),
+                Some("13"),
+                "{path} {timeout}: {o:?}"
+            );
+        }
+    }
+    let truth = statico_tests::figures::truth_when(&s, |t| {
+        let routes = t["routes"].as_array().into_iter().flatten();
+        routes.filter(|r| r["count"].as_u64() == Some(4)).count() == 2
+    });
+    for path in ["/pkg.Svc/M", "/fgrpc.PingServer/Ping"] {
+        let route = statico_tests::figures::entry(&truth, path);
+        assert_eq!(
+            statico_tests::figures::outcome(route, "INTERNAL"),
+            4,
+            "{route}"
+        );
+    }
+}
+
 #[test]
 fn a_health_route_takes_the_server_out_of_service_for_a_phase_and_a_watch_sees_it_come_back() {
     let test =

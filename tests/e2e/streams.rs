@@ -321,6 +321,61 @@ fn http2_a_stream_the_client_cancels_is_left_and_the_connection_goes_on() {
     truth_once_long_is_left(&s);
 }
 
+#[test]
+fn http2_reset_and_close_faults_count_the_events_the_client_got() {
+    let s = start(
+        &[
+            "/reset stream=ndjson events=10 gap=2ms fault=reset:100%",
+            "/close stream=ndjson events=10 gap=2ms fault=close:100%",
+        ],
+        &["--http2", "--metrics", "127.0.0.1:0"],
+    );
+    for (path, fault) in [("/reset", "reset"), ("/close", "close")] {
+        let mut got = 0;
+        for _ in 0..8 {
+            let out = h2_frames(&s, path);
+            assert!(out.body.error.is_some(), "{path}: the stream ends broken");
+            got += out.body.frames.len();
+        }
+        let t = truth_when(&s, |t| outcome(entry(t, path), fault) == 8);
+        let e = entry(&t, path);
+        assert_eq!(outcome(e, fault), 8, "{e}");
+        assert_eq!(
+            num(e, &["stream", "events"]),
+            got as f64,
+            "{path}: the events the client got: {e}"
+        );
+    }
+}
+
+#[test]
+fn http2_a_stream_the_client_resets_counts_the_events_it_got() {
+    let s = start(
+        &["/long stream=ndjson events=100 gap=50ms"],
+        &["--http2", "--metrics", "127.0.0.1:0"],
+    );
+    let addr = s.addr;
+    runtime().block_on(async move {
+        let (client, _conn) = h2_connect(addr).await;
+        let mut client = client.ready().await.unwrap();
+        let get = http::Request::get("http://t/long").body(()).unwrap();
+        let (resp, _) = client.send_request(get, true).unwrap();
+        let mut body = resp.await.expect("a head").into_body();
+        let mut events = 0;
+        while events < 3 {
+            let frame = tokio::time::timeout(WAIT, body.data()).await.expect("data");
+            events += usize::from(!frame.expect("an event").expect("data").is_empty());
+        }
+        // RST_STREAM CANCEL, well before the next event is due; the connection stays open.
+        drop(body);
+        tokio::time::sleep(ms(300)).await;
+    });
+    let t = truth_when(&s, |t| left_or_gone(entry(t, "/long")) >= 1);
+    let long = entry(&t, "/long");
+    assert_eq!(outcome(long, "gone"), 1, "{long}");
+    assert_eq!(num(long, &["stream", "events"]), 3.0, "{long}");
+}
+
 // ---- Many at once ----
 
 #[test]

@@ -521,7 +521,7 @@ impl Local {
 
     /// The answer of the gRPC route the gRPC call `request` matches, if one does: its draw, or
     /// `DEADLINE_EXCEEDED` for one held past the call's `grpc-timeout` (a malformed one is
-    /// `INTERNAL`, as the built-in services answer it).
+    /// `INTERNAL`, as the built-in services answer it, counted so).
     fn call_answer<B>(&self, request: &http::Request<B>) -> Option<StreamAnswer> {
         // The built-in `Watch` follows the health routes rather than being answered by one.
         if self.grpc.is_some() && request.uri().path() == grpc::HEALTH_METHODS[1] {
@@ -540,6 +540,8 @@ impl Local {
             Err(status) => {
                 let mut answer = grpc::trailers_only(&status);
                 answer.set_date(&self.date);
+                answer.hold.truth = routes.malformed_timeout(&chosen);
+                answer.recorder = self.recorder.clone();
                 return Some(answer);
             }
         };

@@ -278,6 +278,17 @@ pub fn trailers_only(status: &CallStatus) -> StreamAnswer {
     stream_answer(headers, Bytes::new(), Hold::default(), None)
 }
 
+/// A call refused with `status` before it is read, trailers-only: its outcome recorded with
+/// `truth`, if it has one.
+fn refused(status: &CallStatus, truth: Option<CallTruth>) -> StreamAnswer {
+    let mut answer = trailers_only(status);
+    if let Some(truth) = truth {
+        answer.hold.truth = Some(truth.key(Some(status)));
+        answer.recorder = Some(truth.recorder);
+    }
+    answer
+}
+
 /// A gRPC answer of these parts: HTTP status 200 always (the call's outcome is its `grpc-status`).
 fn stream_answer(
     headers: HeaderMap,
@@ -390,7 +401,8 @@ impl Grpc {
 
     /// The answer to a gRPC call on `path` with these header `fields`: a built-in method's, made
     /// once its request is read (the answer carries its [`Call`]), else `UNIMPLEMENTED`; a
-    /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it). The health service's
+    /// malformed `grpc-timeout` gets `INTERNAL` (as grpc-go answers it, counted so for a built-in
+    /// method). The health service's
     /// status is the one `health` reads, SERVING if none.
     /// `truth`: where the call's outcome is recorded, under its method's path.
     pub fn answer(
@@ -403,7 +415,7 @@ impl Grpc {
         let grpc_timeout = fields.get(name!("grpc-timeout")).map(HeaderValue::as_bytes);
         let deadline = match grpc_timeout.map(timeout).transpose() {
             Ok(deadline) => deadline,
-            Err(status) => return trailers_only(&status),
+            Err(status) => return refused(&status, truth.and_then(|t| CallTruth::of(t, path))),
         };
         match method(path) {
             Some(method) => StreamAnswer {
@@ -852,6 +864,37 @@ mod tests {
             None,
         );
         assert_eq!(grpc_status(&malformed), "13");
+        assert_eq!(malformed.hold.truth, None, "no truth to record it in");
+        // With the ground truth, it is counted INTERNAL under its method.
+        let info = crate::observe::truth::RouteInfo {
+            name: "/fgrpc.PingServer/Ping".into(),
+            phase: None,
+            outcomes: method_outcomes(),
+            expected: None,
+            pooled: false,
+            streamed: false,
+            pool: None,
+            model: None,
+            grpc_status: Vec::new(),
+        };
+        let truth = Arc::new(crate::observe::truth::GroundTruth::new(vec![info], 1));
+        let builtin = BuiltinTruth {
+            recorder: Recorder::new(truth, 0),
+            first: 0,
+            generation: 1,
+        };
+        let path = "/fgrpc.PingServer/Ping";
+        let counted = grpc.answer(path, &timed("soon"), HealthSource::default(), Some(builtin));
+        assert_eq!(grpc_status(&counted), "13");
+        assert!(counted.recorder.is_some());
+        assert_eq!(
+            counted.hold.truth,
+            Some(TruthKey {
+                route: 0,
+                outcome: Code::Internal as u8,
+                generation: 1
+            })
+        );
         let held = |timeout: &'static str| {
             let a = grpc.answer(
                 "/fgrpc.PingServer/Ping",

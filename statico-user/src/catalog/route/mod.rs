@@ -158,15 +158,26 @@ struct Route {
     health: Option<ServingStatus>,
 }
 
-/// A gRPC route's own answers: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`.
+/// A gRPC route's own answers: `DEADLINE_EXCEEDED`, for a call held past its `grpc-timeout`; and
+/// its own outcomes, that one's and `INTERNAL`'s (a call with a malformed `grpc-timeout`).
 #[derive(Clone, Copy, Debug)]
 struct GrpcRoute {
     /// Trailers-only, at the deadline.
     deadline_answer: u8,
     /// A server-streaming route's: the messages due before the deadline, then the status.
     deadline_stream: Option<u8>,
-    /// Its outcome in the ground truth: the last.
+    /// Its outcome in the ground truth (after `gone` and a pool's `shed`).
     deadline_outcome: u8,
+    /// The outcome of a call refused `INTERNAL` for its malformed `grpc-timeout`: the route's own
+    /// `INTERNAL` status if it draws one, else one after `DEADLINE_EXCEEDED`.
+    malformed_outcome: u8,
+}
+
+impl GrpcRoute {
+    /// How many answers the route has for its deadline.
+    fn answers(self) -> usize {
+        1 + usize::from(self.deadline_stream.is_some())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -325,6 +336,16 @@ impl Routes {
         }
         let admission = route.admission.as_ref()?;
         Some(admission.ticket(key, &choice.hold, recorder.clone(), (now, sequence)))
+    }
+
+    /// The ground truth of a call `choice` would have answered, refused `INTERNAL` for its
+    /// malformed `grpc-timeout` (none for a route that is not gRPC's).
+    pub fn malformed_timeout(&self, choice: &RouteChoice) -> Option<TruthKey> {
+        let grpc = self.routes[usize::from(choice.route)].grpc?;
+        (choice.hold.truth).map(|t| TruthKey {
+            outcome: grpc.malformed_outcome,
+            ..t
+        })
     }
 
     /// What a gRPC route's `choice` becomes for a call whose `grpc-timeout` is `deadline`: the
@@ -689,13 +710,13 @@ impl Route {
             || self.pausable
     }
 
-    /// How many statuses it draws from (its answers, less a pool's shed answer and a stream's
-    /// `204`).
+    /// How many statuses it draws from (its answers, less a pool's shed answer, a stream's `204`
+    /// and a gRPC route's own).
     fn statuses(&self) -> usize {
         self.answers.len()
             - usize::from(self.shed_answer.is_some())
             - usize::from(self.done_answer.is_some())
-            - usize::from(self.grpc.is_some())
+            - self.grpc.map_or(0, GrpcRoute::answers)
     }
 
     /// The outcome number of `gone`: after the statuses and the faults (see [`route_info`]); a
@@ -933,11 +954,13 @@ impl Answers {
         };
         // Its DEADLINE_EXCEEDED's outcome follows gone and a pool's shed (see `route_info`).
         let gone = (1 + spec.status_mix.len() + spec.faults.len()) as u8;
+        let deadline_outcome = gone + 1 + u8::from(shed.is_some());
         Ok(Answers {
             grpc: Some(GrpcRoute {
                 deadline_answer,
                 deadline_stream,
-                deadline_outcome: gone + 1 + u8::from(shed.is_some()),
+                deadline_outcome,
+                malformed_outcome: drawn_internal(spec).map_or(deadline_outcome + 1, |i| i as u8),
             }),
             all,
             done: None,
@@ -1090,13 +1113,13 @@ fn check_limits(specs: &[RouteSpec]) -> Result<()> {
     }
     for spec in specs {
         // And gone, shed, and an openai route's 400, 404, 405.
-        // And a gRPC route's DEADLINE_EXCEEDED.
+        // And a gRPC route's DEADLINE_EXCEEDED and INTERNAL.
         let outcomes = 1
             + spec.status_mix.len()
             + spec.faults.len()
             + 2
             + 3 * usize::from(spec.openai.is_some())
-            + usize::from(spec.is_grpc());
+            + 2 * usize::from(spec.is_grpc());
         if outcomes > MAX_OUTCOMES {
             anyhow::bail!(
                 "{}: {outcomes} statuses and faults: at most {MAX_OUTCOMES}",
@@ -1281,6 +1304,9 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
     }
     if spec.is_grpc() {
         outcomes.push(Code::DeadlineExceeded.name().into());
+        if drawn_internal(spec).is_none() {
+            outcomes.push(Code::Internal.name().into());
+        }
     }
     RouteInfo {
         name: spec.name.clone(),
@@ -1305,6 +1331,14 @@ fn route_info(spec: &RouteSpec, pool: Option<usize>, phase: Option<String>) -> R
             .as_ref()
             .map(|d| (d.quantile(0.001), d.quantile(0.9999))),
     }
+}
+
+/// Where a gRPC route draws `INTERNAL` among its statuses, if it does: its outcome for a call
+/// refused `INTERNAL` too.
+fn drawn_internal(spec: &RouteSpec) -> Option<usize> {
+    let mut statuses = std::iter::once(spec.status).chain(spec.status_mix.iter().map(|(s, _)| *s));
+    let internal = Code::Internal as u16;
+    statuses.position(|s| s == internal)
 }
 
 /// A built-in gRPC method as the truth knows it: named by its path, its outcomes every gRPC status
@@ -1670,7 +1704,43 @@ mod tests {
         let cut_short = [&head[..], &events[..2], &[(45, Step::Trailers)]].concat();
         assert_eq!(steps, cut_short, "two messages, then the deadline at it");
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
-        assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED"]);
+        assert_eq!(outcomes, ["OK", "gone", "DEADLINE_EXCEEDED", "INTERNAL"]);
+    }
+
+    #[test]
+    fn a_server_streaming_grpc_routes_faults_gone_and_malformed_timeouts_are_their_own_outcomes() {
+        for (spec, fault) in [
+            ("/pkg.Svc/Feed events=5 gap=10ms fault=reset:100%", "reset"),
+            ("/pkg.Svc/Feed events=5 gap=10ms fault=close:100%", "close"),
+        ] {
+            let table = Table {
+                routes: vec![spec::parse_spec(spec).unwrap()],
+                ..Table::default()
+            };
+            let base = ResponseSpec {
+                status: 200,
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
+            let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+            let outcomes = route_info(&table.routes[0], None, None).outcomes;
+            assert_eq!(
+                outcomes,
+                ["OK", fault, "gone", "DEADLINE_EXCEEDED", "INTERNAL"]
+            );
+            let request = Request {
+                method: b"POST",
+                target: b"/pkg.Svc/Feed",
+                ..Request::default()
+            };
+            let choice = (routes.choose_call(&request, &mut generator(Some(1), 0))).unwrap();
+            let drawn = usize::from(choice.hold.truth.unwrap().outcome);
+            assert_eq!(outcomes[drawn], fault, "{spec}");
+            let gone = usize::from(routes.routes[0].gone_outcome());
+            assert_eq!(outcomes[gone], "gone", "{spec}");
+            let malformed = routes.malformed_timeout(&choice).unwrap().outcome;
+            assert_eq!(outcomes[usize::from(malformed)], "INTERNAL", "{spec}");
+        }
     }
 
     #[test]
@@ -1727,7 +1797,26 @@ mod tests {
             );
         }
         assert_eq!(seen, [true, true]);
+        // A route that draws INTERNAL counts a malformed grpc-timeout under it.
+        let drawing = Table {
+            routes: vec![spec::parse_spec("/pkg.Svc/* grpc-status=INTERNAL:50%").unwrap()],
+            ..Table::default()
+        };
+        let outcomes = route_info(&drawing.routes[0], None, None).outcomes;
+        assert_eq!(outcomes, ["OK", "INTERNAL", "gone", "DEADLINE_EXCEEDED"]);
+        let base = ResponseSpec {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let drawn = Routes::build(&drawing, &Common::new(base, true, 1, None), None).unwrap();
+        let choice = drawn.choose_call(&request, &mut draw).unwrap();
+        let malformed = drawn.malformed_timeout(&choice).unwrap().outcome;
+        assert_eq!(malformed, 1);
         let outcomes = route_info(&table.routes[0], None, None).outcomes;
-        assert_eq!(outcomes, ["OK", "UNAVAILABLE", "gone", "DEADLINE_EXCEEDED"]);
+        assert_eq!(
+            outcomes,
+            ["OK", "UNAVAILABLE", "gone", "DEADLINE_EXCEEDED", "INTERNAL"]
+        );
     }
 }

@@ -160,8 +160,10 @@ enum Next {
     /// At a [`Step::Wait`] or [`Step::Queued`].
     Wait(Step),
     Stall,
-    /// A truncated answer: the stream is reset once what was sent has left.
-    Cut,
+    /// A fault (`truncate`, `reset`, `close`) that strikes once what this run handed to `h2` has
+    /// left: a reset or a GOAWAY drops the frames `h2` still queues, and an event dropped so was
+    /// not sent (though recorded as sent).
+    AfterSent(Fault),
     Ended(Ended),
 }
 
@@ -204,18 +206,24 @@ impl Delivering {
         // Room that came goes on at once, but once per call: a wait that is not for room (a pause)
         // with room there would come back at the same instant.
         let mut room_tried = false;
+        // Whether this run handed `h2` a frame of the answer (which a fault must let leave).
+        let mut handed = false;
         loop {
-            let room = self.room();
-            match self.delivery.next(&mut clock, room) {
+            // An event is recorded as it is given out: none is given to a stream the client reset.
+            let Some(room) = self.room() else {
+                return Next::Ended(Ended::Done);
+            };
+            let step = self.delivery.next(&mut clock, room);
+            handed |= matches!(
+                step,
+                Step::Head { .. } | Step::Body { .. } | Step::Event { .. }
+            );
+            match step {
                 Step::Wait(_) if !room_tried && self.room_came() => room_tried = true,
                 step @ (Step::Wait(_) | Step::Queued(_)) => return Next::Wait(step),
                 Step::Fault(Fault::Stall) => return Next::Stall,
-                Step::Fault(Fault::Close) => return Next::Ended(Ended::CloseConnection),
-                Step::Fault(Fault::Truncate) => return Next::Cut,
-                Step::Fault(Fault::Reset) => {
-                    self.reset();
-                    return Next::Ended(Ended::Done);
-                }
+                Step::Fault(fault) if handed => return Next::AfterSent(fault),
+                Step::Fault(fault) => return Next::Ended(self.strike(fault)),
                 Step::Shed => self.shed(),
                 Step::Record { key, drawn, held } => {
                     if let Some(r) = &self.recorder {
@@ -259,21 +267,21 @@ impl Delivering {
         }
     }
 
-    /// How many body bytes the stream takes now. A stream's event goes only once flow control has
-    /// room for all of it (asked for, its length exactly, once it is made), so that a client that
-    /// does not read makes the events wait rather than `h2` buffer them without bound, and each
-    /// event leaves whole; any other body takes any room.
-    fn room(&mut self) -> usize {
+    /// How many body bytes the stream takes now; `None` once the client reset a stream of events
+    /// (it takes none of them). A stream's event goes only once flow control has room for all of
+    /// it (asked for, its length exactly, once it is made), so that a client that does not read
+    /// makes the events wait rather than `h2` buffer them without bound, and each event leaves
+    /// whole; any other body takes any room.
+    fn room(&mut self) -> Option<usize> {
         let (Some(s), Some(wanted)) = (self.stream.as_mut(), self.delivery.event_room()) else {
-            return usize::MAX;
+            return Some(usize::MAX);
         };
-        // A stream the client reset takes no room: its next send finds out and ends the answer.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if s.poll_reset(&mut cx).is_ready() {
-            return usize::MAX;
+            return None;
         }
         s.reserve_capacity(wanted);
-        s.capacity()
+        Some(s.capacity())
     }
 
     /// An event that has waited for room (the client's window, or the socket) since `since` for
@@ -313,10 +321,10 @@ impl Delivering {
     /// is asked at once): then the delivery goes on rather than waiting a tick.
     fn room_came(&mut self) -> bool {
         let waiting = self.delivery.event_room().is_some_and(|wanted| wanted > 0);
-        waiting && {
-            let room = self.room();
-            self.delivery.event_fits(room)
-        }
+        waiting
+            && self
+                .room()
+                .is_some_and(|room| self.delivery.event_fits(room))
     }
 
     /// Sends `data` on the answer's stream: false when the client reset the stream, which takes no
@@ -341,11 +349,17 @@ impl Delivering {
         }
     }
 
-    fn reset(&mut self) {
+    /// The answer's fault strikes: `truncate` and `reset` reset the stream, `close` closes the
+    /// connection.
+    fn strike(&mut self, fault: Fault) -> Ended {
+        if fault == Fault::Close {
+            return Ended::CloseConnection;
+        }
         match self.stream.as_mut() {
             Some(s) => s.send_reset(h2::Reason::INTERNAL_ERROR),
             None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
         }
+        Ended::Done
     }
 
     /// Waits where [`run`](Self::run) stopped (`next`), and runs on, until the delivery ends. A
@@ -376,11 +390,10 @@ impl Delivering {
                     self.respond.send_reset(h2::Reason::CANCEL);
                     return Ended::Done;
                 }
-                Next::Cut => {
+                Next::AfterSent(fault) => {
                     // A tick for what was sent to leave: a reset drops what is queued.
                     crate::kernel::timer::sleep(PACE_TICK).await;
-                    self.reset();
-                    return Ended::Done;
+                    return self.strike(fault);
                 }
             }
             next = self.run(counters);
