@@ -875,6 +875,7 @@ mod tests {
             streamed: false,
             pool: None,
             model: None,
+            refusals: None,
             grpc_status: Vec::new(),
         };
         let truth = Arc::new(crate::observe::truth::GroundTruth::new(vec![info], 1));
