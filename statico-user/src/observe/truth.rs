@@ -57,7 +57,7 @@ const MAX_BUCKETS: usize = 400;
 const COARSE_STEPS: u32 = 30;
 
 /// A route as the truth knows it, given at start-up.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RouteInfo {
     /// How the route is shown, e.g. `GET /api/*`.
     pub name: String,
@@ -1256,15 +1256,9 @@ mod tests {
     fn route(name: &str, outcomes: &[&str], expected: Option<(Duration, Duration)>) -> RouteInfo {
         RouteInfo {
             name: name.into(),
-            phase: None,
             outcomes: outcomes.iter().map(|o| o.to_string()).collect(),
             expected,
-            pooled: false,
-            streamed: false,
-            pool: None,
-            model: None,
-            refusals: None,
-            grpc_status: Vec::new(),
+            ..RouteInfo::default()
         }
     }
 

@@ -868,15 +868,8 @@ mod tests {
         // With the ground truth, it is counted INTERNAL under its method.
         let info = crate::observe::truth::RouteInfo {
             name: "/fgrpc.PingServer/Ping".into(),
-            phase: None,
             outcomes: method_outcomes(),
-            expected: None,
-            pooled: false,
-            streamed: false,
-            pool: None,
-            model: None,
-            refusals: None,
-            grpc_status: Vec::new(),
+            ..crate::observe::truth::RouteInfo::default()
         };
         let truth = Arc::new(crate::observe::truth::GroundTruth::new(vec![info], 1));
         let builtin = BuiltinTruth {

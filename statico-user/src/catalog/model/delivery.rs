@@ -805,15 +805,9 @@ mod tests {
     fn streamed_truth() -> Arc<GroundTruth> {
         let route = RouteInfo {
             name: "GET /s".into(),
-            phase: None,
             outcomes: ["200", "gone"].map(String::from).to_vec(),
-            expected: None,
-            pooled: false,
             streamed: true,
-            pool: None,
-            model: None,
-            refusals: None,
-            grpc_status: Vec::new(),
+            ..RouteInfo::default()
         };
         Arc::new(GroundTruth::new(vec![route], 1))
     }
@@ -1061,15 +1055,10 @@ mod tests {
             ));
             let route = RouteInfo {
                 name: "GET /".into(),
-                phase: None,
                 outcomes: ["200", "gone", "shed"].map(String::from).to_vec(),
-                expected: None,
                 pooled: true,
-                streamed: false,
                 pool: Some(0),
-                model: None,
-                refusals: None,
-                grpc_status: Vec::new(),
+                ..RouteInfo::default()
             };
             Pooled {
                 loads: Arc::new(Loads::new(
@@ -1280,15 +1269,10 @@ mod tests {
     fn a_whole_answers_tokens_count_when_it_is_given_out_and_not_when_its_client_left() {
         let route = RouteInfo {
             name: "POST /v1/*".into(),
-            phase: None,
             outcomes: ["200", "gone"].map(String::from).to_vec(),
-            expected: None,
-            pooled: false,
             streamed: true,
-            pool: None,
             model: Some("m".into()),
-            refusals: None,
-            grpc_status: Vec::new(),
+            ..RouteInfo::default()
         };
         let truth = Arc::new(GroundTruth::new(vec![route], 1));
         let key = TruthKey {
