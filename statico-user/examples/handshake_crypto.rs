@@ -1,8 +1,8 @@
-//! What a full TLS 1.3 handshake costs a server before any system call: the two public-key operations
-//! alone (an X25519 key share and its secret, an ECDSA P-256 signature: what no server can skip), and
-//! rustls's whole server side of the handshake statico makes (same provider, certificate kind and
-//! tickets), client and server in memory with only the server's calls timed. The floor beside the
-//! kernel's share in `docs/performance.md` (new connections):
+//! What a full TLS 1.3 handshake costs a server before any system call: the two public-key
+//! operations alone (an X25519 key share and its secret, an ECDSA P-256 signature: what no server
+//! can skip), and rustls's whole server side of the handshake statico makes (same provider,
+//! certificate kind and tickets), client and server in memory with only the server's calls timed.
+//! The floor beside the kernel's share in `docs/performance.md` (new connections):
 //!
 //!     taskset -c 1 cargo run --release -p statico-user --example handshake_crypto
 
@@ -58,8 +58,8 @@ fn public_key_operations(rounds: u32) -> (f64, f64) {
     (share, per_round(started, rounds))
 }
 
-/// µs of the server's own calls per full TLS 1.3 handshake with statico's TLS configuration (that of
-/// `--tls-self-signed`: an ECDSA P-256 certificate, two tickets), tickets included.
+/// µs of the server's own calls per full TLS 1.3 handshake with statico's TLS configuration
+/// (that of `--tls-self-signed`: an ECDSA P-256 certificate, two tickets), tickets included.
 #[cfg(target_os = "linux")]
 fn rustls_server_side(rounds: u32) -> f64 {
     use rustls::pki_types::ServerName;

@@ -346,6 +346,15 @@ fn call(s: &Server, path: &str, content_type: &str, body: Vec<u8>) -> Outcome {
     call_with(s, path, &[("content-type", content_type)], body)
 }
 
+/// The head of a gRPC call to `path` at `addr`.
+fn grpc_call(addr: std::net::SocketAddr, path: &str) -> http::Request<()> {
+    http::Request::post(format!("http://{addr}{path}"))
+        .header("te", "trailers")
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap()
+}
+
 /// One call's request sent whole, then the stream reset (CANCEL) `after` it, before its answer.
 fn call_and_leave(s: &Server, path: &str, body: Vec<u8>, after: Duration) {
     let rt = runtime();
@@ -353,11 +362,7 @@ fn call_and_leave(s: &Server, path: &str, body: Vec<u8>, after: Duration) {
     rt.block_on(async move {
         let (client, conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
-        let request = http::Request::post(format!("http://{addr}{path}"))
-            .header("te", "trailers")
-            .header("content-type", "application/grpc")
-            .body(())
-            .unwrap();
+        let request = grpc_call(addr, path);
         let (response, mut send) = client.send_request(request, false).unwrap();
         send.send_data(Bytes::from(body), true).unwrap();
         tokio::time::sleep(after).await;
@@ -572,13 +577,7 @@ fn health_watch_sends_the_status_and_keeps_the_stream_open() {
     rt.block_on(async move {
         let (client, _conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
-        let request = http::Request::builder()
-            .method("POST")
-            .uri(format!("http://{addr}/grpc.health.v1.Health/Watch"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
+        let request = grpc_call(addr, "/grpc.health.v1.Health/Watch");
         let (response, mut send) = client.send_request(request, false).unwrap();
         // HealthCheckRequest{service: "fgrpc.PingServer"}.
         let mut ask = vec![0x0a, 16];
@@ -952,11 +951,7 @@ fn call_and_cancel_after(s: &Server, path: &str, after: usize) {
     runtime().block_on(async move {
         let (client, _conn) = h2_connect(addr).await;
         let mut client = client.ready().await.unwrap();
-        let request = http::Request::post(format!("http://{addr}{path}"))
-            .header("te", "trailers")
-            .header("content-type", "application/grpc")
-            .body(())
-            .unwrap();
+        let request = grpc_call(addr, path);
         let (response, mut send) = client.send_request(request, false).unwrap();
         send.send_data(Bytes::from(framed(0, b"")), true).unwrap();
         let mut body = response.await.expect("a head").into_body();

@@ -20,9 +20,9 @@
 //!
 //! A client that goes away while queued leaves the queue ([`Pool::cancel`]); one that goes away in
 //! service keeps its server to the end of its service, as a real server would (unless its request
-//! is aborted: [`Pool::cut_short`]): its end stays in the heap, and since no connection of its own will come back at that moment to hand the server on,
-//! the end is given to the server's [`OrphanClock`], one thread that sleeps until the next such end
-//! and advances the pool then.
+//! is aborted: [`Pool::cut_short`]): its end stays in the heap, and since no connection of its own
+//! will come back at that moment to hand the server on, the end is given to the server's
+//! [`OrphanClock`], one thread that sleeps until the next such end and advances the pool then.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -179,7 +179,8 @@ impl Pool {
     }
 
     /// A service due to end at `due` ended at `now` instead (a sequence or an inference request
-    /// whose client left, or a sequence that a fault cut): its server is free from `now`, and handed on.
+    /// whose client left, or a sequence that a fault cut): its server is free from `now`, and
+    /// handed on.
     pub fn cut_short(&self, due: Instant, now: Instant) {
         let mut state = self.lock();
         let now = state.clock(now);

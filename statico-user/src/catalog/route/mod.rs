@@ -1483,15 +1483,19 @@ mod tests {
 
     use super::*;
 
-    /// Building `table` (with HTTP/2): the error, in one line.
-    fn build_error(table: &Table) -> String {
+    /// `table` built with HTTP/2 and an empty 200 as the base answer.
+    fn built(table: &Table) -> Result<Routes> {
         let base = ResponseSpec {
             status: 200,
             headers: Vec::new(),
             body: Vec::new(),
         };
-        let common = Common::new(base, true, 1, None);
-        format!("{:#}", Routes::build(table, &common, None).unwrap_err())
+        Routes::build(table, &Common::new(base, true, 1, None), None)
+    }
+
+    /// Building `table` (with HTTP/2): the error, in one line.
+    fn build_error(table: &Table) -> String {
+        format!("{:#}", built(table).unwrap_err())
     }
 
     #[test]
@@ -1537,12 +1541,7 @@ mod tests {
                 phases: vec![phase_spec::parse_phase(phase, 0).unwrap()],
                 ..Table::default()
             };
-            let base = ResponseSpec {
-                status: 200,
-                headers: Vec::new(),
-                body: Vec::new(),
-            };
-            let built = Routes::build(&table, &Common::new(base, true, 1, None), None);
+            let built = built(&table);
             assert!(built.is_ok(), "{route} {phase}: {:#}", built.unwrap_err());
         }
         let table = Table {
@@ -1653,12 +1652,7 @@ mod tests {
             ],
             ..Table::default()
         };
-        let base = ResponseSpec {
-            status: 200,
-            headers: Vec::new(),
-            body: Vec::new(),
-        };
-        let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+        let routes = built(&table).unwrap();
         let request = Request {
             method: b"POST",
             target: b"/pkg.Svc/Feed",
@@ -1717,12 +1711,7 @@ mod tests {
                 routes: vec![spec::parse_spec(spec).unwrap()],
                 ..Table::default()
             };
-            let base = ResponseSpec {
-                status: 200,
-                headers: Vec::new(),
-                body: Vec::new(),
-            };
-            let routes = Routes::build(&table, &Common::new(base, true, 1, None), None).unwrap();
+            let routes = built(&table).unwrap();
             let outcomes = route_info(&table.routes[0], None, None).outcomes;
             assert_eq!(
                 outcomes,
