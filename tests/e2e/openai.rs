@@ -22,7 +22,7 @@
 //! tight (a few ms for timer rounding); upper bounds allow ~150 ms of scheduling noise, as the suite
 //! shares two cores with other tests.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -2093,6 +2093,23 @@ fn a_whole_answer_whose_client_left_counts_no_completion_tokens() {
     let e = entry(&t, "/v1/*");
     assert_eq!(num(&e["stream"], &["completion_tokens"]), 2.0, "{e}");
     metrics_when(&s, "statico", &[("vllm:generation_tokens_total", 2.0)]).unwrap();
+}
+
+#[test]
+fn a_whole_answer_a_fault_replaces_counts_no_completion_tokens() {
+    let _quiet = quiet();
+    let s = start(&["/v1/* openai=on tokens=5 fault=reset:100%"], &[]);
+    let mut c = Wire::open(&s);
+    c.send(&post("/v1/completions", &Kind::Completion.body(json!({}))));
+    let (got, end) = c.until_closed();
+    assert!(
+        matches!(end, End::Failed(ErrorKind::ConnectionReset)),
+        "{end:?} after {got:?}"
+    );
+    let t = truth_when(&s, |t| outcome(entry(t, "/v1/*"), "reset") >= 1);
+    let tokens = num(&entry(&t, "/v1/*")["stream"], &["completion_tokens"]);
+    assert_eq!(tokens, 0.0, "a reset answer gives out no tokens: {t}");
+    metrics_when(&s, "statico", &[("vllm:generation_tokens_total", 0.0)]).unwrap();
 }
 
 #[test]

@@ -145,7 +145,11 @@ impl Asking {
             },
             false => Hold {
                 delay: (choice.hold.delay + reply.wait).min(LONGEST_HOLD),
-                tokens: reply.tokens.1,
+                // A drawn fault takes the answer's place: its tokens are never given out.
+                tokens: match choice.hold.fault {
+                    Some(_) => 0,
+                    None => reply.tokens.1,
+                },
                 ..choice.hold
             },
         };
