@@ -259,8 +259,9 @@ struct StreamTally {
     first: Histogram<u64>,
     gap: Histogram<u64>,
     late: Histogram<u64>,
-    /// The time held of the requests scheduled: an openai route's refusals left out.
-    e2e: Histogram<u64>,
+    /// The time held of the requests scheduled, an openai route's refusals left out: an openai
+    /// route's only (elsewhere it would be `held`).
+    e2e: Option<Histogram<u64>>,
 }
 
 impl RouteInfo {
@@ -271,7 +272,8 @@ impl RouteInfo {
 }
 
 impl StreamTally {
-    fn new() -> StreamTally {
+    /// An empty tally; with an `e2e` histogram if it is an openai route's.
+    fn new(openai: bool) -> StreamTally {
         StreamTally {
             events: 0,
             left: 0,
@@ -280,21 +282,20 @@ impl StreamTally {
             first: empty_histogram(),
             gap: empty_histogram(),
             late: empty_histogram(),
-            e2e: empty_histogram(),
+            e2e: openai.then(empty_histogram),
         }
     }
 
-    fn histograms_mut(&mut self) -> [&mut Histogram<u64>; 4] {
-        [
-            &mut self.first,
-            &mut self.gap,
-            &mut self.late,
-            &mut self.e2e,
-        ]
+    fn histograms_mut(&mut self) -> impl Iterator<Item = &mut Histogram<u64>> {
+        [&mut self.first, &mut self.gap, &mut self.late]
+            .into_iter()
+            .chain(self.e2e.as_mut())
     }
 
-    fn histograms(&self) -> [&Histogram<u64>; 4] {
-        [&self.first, &self.gap, &self.late, &self.e2e]
+    fn histograms(&self) -> impl Iterator<Item = &Histogram<u64>> {
+        [&self.first, &self.gap, &self.late]
+            .into_iter()
+            .chain(self.e2e.as_ref())
     }
 
     fn subtract(&mut self, other: &StreamTally) {
@@ -302,7 +303,7 @@ impl StreamTally {
         self.left = self.left.saturating_sub(other.left);
         self.prompt_tokens = self.prompt_tokens.saturating_sub(other.prompt_tokens);
         self.whole_tokens = self.whole_tokens.saturating_sub(other.whole_tokens);
-        for (mine, theirs) in self.histograms_mut().into_iter().zip(other.histograms()) {
+        for (mine, theirs) in self.histograms_mut().zip(other.histograms()) {
             let _ = mine.subtract(theirs);
         }
     }
@@ -312,7 +313,7 @@ impl StreamTally {
         self.left += other.left;
         self.prompt_tokens += other.prompt_tokens;
         self.whole_tokens += other.whole_tokens;
-        for (mine, theirs) in self.histograms_mut().into_iter().zip(other.histograms()) {
+        for (mine, theirs) in self.histograms_mut().zip(other.histograms()) {
             mine.add(theirs).expect("histograms share bounds");
         }
     }
@@ -332,14 +333,16 @@ impl StreamTally {
 }
 
 impl Tally {
-    fn new(outcomes: usize, pooled: bool, streamed: bool) -> Tally {
+    /// An empty tally of route `info`, with a wait histogram if `pooled`.
+    fn new(info: &RouteInfo, pooled: bool) -> Tally {
+        let openai = info.refusals.is_some();
         Tally {
-            outcomes: vec![0; outcomes],
+            outcomes: vec![0; info.outcomes.len()],
             drawn: empty_histogram(),
             held: empty_histogram(),
             off: empty_histogram(),
             wait: pooled.then(empty_histogram),
-            stream: streamed.then(|| Box::new(StreamTally::new())),
+            stream: (info.streamed).then(|| Box::new(StreamTally::new(openai))),
         }
     }
 
@@ -570,8 +573,9 @@ impl GroundTruth {
             let tally = self.tally(&mut slot, route);
             tally.count(outcome);
             tally.held.saturating_record(nanos(held));
-            if let Some(stream) = tally.stream.as_mut().filter(|_| scheduled) {
-                stream.e2e.saturating_record(nanos(held));
+            let e2e = (tally.stream.as_mut()).and_then(|s| s.e2e.as_mut());
+            if let Some(e2e) = e2e.filter(|_| scheduled) {
+                e2e.saturating_record(nanos(held));
             }
             if let Some(drawn) = drawn {
                 let scheduled = drawn + wait.unwrap_or_default();
@@ -637,9 +641,7 @@ impl GroundTruth {
     /// A slot's tally, made on its first record.
     fn tally<'a>(&self, slot: &'a mut Option<Box<Tally>>, route: usize) -> &'a mut Tally {
         let info = &self.routes[route].info;
-        slot.get_or_insert_with(|| {
-            Box::new(Tally::new(info.outcomes.len(), info.pooled, info.streamed))
-        })
+        slot.get_or_insert_with(|| Box::new(Tally::new(info, info.pooled)))
     }
 
     /// Only an outcome (a fault that holds nothing, e.g. a reset before any delay): counted, with no
@@ -681,7 +683,7 @@ impl GroundTruth {
     fn merged_raw(&self, route: usize) -> Tally {
         // Merged, every route has a wait histogram (empty without a pool), for one metric shape.
         let info = &self.routes[route].info;
-        let mut total = Tally::new(info.outcomes.len(), true, info.streamed);
+        let mut total = Tally::new(info, true);
         for recorder in 0..self.recorders {
             if let Some(tally) = self
                 .slot(recorder, route)
@@ -938,7 +940,7 @@ impl GroundTruth {
             (
                 "vllm:e2e_request_latency_seconds",
                 "Time held, from the request's last byte to its last token (requests refused before they are scheduled left out).",
-                |_, s| &s.e2e,
+                |t, s| s.e2e.as_ref().unwrap_or(&t.held),
             ),
         ];
         let bounds_ns = bucket_bounds_ns(None);
