@@ -634,8 +634,34 @@ fn grpcurl_lists_the_services_over_tls_with_alpn_h2() {
 
 // ---- Calibrated gRPC routes ----
 
-/// `n` pings with `data` (JSON) over `c` connections by ghz (through reflection): whether it
-/// exited 0, its JSON report, and its output (stdout and stderr) for a failed check.
+/// ghz making the call `call` (its flags: the method, its data or proto) `n` times over `c`
+/// connections: whether it exited 0, its JSON report, and its output (stdout and stderr) for a
+/// failed check.
+fn ghz_json(
+    ghz: &Path,
+    s: &Server,
+    call: &[&str],
+    n: u32,
+    c: u32,
+) -> (bool, serde_json::Value, String) {
+    let (n, c, target) = (n.to_string(), c.to_string(), target(s));
+    let load = [
+        "--insecure",
+        "-n",
+        &n,
+        "-c",
+        &c,
+        "--format",
+        "json",
+        &target,
+    ];
+    let (ok, out, err) = run(ghz, &[call, &load[..]].concat());
+    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (ok, report, format!("{out}\n{err}"))
+}
+
+/// `n` pings with `data` (JSON) over `c` connections by ghz (through reflection): see
+/// [`ghz_json`].
 fn ghz_ping(
     ghz: &Path,
     s: &Server,
@@ -643,24 +669,13 @@ fn ghz_ping(
     n: u32,
     c: u32,
 ) -> (bool, serde_json::Value, String) {
-    let (n, c) = (n.to_string(), c.to_string());
-    let ping = "fgrpc.PingServer/Ping";
-    let args = [
-        "--insecure",
-        "--call",
-        ping,
-        "-d",
-        data,
-        "-n",
-        &n,
-        "-c",
-        &c,
-        "--format",
-        "json",
-    ];
-    let (ok, out, err) = run(ghz, &[&args[..], &[&target(s)]].concat());
-    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-    (ok, report, format!("{out}\n{err}"))
+    ghz_json(
+        ghz,
+        s,
+        &["--call", "fgrpc.PingServer/Ping", "-d", data],
+        n,
+        c,
+    )
 }
 
 /// ghz's count of calls with `status` (its names: `OK`, `Unavailable`), 0 if none.
@@ -1013,25 +1028,15 @@ fn ghz_stream(ghz: &Path, s: &Server, n: u32, c: u32) -> (serde_json::Value, Str
     let service = "syntax = \"proto3\";\npackage slow;\nmessage M { bytes data = 1; }\n\
         service Svc { rpc Stream(M) returns (stream M); }\n";
     std::fs::write(&proto, service).unwrap();
-    let (n, c) = (n.to_string(), c.to_string());
-    let args = [
-        "--insecure",
+    let call = [
         "--proto",
         proto.to_str().unwrap(),
         "--call",
         "slow.Svc/Stream",
-        "-n",
-        &n,
-        "-c",
-        &c,
-        "--format",
-        "json",
-        &target(s),
     ];
-    let (_, out, err) = run(ghz, &args);
+    let (_, report, out) = ghz_json(ghz, s, &call, n, c);
     let _ = std::fs::remove_dir_all(&dir);
-    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-    (report, format!("{out}\n{err}"))
+    (report, out)
 }
 
 #[test]
